@@ -1,0 +1,58 @@
+"""SCPI for the gateway: parse a program message, classify each unit by its profile's
+effect, and render the canonical SCPI that is the only thing ever sent to an instrument.
+
+>>> from bench_gate.scpi import is_read_only
+>>> is_read_only("MEAS:VOLT? (@1)", profile="e36312a")
+True
+>>> is_read_only("VOLT? (@1);:OUTP ON,(@1)", profile="e36312a")
+False
+"""
+
+from ._classify import (
+    Classification,
+    Unit,
+    Value,
+    classify,
+    format_number,
+    is_read_only,
+    render_value,
+)
+from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
+from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
+from ._profile import (
+    CommandSpec,
+    Effect,
+    FieldSpec,
+    FormSpec,
+    ParamSpec,
+    Profile,
+    ProfileError,
+    available_profiles,
+    get_profile,
+)
+
+__all__ = [
+    "ERROR_NAMES",
+    "MAX_MESSAGE_LENGTH",
+    "Classification",
+    "CommandSpec",
+    "Effect",
+    "FieldSpec",
+    "FormSpec",
+    "ParamSpec",
+    "Profile",
+    "ProfileError",
+    "RawUnit",
+    "ScpiError",
+    "ScpiExecutionError",
+    "ScpiSyntaxError",
+    "Unit",
+    "Value",
+    "available_profiles",
+    "classify",
+    "format_number",
+    "get_profile",
+    "is_read_only",
+    "lex",
+    "render_value",
+]
