@@ -301,7 +301,10 @@ def _hash(src: str, pos: int) -> tuple[int, Number | Block]:
         m = regex.match(src, pos + 2)
         if not m:
             raise ScpiSyntaxError(-121, f"expected base-{base} digits after '#{kind}'", src, pos)
-        return m.end(), Number(Decimal(int(m.group(), base)), "", pos)
+        value = Decimal(int(m.group(), base))
+        if value.adjusted() > MAX_EXPONENT:
+            raise ScpiSyntaxError(-123, f"'#{kind}' number has too many digits", src, pos)
+        return m.end(), Number(value, "", pos)
     if kind == "0":  # indefinite block: the rest of the message, §7.7.6.2
         return len(src), Block(src[pos + 2 :], pos)
     if kind.isdigit():
