@@ -1,0 +1,130 @@
+"""Bench configuration (``bench.toml``), validated with pydantic.
+
+A bad file gets an error naming the key and the problem, never a traceback.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import InvalidInput
+
+__all__ = [
+    "BenchConfig",
+    "ChannelLimits",
+    "InstrumentConfig",
+    "PolicyConfig",
+    "ServerConfig",
+    "default_config",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InstrumentConfig(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    #: A pyvisa resource string: ``TCPIP0::192.168.1.20::inst0::INSTR``.
+    resource: str
+    profile: str
+    #: pyvisa backend: "@py" (pyvisa-py), "@ivi", or "<path>@sim".
+    backend: str = "@py"
+    timeout_ms: int = Field(default=2000, ge=50, le=120_000)
+    read_termination: str = "\n"
+    write_termination: str = "\n"
+    #: The socket door's port for this instrument (raw SCPI), if any.
+    socket_port: int | None = Field(default=None, ge=0, le=65535)
+
+
+class ChannelLimits(_Strict):
+    """Hard limits for one channel: nothing above them runs, approved or not."""
+
+    voltage: Decimal | None = None
+    current: Decimal | None = None
+    ovp: Decimal | None = None
+
+
+class PolicyConfig(_Strict):
+    default_timeout_minutes: int = Field(default=30, ge=1, le=1440)
+    max_timeout_minutes: int = Field(default=1440, ge=1, le=1440)
+    #: Turning an output off runs unattended when it is the bench's safe action.
+    output_off_is_safe: bool = False
+    #: The two approvals of an output enable must come from two different people.
+    two_person_output_enable: bool = False
+    #: Every approval must come from someone other than the requester, engineers included.
+    independent_approver: bool = False
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    #: Peers allowed on the socket doors (exact addresses).
+    allowed_peers: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+
+
+class BenchConfig(_Strict):
+    bench: str = "bench"
+    instruments: list[InstrumentConfig]
+    #: instrument name -> channel number -> limits
+    envelope: dict[str, dict[int, ChannelLimits]] = Field(default_factory=dict)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BenchConfig:
+        names = [i.name for i in self.instruments]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"instrument names must be unique: {sorted(dupes)}")
+        unknown = set(self.envelope) - set(names)
+        if unknown:
+            raise ValueError(f"envelope names unknown instruments: {sorted(unknown)}")
+        if self.policy.default_timeout_minutes > self.policy.max_timeout_minutes:
+            raise ValueError("policy.default_timeout_minutes is above max_timeout_minutes")
+        return self
+
+    def instrument(self, name: str) -> InstrumentConfig | None:
+        return next((i for i in self.instruments if i.name == name), None)
+
+
+def default_config(psu_port: int = 5555, dmm_port: int = 5556) -> BenchConfig:
+    """The simulated bench: the PSU and DMM served as LAN instruments on 127.0.0.1."""
+    return BenchConfig(
+        bench="sim-bench",
+        instruments=[
+            InstrumentConfig(name="psu", resource=f"TCPIP0::127.0.0.1::{psu_port}::SOCKET",
+                             profile="e36312a", socket_port=5025),
+            InstrumentConfig(name="dmm", resource=f"TCPIP0::127.0.0.1::{dmm_port}::SOCKET",
+                             profile="34465a", socket_port=5026),
+        ],
+        envelope={"psu": {
+            1: ChannelLimits(voltage=Decimal(6), current=Decimal(1)),
+            2: ChannelLimits(voltage=Decimal(12), current=Decimal("0.5")),
+            3: ChannelLimits(voltage=Decimal(12), current=Decimal("0.5")),
+        }},
+    )
+
+
+def load_config(path: str | Path) -> BenchConfig:
+    """Read and validate a ``bench.toml``; raise InvalidInput naming the key and problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {str(path)!r}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path}: not valid TOML: {exc}") from exc
+    try:
+        return BenchConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidInput(f"{path}: {problems}") from exc

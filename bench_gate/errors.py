@@ -1,0 +1,76 @@
+"""The gateway's one exceptions tree. Third-party errors (pyvisa, sqlite3) are translated
+into these at one boundary each, with ``raise ... from exc``.
+
+    GatewayError
+    ├── NotFound               (no such run, request, instrument)
+    ├── InvalidInput           (a bad argument: unknown kind, bad edit, bad timeout)
+    ├── Refused                (the message is refused outright: bad SCPI, forbidden, envelope)
+    ├── PermissionDenied       (self-approval, wrong person, two-person rule)
+    ├── TransitionError        (a status change that is not allowed or lost a race)
+    ├── InstrumentError        (I/O with the instrument failed)
+    └── StoreError             (the store could not be read or written)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GatewayError",
+    "InstrumentError",
+    "InvalidInput",
+    "NotFound",
+    "PermissionDenied",
+    "Refused",
+    "StoreError",
+    "TransitionError",
+]
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway core raises."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class NotFound(GatewayError):
+    """The run, request or instrument named does not exist."""
+
+
+class InvalidInput(GatewayError):
+    """An argument is not acceptable; the message says which and why."""
+
+
+class Refused(GatewayError):
+    """A message is refused outright, with its SCPI error number (-203, -222, -102...)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+    @property
+    def scpi(self) -> str:
+        return f'{self.code},"' + self.message.replace('"', '""') + '"'
+
+
+class PermissionDenied(GatewayError):
+    """The caller may not do this (self-approval, two-person rule, wrong role)."""
+
+
+class TransitionError(GatewayError):
+    """A request cannot move from its status by this event (or another caller moved it first)."""
+
+    def __init__(self, request_id: str, status: str, event: str, detail: str = "") -> None:
+        self.request_id = request_id
+        self.status = status
+        self.event = event
+        text = f"cannot {event} {request_id}: it is {status}"
+        super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+class InstrumentError(GatewayError):
+    """Talking to an instrument failed (timeout, lost connection, garbled reply)."""
+
+
+class StoreError(GatewayError):
+    """The store could not be read or written."""

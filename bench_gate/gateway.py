@@ -1,0 +1,927 @@
+"""The gateway core: the one façade every door calls.
+
+door → scpi.classify → policy.decide → pass (lane read) | refuse | hold (takeover request)
+→ approvals → executor (live recheck, canonical write, read back, receipt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from .config import BenchConfig, InstrumentConfig
+from .errors import (
+    GatewayError,
+    InstrumentError,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    TransitionError,
+)
+from .handoff import build_handoff, describe, snapshot_key
+from .instruments import Lane, Link, PyvisaLink
+from .models import (
+    Action,
+    Approval,
+    ApprovalKind,
+    Event,
+    EventType,
+    Principal,
+    Receipt,
+    Role,
+    Run,
+    RunKind,
+    RunStatus,
+    Snapshot,
+    Status,
+    TakeoverRequest,
+    now,
+    proposal_hash,
+)
+from .policy import Verdict, approval_for, decide, envelope_breach
+from .scpi import (
+    Classification,
+    Effect,
+    Profile,
+    ScpiError,
+    Unit,
+    classify,
+    format_number,
+    get_profile,
+    render_value,
+)
+from .states import TERMINAL, target
+from .states import Event as Move
+from .store import Store
+
+__all__ = ["Gateway", "GrantResult", "SubmitResult"]
+
+MAX_RETRIES = 8
+SWEEP_SECONDS = 0.5
+
+
+@dataclass(slots=True)
+class SubmitResult:
+    """What a requester gets back from :meth:`Gateway.submit`."""
+
+    status: str  # "executed" | "pending" | "refused" | a terminal status of its request
+    response: str | None = None
+    request: TakeoverRequest | None = None
+    code: int = 0
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class GrantResult:
+    request: TakeoverRequest
+    missing: list[ApprovalKind] = field(default_factory=list)
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Instrument:
+    config: InstrumentConfig
+    profile: Profile
+    lane: Lane
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def _normalize(profile: Profile, fld: str, raw: str) -> str:
+    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``)."""
+    spec = profile.fields.get(fld)
+    text = raw.strip().strip('"')
+    if spec is None or spec.type == "text":
+        return text
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return text
+    if spec.type == "boolean":
+        return "1" if number != 0 else "0"
+    return format_number(number)
+
+
+def _join(units: list[Unit], answers: dict[int, str]) -> str:
+    """IEEE 488.2 §8.4.1: ',' joins the parts of one unit's answer, ';' joins units."""
+    groups: dict[int, list[str]] = {}
+    for i, unit in enumerate(units):
+        if i in answers:
+            groups.setdefault(unit.source, []).append(answers[i])
+    return ";".join(",".join(parts) for parts in groups.values())
+
+
+class Gateway:
+    """The gateway core. Create it, ``await start()``, use it, ``await close()``."""
+
+    def __init__(self, config: BenchConfig, store: Store,
+                 links: dict[str, Link] | None = None,
+                 clock: Callable[[], Any] = now) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.instruments: dict[str, Instrument] = {}
+        for ic in config.instruments:
+            link = (links or {}).get(ic.name) or PyvisaLink(ic)
+            self.instruments[ic.name] = Instrument(ic, get_profile(ic.profile), Lane(ic.name, link))
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._selected: dict[tuple[str, str], int] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Recover from the store, then run the one expiry sweeper."""
+        await self.sweep()
+        for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
+            await self._reconcile_interrupted(req)
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            self._spawn(self._execute(req.id))
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task
+        for inst in self.instruments.values():
+            await asyncio.to_thread(inst.lane.close)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            with contextlib.suppress(GatewayError):
+                await self.sweep()
+
+    async def sweep(self) -> int:
+        """Expire every pending request whose time is up (an expiry is a denial)."""
+        count = 0
+        for req in self.store.due_for_expiry(self.clock().isoformat()):
+            if self._move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                          {"expires_at": req.expires_at.isoformat()},
+                          outcome="expired: no decision before "
+                                  f"{req.expires_at.isoformat()}; nothing was written"):
+                count += 1
+        return count
+
+    # ------------------------------------------------------------------ events
+    def _publish(self, kind: str, **data: Any) -> None:
+        message = {"type": kind, **data}
+        for queue in list(self._subscribers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(message)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:
+        """Changes to requests and runs, for the console, the CLI and SSE."""
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+    def _notify(self, req: TakeoverRequest) -> None:
+        waiter = self._waiters.get(req.id)
+        if waiter is not None:
+            waiter.set()
+        self._publish("request", id=req.id, run_id=req.run_id, status=req.status.value,
+                      instrument=req.instrument)
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, principal: Principal, kind: RunKind | str,
+                   goal: str | None = None) -> Run:
+        try:
+            kind = RunKind(kind)
+        except ValueError as exc:
+            raise InvalidInput(f"run kind must be one of {[k.value for k in RunKind]}, "
+                               f"not {kind!r}") from exc
+        run = Run(id=_new_id("run"), kind=kind, principal=principal.name, goal=goal)
+        self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
+                                          data={"kind": kind.value, "principal": run.principal,
+                                                "goal": goal})])
+        self._publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def get_run(self, run_id: str) -> Run:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id!r}")
+        return run
+
+    def set_goal(self, run_id: str, goal: str) -> Run:
+        run = self.get_run(run_id)
+        run.goal = goal
+        self.store.save_run(run, [Event(run_id=run.id, type=EventType.COMMAND_RECEIVED,
+                                        data={"goal": goal, "message": None})])
+        return run
+
+    def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
+        self._require_operator(operator)
+        run = self.get_run(run_id)
+        run.status = RunStatus.TAKEN_OVER
+        run.takeover_reason = reason
+        run.takeover_by = operator.name
+        self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_TAKEN_OVER,
+                                        data={"by": operator.name, "reason": reason})])
+        self._publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def release(self, run_id: str, operator: Principal) -> Run:
+        """End an operator's takeover or a suspension; the run's writes go on."""
+        self._require_operator(operator)
+        run = self.get_run(run_id)
+        if run.status not in (RunStatus.TAKEN_OVER, RunStatus.SUSPENDED):
+            raise TransitionError(run_id, run.status.value, "release",
+                                  "only a taken-over or suspended run can be released")
+        run.status = RunStatus.ACTIVE
+        run.takeover_reason = run.takeover_by = None
+        self.store.save_run(run, [Event(run_id=run_id, type=EventType.TAKEOVER_RELEASED,
+                                        data={"by": operator.name})])
+        self._publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def close_run(self, run_id: str) -> None:
+        """The requester is gone: cancel its pending requests, never run them for nobody."""
+        run = self.get_run(run_id)
+        for req in self.store.list_requests(status=Status.PENDING, run_id=run_id, limit=10_000):
+            self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                       {"reason": "the requester disconnected"},
+                       outcome="cancelled: the requester is gone; nothing was written")
+        run.status = RunStatus.CLOSED
+        self.store.save_run(run, [])
+
+    # ------------------------------------------------------------------ submit
+    def instrument(self, name: str) -> Instrument:
+        inst = self.instruments.get(name)
+        if inst is None:
+            raise NotFound(f"no instrument {name!r}; this bench has "
+                           f"{', '.join(self.instruments) or 'none'}")
+        return inst
+
+    async def _classify(self, run: Run, inst: Instrument, message: str) -> Classification:
+        key = (run.id, inst.config.name)
+        selected = self._selected.get(key)
+        c = classify(message, inst.profile.name, selected=selected)
+        needs_channel = any(
+            u.channel is None and u.field is not None and inst.profile.channels
+            for u in c.units
+        )
+        if needs_channel and selected is None and inst.profile.model.select_query:
+            answer = await inst.lane.run(lambda link: link.query(
+                str(inst.profile.model.select_query)))
+            try:
+                selected = int(Decimal(answer))
+            except InvalidOperation as exc:
+                raise InstrumentError(f"{inst.config.name}: bad selection answer "
+                                      f"{answer!r}") from exc
+            c = classify(message, inst.profile.name, selected=selected)
+        if c.selected is not None:
+            self._selected[key] = c.selected
+        return c
+
+    async def submit(self, run_id: str, instrument: str, message: str, *,
+                     rationale: str | None = None, confidence: float | None = None,
+                     step_id: str | None = None, idempotency_key: str | None = None,
+                     timeout_minutes: int | None = None) -> SubmitResult:
+        run = self.get_run(run_id)
+        inst = self.instrument(instrument)
+        if idempotency_key is not None:
+            earlier = self.store.find_request(run_id, idempotency_key)
+            if earlier is not None:
+                return self._result(earlier)
+        if confidence is not None and not 0 <= confidence <= 1:
+            raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
+        timeout = self._timeout(timeout_minutes)
+        received = Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
+                         data={"instrument": instrument, "message": message,
+                               "rationale": rationale, "confidence": confidence,
+                               "step_id": step_id})
+        try:
+            c = await self._classify(run, inst, message)
+        except ScpiError as exc:
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": exc.code, "reason": exc.message})])
+            return SubmitResult("refused", code=exc.code, reason=exc.message)
+        limits = self.config.envelope.get(instrument, {})
+        decision = decide(c, limits, self.config.policy)
+        if decision.verdict is Verdict.REFUSE:
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": decision.code, "reason": decision.reason})])
+            return SubmitResult("refused", code=decision.code, reason=decision.reason)
+        if run.status is RunStatus.SUSPENDED:
+            reason = "the run is suspended; an operator must release it"
+            if not c.read_only:
+                self.store.append([received, Event(
+                    run_id=run_id, type=EventType.WRITE_REFUSED,
+                    data={"message": message, "code": -203, "reason": reason})])
+                return SubmitResult("refused", code=-203, reason=reason)
+        held = decision.verdict is Verdict.HOLD or (
+            run.status is RunStatus.TAKEN_OVER and not c.read_only)
+        if not held:
+            response = await self._run_units(inst, list(c.units))
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.READ_EXECUTED,
+                data={"message": message, "canonical": list(c.canonical),
+                      "response": response})])
+            return SubmitResult("executed", response=response)
+        required = list(decision.required) or [ApprovalKind.STATE]
+        req = await self._hold(run, inst, message, c, required, reason=(
+            rationale or f"{run.kind.value} {run.principal} asks to run {message!r}"),
+            rationale=rationale, confidence=confidence, step_id=step_id,
+            idempotency_key=idempotency_key, timeout=timeout, events=[received])
+        return self._result(req)
+
+    def _timeout(self, minutes: int | None) -> int:
+        policy = self.config.policy
+        value = policy.default_timeout_minutes if minutes is None else minutes
+        if not 1 <= value <= policy.max_timeout_minutes:
+            raise InvalidInput(f"timeoutMinutes must be 1 to {policy.max_timeout_minutes}, "
+                               f"not {value}")
+        return value
+
+    def _result(self, req: TakeoverRequest) -> SubmitResult:
+        response = req.receipt.detail if req.receipt is not None else None
+        reason = req.outcome or ""
+        return SubmitResult(req.status.value, response=response or None, request=req,
+                            code=0 if req.status in (Status.EXECUTED, Status.PENDING,
+                                                     Status.APPROVED, Status.EXECUTING)
+                            else -203, reason=reason)
+
+    async def _run_units(self, inst: Instrument, units: list[Unit]) -> str:
+        """Send canonical units in order on the lane; selections are per run, never sent."""
+        def job(link: Link) -> dict[int, str]:
+            answers: dict[int, str] = {}
+            for i, unit in enumerate(units):
+                if unit.effect is Effect.SELECT:
+                    continue
+                if unit.query:
+                    answers[i] = link.query(unit.canonical)
+                else:
+                    link.write(unit.canonical)
+            return answers
+        return _join(units, await inst.lane.run(job))
+
+    # ------------------------------------------------------------------ snapshots
+    def _fields(self, inst: Instrument, actions: list[Action]) -> list[tuple[int | None, str]]:
+        """Every field the actions depend on; a channel's whole state, or the instrument's."""
+        profile = inst.profile
+        state_fields = [f for f, spec in profile.fields.items() if not spec.measured]
+        channels: set[int | None] = set()
+        everything = False
+        for a in actions:
+            if a.effect in ("read", "select", "harmless"):
+                continue
+            if a.channel is None:
+                everything = True
+            channels.add(a.channel)
+        if everything:
+            channels = set(profile.channels) or {None}
+        return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields]
+
+    async def _snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
+                        ) -> Snapshot:
+        profile = inst.profile
+        queries = [(snapshot_key(ch, f), f, profile.field_query(f, ch)) for ch, f in fields]
+
+        def job(link: Link) -> Snapshot:
+            idn = link.query("*IDN?")
+            values = {key: _normalize(profile, f, link.query(q)) for key, f, q in queries}
+            return Snapshot(idn=idn, values=values)
+        return await inst.lane.run(job)
+
+    def _actions(self, inst: Instrument, c: Classification, snap: Snapshot | None
+                 ) -> list[Action]:
+        actions = []
+        for i, u in enumerate(c.units):
+            old = None
+            if snap is not None and u.field is not None:
+                old = snap.values.get(snapshot_key(u.channel, u.field))
+            action = Action(
+                index=i, source=u.source, text=u.text, effect=u.effect.value, channel=u.channel,
+                field=u.field, old=old,
+                new=render_value(u.value) if u.value is not None else None,
+                canonical=u.canonical, approval=approval_for(u, self.config.policy))
+            action.words = describe(inst.profile, action)
+            actions.append(action)
+        return actions
+
+    @staticmethod
+    def _proposed(actions: list[Action], snap: Snapshot) -> dict[str, str]:
+        state = dict(snap.values)
+        for a in actions:
+            if a.field is not None and a.new is not None:
+                state[snapshot_key(a.channel, a.field)] = a.new
+        return state
+
+    def _energize_needs_setpoint(self, inst: Instrument, actions: list[Action],
+                                 snap: Snapshot) -> list[int]:
+        """Channels turned on here with no approved setpoint matching the live one."""
+        missing = []
+        for a in actions:
+            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+                continue
+            if any(b.approval is ApprovalKind.SETPOINT and b.channel == a.channel
+                   for b in actions):
+                continue
+            if not self._setpoint_still_approved(inst, a.channel, snap):
+                missing.append(a.channel)
+        return missing
+
+    def _setpoint_still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
+        stored = self.store.get_setpoint(inst.config.name, channel)
+        if stored is None:
+            return False
+        return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
+                   for f in ("voltage", "current"))
+
+    # ------------------------------------------------------------------ hold
+    async def _hold(self, run: Run, inst: Instrument, message: str, c: Classification,
+                    required: list[ApprovalKind], *, reason: str, rationale: str | None,
+                    confidence: float | None, step_id: str | None,
+                    idempotency_key: str | None, timeout: int, events: list[Event],
+                    supersedes: TakeoverRequest | None = None,
+                    stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
+                    ) -> TakeoverRequest:
+        preliminary = self._actions(inst, c, None)
+        snap = await self._snapshot(inst, self._fields(inst, preliminary))
+        actions = self._actions(inst, c, snap)
+        if self._energize_needs_setpoint(inst, actions, snap) and \
+                ApprovalKind.SETPOINT not in required:
+            required = [ApprovalKind.SETPOINT, *required]
+        created = self.clock()
+        req = TakeoverRequest(
+            id=_new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            actions=actions, required=required, reason=reason, step_id=step_id,
+            rationale=rationale, confidence=confidence, idempotency_key=idempotency_key,
+            timeout_minutes=timeout, created_at=created,
+            expires_at=created + timedelta(minutes=timeout), snapshot=snap,
+            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
+            supersedes=supersedes.id if supersedes is not None else None)
+        history = self.store.journal(run.id, limit=1000)[-40:]
+        req.handoff = build_handoff(req, run, inst.profile,
+                                    self.config.envelope.get(inst.config.name, {}), history,
+                                    self._proposed(actions, snap), stale_diff)
+        energize = self._energize_needs_setpoint(inst, actions, snap)
+        if energize:
+            req.handoff["setpoint_needed"] = [
+                {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
+                 "current": snap.values.get(snapshot_key(ch, "current"))} for ch in energize]
+        events = [*events, Event(run_id=run.id, request_id=req.id,
+                                 type=EventType.TAKEOVER_REQUESTED, data=req.handoff)]
+        stored = self.store.create_request(req, events)
+        self._notify(stored)
+        return stored
+
+    # ------------------------------------------------------------------ decisions
+    def get_request(self, request_id: str) -> TakeoverRequest:
+        req = self.store.get_request(request_id)
+        if req is None:
+            raise NotFound(f"no takeover request {request_id!r}")
+        return req
+
+    def list_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100, offset: int = 0
+                      ) -> list[TakeoverRequest]:
+        return self.store.list_requests(status, run_id, instrument, limit, offset)
+
+    @staticmethod
+    def _require_operator(who: Principal) -> None:
+        if who.role not in (Role.OPERATOR, Role.ADMIN):
+            raise PermissionDenied(f"{who.name} is a {who.role.value}; deciding needs an "
+                                   "operator")
+
+    def _move(self, req: TakeoverRequest, move: Move, event: EventType,
+              data: dict[str, Any], *, outcome: str | None = None,
+              notes: str | None = None) -> bool:
+        """One conditional transition with its journal event; False if it lost a race."""
+        for _ in range(MAX_RETRIES):
+            dst = target(req.status, move)
+            if dst is None:
+                return False
+            version = req.version
+            req.status = dst
+            if outcome is not None:
+                req.outcome = outcome
+            if notes is not None:
+                req.notes = notes
+            if dst in TERMINAL and req.decided_at is None:
+                req.decided_at = self.clock()
+            ev = Event(run_id=req.run_id, request_id=req.id, type=event,
+                       data={**data, "status": dst.value})
+            if self.store.save_request(req, version, [ev]):
+                self._notify(req)
+                return True
+            fresh = self.store.get_request(req.id)
+            if fresh is None:
+                return False
+            req.__dict__.update(fresh.__dict__)
+        return False
+
+    def _check_approver(self, req: TakeoverRequest, run: Run, who: Principal,
+                        kinds: list[ApprovalKind]) -> None:
+        self._require_operator(who)
+        policy = self.config.policy
+        if who.name == run.principal:
+            if run.kind is not RunKind.ENGINEER:
+                raise PermissionDenied(
+                    f"{who.name} made this request and cannot approve it: another "
+                    "operator must decide")
+            if policy.independent_approver:
+                raise PermissionDenied("this bench requires every approval to come from "
+                                       "someone other than the requester")
+            if len(kinds) != 1:
+                raise InvalidInput("approving your own change confirms one approval kind at "
+                                   "a time: confirm setpoint and output enable separately")
+        if policy.two_person_output_enable and ApprovalKind.OUTPUT_ENABLE in req.required:
+            pair = {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
+            if pair <= set(kinds):
+                raise PermissionDenied("this bench requires two different people for the "
+                                       "setpoint and the output enable")
+            for a in req.valid_approvals():
+                if a.by == who.name and a.kind in pair and a.kind not in kinds and \
+                        set(kinds) & pair:
+                    raise PermissionDenied(
+                        f"{who.name} already approved the {a.kind.value}; this bench requires "
+                        "a second person for the other half")
+
+    def _missing_message(self, req: TakeoverRequest) -> str:
+        missing = req.missing()
+        if not missing:
+            return ""
+        channels = [a.channel for a in req.actions if a.approval is ApprovalKind.OUTPUT_ENABLE]
+        chs = ", ".join(f"CH{c}" for c in channels)
+        have = req.approved_kinds()
+        if ApprovalKind.SETPOINT in missing and ApprovalKind.OUTPUT_ENABLE in have:
+            return (f"{chs} output enable approved, but no approved setpoint for {chs}: "
+                    "approve a setpoint first")
+        if ApprovalKind.OUTPUT_ENABLE in missing and ApprovalKind.SETPOINT in have:
+            return (f"setpoint approved; the output enable of {chs} still needs its own "
+                    "approval")
+        return "still needs approval: " + ", ".join(k.value for k in missing)
+
+    async def grant(self, request_id: str, approver: Principal,
+                    kinds: list[ApprovalKind | str], notes: str = "",
+                    edits: dict[str, str] | None = None) -> GrantResult:
+        """Approve some kinds; when none is missing, execute (recheck, write, read back)."""
+        try:
+            wanted = [ApprovalKind(k) for k in kinds]
+        except ValueError as exc:
+            raise InvalidInput(f"approval kinds are {[k.value for k in ApprovalKind]}: "
+                               f"{exc}") from exc
+        if not wanted:
+            raise InvalidInput("say which approvals you give: setpoint, output_enable, state")
+        for _ in range(MAX_RETRIES):
+            req = self.get_request(request_id)
+            run = self.get_run(req.run_id)
+            if req.status is Status.PENDING and req.expires_at <= self.clock():
+                await self.sweep()
+                req = self.get_request(request_id)
+            if req.status is not Status.PENDING:
+                raise TransitionError(req.id, req.status.value, "grant")
+            unknown = [k.value for k in wanted if k not in req.required]
+            if unknown:
+                raise InvalidInput(f"{req.id} does not need {', '.join(unknown)} approval; it "
+                                   f"needs {', '.join(k.value for k in req.required)}")
+            self._check_approver(req, run, approver, wanted)
+            version = req.version
+            events: list[Event] = []
+            if edits:
+                events.extend(self._apply_edits(req, edits, approver))
+            for kind in wanted:
+                if kind in req.approved_kinds():
+                    continue
+                req.approvals.append(Approval(kind=kind, by=approver.name, notes=notes,
+                                              proposal_hash=req.proposal_hash))
+                events.append(Event(run_id=req.run_id, request_id=req.id,
+                                    type=EventType.APPROVAL_GRANTED,
+                                    data={"kind": kind.value, "by": approver.name,
+                                          "notes": notes, "proposal_hash": req.proposal_hash}))
+            complete = not req.missing()
+            if complete:
+                req.status = Status.APPROVED
+            if self.store.save_request(req, version, events):
+                break
+        else:
+            raise TransitionError(request_id, "busy", "grant", "too many concurrent changes")
+        self._notify(req)
+        if not complete:
+            return GrantResult(req, req.missing(), self._missing_message(req))
+        self._record_decision(req)
+        final = await self._execute(req.id)
+        return GrantResult(final, [], final.outcome or "")
+
+    def _record_decision(self, req: TakeoverRequest) -> None:
+        self.metrics["decisions"] += 1
+        self.metrics["decision_seconds"] += (self.clock() - req.created_at).total_seconds()
+
+    def _apply_edits(self, req: TakeoverRequest, edits: dict[str, str], who: Principal
+                     ) -> list[Event]:
+        """Approve with changes: re-render the edited actions; a new proposal, a new hash."""
+        inst = self.instrument(req.instrument)
+        limits = self.config.envelope.get(req.instrument, {})
+        old_commands = [a.canonical for a in req.actions]
+        old_hash = req.proposal_hash
+        for key, raw_value in edits.items():
+            channel_text, _, fld = key.partition(".")
+            try:
+                channel = int(channel_text.upper().removeprefix("CH"))
+            except ValueError as exc:
+                raise InvalidInput(f"edit {key!r}: write it as CH1.voltage=5") from exc
+            targets = [a for a in req.actions if a.channel == channel and a.field == fld
+                       and a.new is not None and a.effect == "setpoint"]
+            if not targets:
+                raise InvalidInput(f"edit {key!r}: this request sets no {fld} on CH{channel}")
+            for a in targets:
+                head, _, args = a.canonical.partition(" ")
+                rest = args.split(",", 1)
+                text = f"{head} {raw_value}" + (f",{rest[1]}" if len(rest) > 1 else "")
+                try:
+                    c = classify(text, inst.profile.name)
+                except ScpiError as exc:
+                    raise InvalidInput(f"edit {key}={raw_value!r}: {exc.message}") from exc
+                if len(c.units) != 1:
+                    raise InvalidInput(f"edit {key}={raw_value!r} is not one value")
+                unit = c.units[0]
+                breach = envelope_breach(unit, limits)
+                if breach:
+                    raise InvalidInput(f"edit {key}={raw_value!r}: {breach}")
+                a.canonical = unit.canonical
+                a.new = render_value(unit.value) if unit.value is not None else None
+                a.words = describe(inst.profile, a)
+        req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
+                                          req.snapshot)
+        req.handoff["actions"] = [a.model_dump(mode="json") for a in req.actions]
+        req.handoff["proposed"] = self._proposed(req.actions, req.snapshot)
+        req.handoff["proposal_hash"] = req.proposal_hash
+        return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
+                      data={"by": who.name, "edits": edits, "old_commands": old_commands,
+                            "new_commands": [a.canonical for a in req.actions],
+                            "old_hash": old_hash, "new_hash": req.proposal_hash})]
+
+    async def deny(self, request_id: str, approver: Principal, notes: str) -> TakeoverRequest:
+        if not notes.strip():
+            raise InvalidInput("a denial needs a note: it goes back to the requester")
+        req = self.get_request(request_id)
+        run = self.get_run(req.run_id)
+        self._require_operator(approver)
+        if approver.name == run.principal and run.kind is not RunKind.ENGINEER:
+            raise PermissionDenied(f"{approver.name} made this request; withdraw it with "
+                                   "cancel instead")
+        if not self._move(req, Move.DENY, EventType.TAKEOVER_DENIED,
+                          {"by": approver.name, "notes": notes},
+                          outcome=f"denied by {approver.name}: {notes}", notes=notes):
+            raise TransitionError(req.id, req.status.value, "deny")
+        self._record_decision(req)
+        return req
+
+    async def cancel(self, request_id: str, who: Principal, reason: str = "withdrawn"
+                     ) -> TakeoverRequest:
+        req = self.get_request(request_id)
+        run = self.get_run(req.run_id)
+        if who.name != run.principal and who.role not in (Role.OPERATOR, Role.ADMIN):
+            raise PermissionDenied("only the requester or an operator can cancel a request")
+        if not self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                          {"by": who.name, "reason": reason},
+                          outcome=f"cancelled: {reason}; nothing was written"):
+            raise TransitionError(req.id, req.status.value, "cancel")
+        return req
+
+    async def wait(self, request_id: str, timeout: float) -> TakeoverRequest:
+        """Wait for a decision, holding no thread; follows a stale request to its fresh one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            req = self.get_request(request_id)
+            if req.status is Status.STALE and req.superseded_by:
+                request_id = req.superseded_by
+                continue
+            if req.status in TERMINAL:
+                return req
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return req
+            waiter = self._waiters.setdefault(request_id, asyncio.Event())
+            try:
+                await asyncio.wait_for(waiter.wait(), timeout=min(remaining, SWEEP_SECONDS * 2))
+            except TimeoutError:
+                pass
+            finally:
+                waiter.clear()
+                self._waiters.pop(request_id, None)
+
+    # ------------------------------------------------------------------ execute
+    async def _execute(self, request_id: str) -> TakeoverRequest:
+        req = self.get_request(request_id)
+        if req.status is not Status.APPROVED:
+            return req
+        inst = self.instrument(req.instrument)
+        fields = self._fields(inst, req.actions)
+        try:
+            live = await self._snapshot(inst, fields)
+        except InstrumentError as exc:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
+                       outcome=f"failed: could not re-read the instrument before writing "
+                               f"({exc.message}); nothing was written")
+            return req
+        diff = req.snapshot.diff(live)
+        if not diff:
+            stuck = [a.channel for a in req.actions
+                     if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None
+                     and ApprovalKind.SETPOINT not in req.approved_kinds()
+                     and not self._setpoint_still_approved(inst, a.channel, live)]
+            if stuck:
+                diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
+        if diff:
+            return await self._go_stale(req, inst, diff)
+        if not self._move(req, Move.START, EventType.STEP_STARTED,
+                          {"commands": [a.canonical for a in req.actions]}):
+            return self.get_request(request_id)
+        return await self._write(req, inst, fields)
+
+    async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
+                        diff: dict[str, tuple[str | None, str | None]]) -> TakeoverRequest:
+        run = self.get_run(req.run_id)
+        shown = {k: {"shown": v[0], "live": v[1]} for k, v in diff.items()}
+        summary = ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in diff.items())
+        if not self._move(req, Move.GO_STALE, EventType.TAKEOVER_STALE, {"diff": shown},
+                          outcome=f"stale: the instrument changed since approval ({summary}); "
+                                  "nothing was written, sent back for fresh review"):
+            return self.get_request(req.id)
+        c = classify(req.message, inst.profile.name,
+                     selected=self._selected.get((run.id, inst.config.name)))
+        fresh_required = sorted({a.approval for a in req.actions if a.approval is not None},
+                                key=list(ApprovalKind).index) or [ApprovalKind.STATE]
+        fresh = await self._hold(
+            run, inst, req.message, c, list(fresh_required), reason=req.reason,
+            rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
+            idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
+            stale_diff=diff)
+        for _ in range(MAX_RETRIES):
+            current = self.get_request(req.id)
+            current.superseded_by = fresh.id
+            if self.store.save_request(current, current.version, []):
+                self._notify(current)
+                return current
+        return self.get_request(req.id)
+
+    async def _write(self, req: TakeoverRequest, inst: Instrument,
+                     fields: list[tuple[int | None, str]]) -> TakeoverRequest:
+        started = self.clock()
+        commands = [a.canonical for a in req.actions]
+        profile = inst.profile
+        queries = [(snapshot_key(ch, f), f, profile.field_query(f, ch)) for ch, f in fields]
+
+        def job(link: Link) -> tuple[dict[int, str], str | None, dict[str, str] | None,
+                                     list[str]]:
+            answers: dict[int, str] = {}
+            error: str | None = None
+            try:
+                for i, a in enumerate(req.actions):
+                    if a.effect == "select":
+                        continue
+                    if a.canonical.split(" ")[0].endswith("?"):
+                        answers[i] = link.query(a.canonical)
+                    else:
+                        link.write(a.canonical)
+            except InstrumentError as exc:
+                error = exc.message
+            # Read back whatever happened; never retry the write blindly.
+            try:
+                after = {key: _normalize(profile, f, link.query(q)) for key, f, q in queries}
+            except InstrumentError:
+                return answers, error, None, []
+            errors: list[str] = []
+            if profile.lookup(False, ("SYSTEM", "ERROR")) is not None:
+                with contextlib.suppress(InstrumentError):
+                    for _ in range(10):
+                        answer = link.query("SYST:ERR?")
+                        if answer.lstrip("+").startswith("0"):
+                            break
+                        errors.append(answer)
+            return answers, error, after, errors
+
+        answers, error, after, instrument_errors = await inst.lane.run(job)
+        expected = self._proposed(req.actions, req.snapshot)
+        response = ";".join(answers[i] for i in sorted(answers)) if answers else ""
+        receipt = Receipt(sent=commands, before=req.snapshot.values, after=after or {},
+                          approvals=req.valid_approvals(), started_at=started,
+                          finished_at=self.clock(), detail=response)
+        changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
+        if after is None:
+            req.receipt = receipt
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                       {"reason": error or "read-back failed", "receipt": receipt.model_dump(
+                           mode="json")},
+                       outcome="ambiguous: the instrument could not be read back after the "
+                               f"write ({error or 'read-back failed'}); a person must check it")
+            return req
+        took = [k for k in changed if after.get(k) == expected[k]]
+        if error is None and len(took) == len(changed) and not instrument_errors:
+            req.receipt = receipt
+            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
+                       {"receipt": receipt.model_dump(mode="json")},
+                       outcome="executed: " + "; ".join(commands))
+            self._remember_setpoints(req, inst, after)
+            return req
+        receipt.reconciled = error is not None
+        detail = "; ".join(filter(None, [
+            error and f"the write failed ({error})",
+            ("instrument reported " + ", ".join(instrument_errors)) if instrument_errors else None,
+            f"read back {len(took)} of {len(changed)} changes"]))
+        req.receipt = receipt
+        if len(took) == len(changed) and not instrument_errors:
+            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
+                       {"receipt": receipt.model_dump(mode="json"), "reconciled": True},
+                       outcome=f"executed (reconciled from read-back): {detail}")
+            self._remember_setpoints(req, inst, after)
+        elif not took:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED,
+                       {"receipt": receipt.model_dump(mode="json"), "reason": detail},
+                       outcome=f"failed: {detail}")
+        else:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                       {"receipt": receipt.model_dump(mode="json"), "reason": detail},
+                       outcome=f"ambiguous: {detail}; a person must check the instrument")
+        return req
+
+    def _remember_setpoints(self, req: TakeoverRequest, inst: Instrument,
+                            after: dict[str, str]) -> None:
+        """The live setpoint of each channel whose setpoint was approved here."""
+        if ApprovalKind.SETPOINT not in req.approved_kinds():
+            return
+        channels = {a.channel for a in req.actions if a.channel is not None and (
+            a.approval is ApprovalKind.SETPOINT or a.approval is ApprovalKind.OUTPUT_ENABLE)}
+        by = next((a.by for a in req.valid_approvals() if a.kind is ApprovalKind.SETPOINT), "")
+        for ch in channels:
+            self.store.put_setpoint(inst.config.name, ch, {
+                "voltage": after.get(snapshot_key(ch, "voltage")),
+                "current": after.get(snapshot_key(ch, "current")),
+                "request": req.id, "by": by, "at": self.clock().isoformat()})
+
+    async def _reconcile_interrupted(self, req: TakeoverRequest) -> None:
+        """A write was in flight when the gateway stopped: read back, never re-send."""
+        inst = self.instrument(req.instrument)
+        try:
+            after = await self._snapshot(inst, self._fields(inst, req.actions))
+        except InstrumentError as exc:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {"reason": exc.message},
+                       outcome="ambiguous: interrupted by a restart and the instrument cannot "
+                               "be read; a person must check it")
+            return
+        expected = self._proposed(req.actions, req.snapshot)
+        changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
+        took = [k for k in changed if after.values.get(k) == expected[k]]
+        receipt = Receipt(sent=[], before=req.snapshot.values, after=after.values,
+                          approvals=req.valid_approvals(), started_at=self.clock(),
+                          finished_at=self.clock(), reconciled=True,
+                          detail="interrupted by a restart; reconciled from read-back")
+        req.receipt = receipt
+        if changed and len(took) == len(changed):
+            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
+                       {"receipt": receipt.model_dump(mode="json"), "reconciled": True},
+                       outcome="executed (reconciled after a restart)")
+            self._remember_setpoints(req, inst, after.values)
+        elif not took:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": "interrupted"},
+                       outcome="failed: interrupted by a restart before the change took "
+                               "effect; nothing is re-sent, submit again")
+        else:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {"reason": "partial"},
+                       outcome="ambiguous: interrupted by a restart with part of the change "
+                               "applied; a person must check the instrument")
+
+    # ------------------------------------------------------------------ state
+    async def live_state(self, instrument: str) -> dict[str, Any]:
+        """Every field of every channel, measured values included, read live."""
+        inst = self.instrument(instrument)
+        profile = inst.profile
+        channels: list[int | None] = list(profile.channels) or [None]
+        fields = [(ch, f) for ch in channels for f in profile.fields]
+        snap = await self._snapshot(inst, fields)
+        out: dict[str, Any] = {"instrument": instrument, "idn": snap.idn,
+                               "at": snap.taken_at.isoformat(), "channels": {}}
+        for ch in channels:
+            out["channels"][str(ch) if ch is not None else "-"] = {
+                f: snap.values.get(snapshot_key(ch, f)) for f in profile.fields}
+        return out

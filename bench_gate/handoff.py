@@ -1,0 +1,134 @@
+"""What a reviewer is shown: each action in words, the run's goal and trajectory, the
+rationale, reversibility, the risk signal, the live state with a diff, and the approvals.
+
+The same payload is journaled with ``takeover_requested`` so an audit shows what was shown.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from .config import ChannelLimits
+from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
+from .scpi import Profile
+
+__all__ = ["build_handoff", "describe", "snapshot_key"]
+
+
+def snapshot_key(channel: int | None, field: str) -> str:
+    return f"ch{channel}.{field}" if channel is not None else field
+
+
+def _show(profile: Profile, field: str, value: str | None) -> str:
+    if value is None:
+        return "?"
+    spec = profile.fields.get(field)
+    if spec is None:
+        return value
+    if spec.type == "boolean":
+        return "ON" if value in ("1", "ON", "True") else "OFF"
+    if spec.type == "number":
+        try:
+            return f"{Decimal(value):.3f} {spec.unit}".strip()
+        except InvalidOperation:
+            return value
+    return value
+
+
+def describe(profile: Profile, action: Action) -> str:
+    """One action in words: ``CH1 voltage setpoint 3.300 V → 12.000 V``."""
+    where = f"CH{action.channel} " if action.channel is not None else ""
+    if action.field is not None and action.field in profile.fields:
+        label = profile.fields[action.field].label
+        if action.new is None:
+            return f"{where}{label}: {action.canonical}"
+        return (f"{where}{label} {_show(profile, action.field, action.old)} → "
+                f"{_show(profile, action.field, action.new)}")
+    command = next((c for c in profile.model.commands
+                    if action.canonical.lstrip("*").split(" ")[0].split("?")[0]
+                    in c.header.upper()), None)
+    note = f" ({command.note})" if command is not None and command.note else ""
+    if action.effect == "unknown":
+        return f"{action.canonical}: a command the gateway does not know{note}"
+    return f"{where}{action.effect} change: {action.canonical}{note}"
+
+
+def build_handoff(
+    req: TakeoverRequest,
+    run: Run,
+    profile: Profile,
+    limits: dict[int, ChannelLimits],
+    history: list[Event],
+    proposed: dict[str, str],
+    stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
+) -> dict[str, Any]:
+    snap: Snapshot = req.snapshot
+    live_outputs = sorted(
+        int(k[2:].split(".")[0]) for k, v in snap.values.items()
+        if k.startswith("ch") and k.endswith(".output") and v == "1"
+    )
+    touched = sorted({a.channel for a in req.actions if a.channel is not None})
+    energizes = [a.channel for a in req.actions if a.approval == "output_enable"]
+    if energizes:
+        reversibility = (f"energizes the DUT: output of CH{', CH'.join(map(str, energizes))} "
+                         "turns on")
+    elif any(c in live_outputs for c in touched) or (live_outputs and not touched):
+        reversibility = ("live: the output is on, so this change reaches the DUT at once "
+                         f"(CH{', CH'.join(map(str, live_outputs))} on)")
+    else:
+        reversibility = "reversible: outputs are off, nothing reaches the DUT until enabled"
+    margins: list[dict[str, Any]] = []
+    for a in req.actions:
+        if a.channel is None or a.field is None or a.new is None:
+            continue
+        limit = getattr(limits.get(a.channel), a.field, None) if a.channel in limits else None
+        if isinstance(limit, Decimal):
+            try:
+                value = Decimal(a.new)
+            except InvalidOperation:
+                continue
+            margin = limit - value
+            margins.append({
+                "channel": a.channel, "field": a.field, "value": a.new, "limit": str(limit),
+                "margin": str(margin),
+                "margin_pct": float(margin / limit * 100) if limit else 0.0,
+            })
+    signals: list[str] = []
+    if req.confidence is not None:
+        signals.append(f"requester's confidence {req.confidence:.2f}")
+    tight = [m for m in margins if m["margin_pct"] < 10]
+    for m in tight:
+        signals.append(f"CH{m['channel']} {m['field']} within {m['margin_pct']:.0f}% of the "
+                       "bench limit")
+    if any(a.effect == "unknown" for a in req.actions):
+        signals.append("contains a command the gateway does not know")
+    diff = {k: [snap.values.get(k), v] for k, v in sorted(proposed.items())
+            if snap.values.get(k) != v}
+    recent = [
+        {"at": e.at.isoformat(), "type": e.type.value,
+         "command": e.data.get("message"), "status": e.data.get("status")}
+        for e in history
+        if e.type in (EventType.COMMAND_RECEIVED, EventType.STEP_COMPLETED,
+                      EventType.STEP_FAILED, EventType.TAKEOVER_DENIED)
+    ][-10:]
+    return {
+        "command": req.message,
+        "instrument": req.instrument,
+        "idn": snap.idn,
+        "actions": [a.model_dump(mode="json") for a in req.actions],
+        "goal": run.goal,
+        "run": {"id": run.id, "kind": run.kind.value, "principal": run.principal},
+        "history": recent,
+        "rationale": req.rationale,
+        "reversibility": reversibility,
+        "risk": {"confidence": req.confidence, "envelope": margins, "signals": signals},
+        "snapshot": snap.values,
+        "snapshot_at": snap.taken_at.isoformat(),
+        "proposed": proposed,
+        "diff": diff,
+        "stale_diff": ({k: list(v) for k, v in stale_diff.items()} if stale_diff else None),
+        "required": [k.value for k in req.required],
+        "expires_at": req.expires_at.isoformat(),
+        "proposal_hash": req.proposal_hash,
+    }

@@ -1,0 +1,225 @@
+"""The gateway's records: runs, takeover requests, approvals, receipts, journal events.
+
+They are pydantic models so the store can keep them as JSON and the doors can return them.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Action",
+    "Approval",
+    "ApprovalKind",
+    "Event",
+    "EventType",
+    "Principal",
+    "Receipt",
+    "Role",
+    "Run",
+    "RunKind",
+    "RunStatus",
+    "Snapshot",
+    "Status",
+    "TakeoverRequest",
+    "now",
+    "proposal_hash",
+]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Role(enum.StrEnum):
+    REQUESTER = "requester"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+class Principal(BaseModel):
+    """An authenticated caller. Identity always comes from authentication."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    role: Role = Role.REQUESTER
+
+
+class RunKind(enum.StrEnum):
+    ENGINEER = "engineer"
+    SCRIPT = "script"
+    AGENT = "agent"
+
+
+class RunStatus(enum.StrEnum):
+    ACTIVE = "active"
+    TAKEN_OVER = "taken_over"  # an operator holds every write until release
+    SUSPENDED = "suspended"
+    CLOSED = "closed"
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    EXECUTED = "executed"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    STALE = "stale"
+
+
+class ApprovalKind(enum.StrEnum):
+    SETPOINT = "setpoint"
+    OUTPUT_ENABLE = "output_enable"
+    STATE = "state"
+
+
+class EventType(enum.StrEnum):
+    RUN_CREATED = "run_created"
+    COMMAND_RECEIVED = "command_received"
+    READ_EXECUTED = "read_executed"
+    WRITE_REFUSED = "write_refused"
+    TAKEOVER_REQUESTED = "takeover_requested"
+    APPROVAL_GRANTED = "approval_granted"
+    PROPOSAL_EDITED = "proposal_edited"
+    TAKEOVER_DENIED = "takeover_denied"
+    TAKEOVER_EXPIRED = "takeover_expired"
+    TAKEOVER_CANCELLED = "takeover_cancelled"
+    TAKEOVER_STALE = "takeover_stale"
+    STEP_STARTED = "step_started"
+    STEP_COMPLETED = "step_completed"
+    STEP_FAILED = "step_failed"
+    TAKEOVER_RELEASED = "takeover_released"
+    RUN_TAKEN_OVER = "run_taken_over"
+    CONFIDENCE_EVALUATED = "confidence_evaluated"
+
+
+class Run(BaseModel):
+    id: str
+    kind: RunKind
+    principal: str
+    goal: str | None = None
+    status: RunStatus = RunStatus.ACTIVE
+    created_at: datetime = Field(default_factory=now)
+    #: The operator's takeover, while the run is taken over.
+    takeover_reason: str | None = None
+    takeover_by: str | None = None
+
+
+class Action(BaseModel):
+    """One canonical unit of a held write, with what it changes."""
+
+    index: int
+    source: int
+    text: str  # the unit as the client sent it
+    effect: str
+    channel: int | None = None
+    field: str | None = None
+    old: str | None = None  # from the snapshot, rendered
+    new: str | None = None  # rendered
+    canonical: str
+    approval: ApprovalKind | None = None
+    words: str = ""
+
+
+class Snapshot(BaseModel):
+    """Live values read from the instrument for every field the actions touch."""
+
+    idn: str
+    values: dict[str, str]  # "ch1.voltage" -> "5.0"
+    taken_at: datetime = Field(default_factory=now)
+
+    def diff(self, other: Snapshot) -> dict[str, tuple[str | None, str | None]]:
+        keys = set(self.values) | set(other.values)
+        out = {k: (self.values.get(k), other.values.get(k)) for k in sorted(keys)
+               if self.values.get(k) != other.values.get(k)}
+        if self.idn != other.idn:
+            out["*IDN?"] = (self.idn, other.idn)
+        return out
+
+
+class Approval(BaseModel):
+    kind: ApprovalKind
+    by: str
+    at: datetime = Field(default_factory=now)
+    notes: str = ""
+    proposal_hash: str
+
+
+class Receipt(BaseModel):
+    sent: list[str]
+    before: dict[str, str]
+    after: dict[str, str]
+    approvals: list[Approval]
+    started_at: datetime
+    finished_at: datetime
+    reconciled: bool = False
+    detail: str = ""
+
+
+class TakeoverRequest(BaseModel):
+    id: str
+    run_id: str
+    instrument: str
+    message: str
+    actions: list[Action]
+    required: list[ApprovalKind]
+    approvals: list[Approval] = Field(default_factory=list)
+    status: Status = Status.PENDING
+    reason: str
+    step_id: str | None = None
+    rationale: str | None = None
+    confidence: float | None = None
+    idempotency_key: str | None = None
+    timeout_minutes: int
+    created_at: datetime = Field(default_factory=now)
+    expires_at: datetime
+    decided_at: datetime | None = None
+    snapshot: Snapshot
+    proposal_hash: str
+    handoff: dict[str, Any] = Field(default_factory=dict)
+    receipt: Receipt | None = None
+    notes: str | None = None  # the operator's notes on a denial, or why it failed
+    outcome: str | None = None  # one sentence for the requester
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    version: int = 0
+
+    def valid_approvals(self) -> list[Approval]:
+        return [a for a in self.approvals if a.proposal_hash == self.proposal_hash]
+
+    def approved_kinds(self) -> set[ApprovalKind]:
+        return {a.kind for a in self.valid_approvals()}
+
+    def missing(self) -> list[ApprovalKind]:
+        have = self.approved_kinds()
+        return [k for k in self.required if k not in have]
+
+
+class Event(BaseModel):
+    seq: int = 0
+    run_id: str
+    request_id: str | None = None
+    type: EventType
+    at: datetime = Field(default_factory=now)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot) -> str:
+    """sha256 over the instrument identity, the canonical commands and the snapshot shown."""
+    body = json.dumps(
+        {"instrument": instrument, "idn": snapshot.idn, "commands": canonical,
+         "snapshot": snapshot.values},
+        sort_keys=True, separators=(",", ":"),
+    )
+    return hashlib.sha256(body.encode()).hexdigest()

@@ -1,0 +1,77 @@
+"""Decide what a classified message needs: pass, refuse, or hold for which approvals.
+
+Pure functions of the classification, the envelope and the policy configuration.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from decimal import Decimal
+
+from .config import ChannelLimits, PolicyConfig
+from .models import ApprovalKind
+from .scpi import Classification, Effect, Unit, format_number
+
+__all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach"]
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"  # reads, selections, harmless writes: run now
+    REFUSE = "refuse"  # forbidden, or outside the envelope: never runs
+    HOLD = "hold"  # a person decides
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    required: tuple[ApprovalKind, ...] = ()
+    code: int = 0
+    reason: str = ""
+
+
+def approval_for(unit: Unit, policy: PolicyConfig) -> ApprovalKind | None:
+    """The approval kind a unit needs, or None if it may run unattended."""
+    effect = unit.effect
+    if effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS):
+        return None
+    if effect is Effect.SETPOINT:
+        return ApprovalKind.SETPOINT
+    if effect is Effect.OUTPUT:
+        if unit.value is True:
+            return ApprovalKind.OUTPUT_ENABLE
+        return None if policy.output_off_is_safe else ApprovalKind.STATE
+    # protection, state, unknown (forbidden never gets this far)
+    return ApprovalKind.STATE
+
+
+def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
+    """Why ``unit`` breaks the bench's hard limits, or None."""
+    if unit.channel is None or unit.field is None or not isinstance(unit.value, Decimal):
+        return None
+    channel = limits.get(unit.channel)
+    limit = getattr(channel, unit.field, None) if channel is not None else None
+    if isinstance(limit, Decimal) and unit.value > limit:
+        unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(unit.field, "")
+        return (f"CH{unit.channel} {unit.field} {format_number(unit.value)} {unit_name} is above "
+                f"the bench limit of {format_number(limit)} {unit_name}")
+    return None
+
+
+def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyConfig,
+           selected_unknown: bool = False) -> Decision:
+    required: list[ApprovalKind] = []
+    for unit in c.units:
+        if unit.effect is Effect.FORBIDDEN:
+            return Decision(Verdict.REFUSE, code=-203,
+                            reason=f"{unit.header} is forbidden through the gateway")
+        breach = envelope_breach(unit, limits)
+        if breach:
+            return Decision(Verdict.REFUSE, code=-222, reason=breach)
+        kind = approval_for(unit, policy)
+        if kind is not None and kind not in required:
+            required.append(kind)
+    if not required:
+        return Decision(Verdict.PASS)
+    order = list(ApprovalKind)
+    return Decision(Verdict.HOLD, required=tuple(sorted(required, key=order.index)))

@@ -1,0 +1,74 @@
+"""The takeover request's state machine, as one table checked at import.
+
+    pending ──grant(all kinds)──▶ approved ──▶ executing ──▶ executed | failed | ambiguous
+       │                              └──recheck differs──▶ stale
+       ├──deny──▶ denied   ├──time──▶ expired   ├──cancel──▶ cancelled
+       └──recheck differs──▶ stale
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .models import Status
+
+__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "Event", "check_table", "target"]
+
+
+class Event(enum.StrEnum):
+    APPROVE = "approve"  # the last required approval arrived
+    DENY = "deny"
+    EXPIRE = "expire"
+    CANCEL = "cancel"
+    START = "start"  # the executor takes it
+    GO_STALE = "go_stale"  # the live recheck differs
+    FINISH = "finish"
+    FAIL = "fail"
+    LOSE_TRACK = "lose_track"  # the outcome cannot be read back
+
+
+INITIAL = Status.PENDING
+TERMINAL = frozenset({Status.EXECUTED, Status.FAILED, Status.AMBIGUOUS, Status.DENIED,
+                      Status.EXPIRED, Status.CANCELLED, Status.STALE})
+
+TRANSITIONS: dict[tuple[Status, Event], Status] = {
+    (Status.PENDING, Event.APPROVE): Status.APPROVED,
+    (Status.PENDING, Event.DENY): Status.DENIED,
+    (Status.PENDING, Event.EXPIRE): Status.EXPIRED,
+    (Status.PENDING, Event.CANCEL): Status.CANCELLED,
+    (Status.PENDING, Event.GO_STALE): Status.STALE,
+    (Status.APPROVED, Event.START): Status.EXECUTING,
+    (Status.APPROVED, Event.GO_STALE): Status.STALE,
+    (Status.APPROVED, Event.CANCEL): Status.CANCELLED,
+    (Status.APPROVED, Event.FAIL): Status.FAILED,
+    (Status.EXECUTING, Event.FINISH): Status.EXECUTED,
+    (Status.EXECUTING, Event.FAIL): Status.FAILED,
+    (Status.EXECUTING, Event.LOSE_TRACK): Status.AMBIGUOUS,
+    (Status.EXECUTING, Event.GO_STALE): Status.STALE,
+}
+
+
+def target(status: Status, event: Event) -> Status | None:
+    """The status ``event`` leads to from ``status``, or None if the move is not allowed."""
+    return TRANSITIONS.get((status, event))
+
+
+def check_table() -> None:
+    """One initial state, every state reachable, no exits from terminal states."""
+    reached = {INITIAL}
+    frontier = [INITIAL]
+    while frontier:
+        state = frontier.pop()
+        for (src, _), dst in TRANSITIONS.items():
+            if src == state and dst not in reached:
+                reached.add(dst)
+                frontier.append(dst)
+    unreachable = set(Status) - reached
+    if unreachable:
+        raise AssertionError(f"unreachable statuses: {sorted(unreachable)}")
+    exits = [(s, e) for (s, e) in TRANSITIONS if s in TERMINAL]
+    if exits:
+        raise AssertionError(f"terminal statuses with exits: {exits}")
+
+
+check_table()

@@ -1,0 +1,253 @@
+"""SQLite store: one file, WAL, ``synchronous=FULL`` so an acknowledged event survives a
+crash, and a schema versioned by migrations from the first version on."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError
+from ..models import Event, Run, Status, TakeoverRequest
+
+__all__ = ["MIGRATIONS", "SqliteStore"]
+
+#: Each entry moves the schema one version up. Never edit a released entry: append.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE TABLE requests (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        instrument TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        idempotency_key TEXT,
+        version INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        UNIQUE (run_id, idempotency_key)
+    );
+    CREATE INDEX requests_status ON requests (status, created_at);
+    CREATE INDEX requests_run ON requests (run_id, created_at);
+    CREATE TABLE journal (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        request_id TEXT,
+        type TEXT NOT NULL,
+        at TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX journal_run ON journal (run_id, seq);
+    CREATE TABLE setpoints (
+        instrument TEXT NOT NULL,
+        channel INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (instrument, channel)
+    );
+    CREATE TABLE kv (
+        tbl TEXT NOT NULL,
+        key TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (tbl, key)
+    );
+    """,
+)
+
+
+class SqliteStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False,
+                                       isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store {self.path!r}: {exc}") from exc
+        self._lock = threading.RLock()
+        self.migrate()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
+
+    def schema_version(self) -> int:
+        return int(self._read("PRAGMA user_version")[0][0])
+
+    def migrate(self) -> None:
+        with self._tx() as db:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > len(MIGRATIONS):
+                raise StoreError(f"the store's schema v{version} is newer than this gateway's")
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in script.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    # -- runs
+    def create_run(self, run: Run, events: list[Event]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO runs (id, created_at, data) VALUES (?, ?, ?)",
+                       (run.id, run.created_at.isoformat(), run.model_dump_json()))
+            self._append(db, events)
+
+    def save_run(self, run: Run, events: list[Event]) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET data = ? WHERE id = ?", (run.model_dump_json(), run.id))
+            self._append(db, events)
+
+    def get_run(self, run_id: str) -> Run | None:
+        rows = self._read("SELECT data FROM runs WHERE id = ?", (run_id,))
+        return Run.model_validate_json(rows[0][0]) if rows else None
+
+    def list_runs(self, limit: int = 100, offset: int = 0) -> list[Run]:
+        rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+                          (limit, offset))
+        return [Run.model_validate_json(r[0]) for r in rows]
+
+    # -- requests
+    def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
+        with self._tx() as db:
+            if req.idempotency_key is not None:
+                row = db.execute(
+                    "SELECT data FROM requests WHERE run_id = ? AND idempotency_key = ?",
+                    (req.run_id, req.idempotency_key)).fetchone()
+                if row:
+                    return TakeoverRequest.model_validate_json(row[0])
+            db.execute(
+                "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
+                " idempotency_key, version, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (req.id, req.run_id, req.instrument, req.status.value,
+                 req.created_at.isoformat(), req.expires_at.isoformat(), req.idempotency_key,
+                 req.version, req.model_dump_json()))
+            self._append(db, events)
+        return req
+
+    def save_request(self, req: TakeoverRequest, expected_version: int,
+                     events: list[Event]) -> bool:
+        req.version = expected_version + 1
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE requests SET status = ?, version = ?, data = ? "
+                "WHERE id = ? AND version = ?",
+                (req.status.value, req.version, req.model_dump_json(), req.id,
+                 expected_version))
+            if cur.rowcount != 1:
+                req.version = expected_version
+                return False
+            self._append(db, events)
+        return True
+
+    def get_request(self, request_id: str) -> TakeoverRequest | None:
+        rows = self._read("SELECT data FROM requests WHERE id = ?", (request_id,))
+        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
+
+    def find_request(self, run_id: str, idempotency_key: str) -> TakeoverRequest | None:
+        rows = self._read("SELECT data FROM requests WHERE run_id = ? AND idempotency_key = ?",
+                          (run_id, idempotency_key))
+        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
+
+    def list_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100,
+                      offset: int = 0) -> list[TakeoverRequest]:
+        where, args = [], []
+        for column, value in (("status", status), ("run_id", run_id),
+                              ("instrument", instrument)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(str(value))
+        sql = "SELECT data FROM requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, id LIMIT ? OFFSET ?"
+        rows = self._read(sql, (*args, limit, offset))
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]:
+        rows = self._read("SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?",
+                          (at_iso,))
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    def unfinished(self) -> list[TakeoverRequest]:
+        rows = self._read("SELECT data FROM requests WHERE status IN ('approved', 'executing')")
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    # -- journal
+    def _append(self, db: sqlite3.Connection, events: list[Event]) -> None:
+        for ev in events:
+            cur = db.execute(
+                "INSERT INTO journal (run_id, request_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
+                (ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
+                 json.dumps(ev.data, default=str)))
+            ev.seq = int(cur.lastrowid or 0)
+
+    def append(self, events: list[Event]) -> list[Event]:
+        with self._tx() as db:
+            self._append(db, events)
+        return events
+
+    def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
+        rows = self._read(
+            "SELECT seq, run_id, request_id, type, at, data FROM journal "
+            "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", (run_id, after, limit))
+        return [Event(seq=r[0], run_id=r[1], request_id=r[2], type=r[3], at=r[4],
+                      data=json.loads(r[5])) for r in rows]
+
+    # -- approved setpoints
+    def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
+        rows = self._read("SELECT data FROM setpoints WHERE instrument = ? AND channel = ?",
+                          (instrument, channel))
+        return dict(json.loads(rows[0][0])) if rows else None
+
+    def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO setpoints (instrument, channel, data) "
+                       "VALUES (?, ?, ?)", (instrument, channel, json.dumps(data, default=str)))
+
+    # -- small keyed tables (tokens, plans...)
+    def kv_get(self, table: str, key: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT data FROM kv WHERE tbl = ? AND key = ?", (table, key))
+        return dict(json.loads(rows[0][0])) if rows else None
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO kv (tbl, key, data) VALUES (?, ?, ?)",
+                       (table, key, json.dumps(data, default=str)))
+
+    def kv_list(self, table: str) -> list[dict[str, Any]]:
+        rows = self._read("SELECT data FROM kv WHERE tbl = ? ORDER BY key", (table,))
+        return [dict(json.loads(r[0])) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
