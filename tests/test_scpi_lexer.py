@@ -327,6 +327,18 @@ def test_expression_other_than_a_channel_list() -> None:
 
 
 @pytest.mark.parametrize(
+    "text", ["(1;OUTP ON)", "(@1;OUTP ON)", '("a)', "('a)", "(x;*RST)", "(;)"]
+)
+def test_expression_cannot_hide_a_separator_or_a_quote(text: str) -> None:
+    # Regression: '(1;OUTP ON)' was one expression, so 'FOO (1;OUTP ON)' became a single
+    # held unknown unit whose canonical text an instrument would split, running OUTP ON.
+    # IEEE 488.2 §7.7.7.2 excludes ';' and quotes from expression data.
+    with pytest.raises(ScpiSyntaxError) as info:
+        lex("FOO " + text)
+    assert info.value.code == -171
+
+
+@pytest.mark.parametrize(
     ("text", "data"),
     [
         ("#15abcde", "abcde"),

@@ -38,6 +38,7 @@ MNEMONIC_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 MNEMONIC_CHARS = MNEMONIC_START | frozenset("0123456789_")
 NUMBER_START = frozenset("0123456789+-.")
 QUOTES = frozenset("\"'")
+EXPRESSION_EXCLUDED = frozenset("\"';")
 
 RE_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[ \t]*[eE][ \t]*[+-]?\d+)?")
 RE_SUFFIX = re.compile(r"[A-Za-z][A-Za-z/]*")
@@ -329,6 +330,9 @@ def _expression(src: str, pos: int) -> tuple[int, ChannelList | Expression]:
     body = src[pos + 1 : close]
     if "(" in body:
         raise ScpiSyntaxError(-171, "nested expressions are not supported", src, pos)
+    bad = next((c for c in body if c in EXPRESSION_EXCLUDED), None)
+    if bad is not None:  # §7.7.7.2: an instrument would split or quote where we do not
+        raise ScpiSyntaxError(-171, f"{bad!r} is not allowed inside an expression", src, pos)
     if not body.lstrip(" \t").startswith("@"):
         return close + 1, Expression(body, pos)
     items = body.lstrip(" \t")[1:]
