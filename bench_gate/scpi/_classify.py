@@ -102,8 +102,11 @@ def format_number(value: Decimal) -> str:
     """Plain decimal with a point: ``5.0``, ``0.1``, ``0.000001``; never an exponent."""
     if value == 0:
         return "0.0"
-    text = format(value.normalize(), "f")
-    return text if "." in text else text + ".0"
+    text = format(value, "f")  # exact: normalize() would round to the context's 28 digits
+    if "." not in text:
+        return text + ".0"
+    text = text.rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def render_value(value: Value) -> str:
