@@ -40,3 +40,24 @@ def test_unknown_unit_keeps_every_digit() -> None:
     (unit,) = classify("FOO #HFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", PSU).units
     assert unit.canonical == "FOO 340282366920938463463374607431768211455.0"
     assert unit.effect is Effect.UNKNOWN
+
+
+@pytest.mark.parametrize("message", ["VOLT:PROT DEF,(@1)", "VOLT:PROT DEFault,(@2)"])
+def test_def_without_a_profile_default_is_refused(message: str) -> None:
+    # Regression: DEF for a field without a default fell through to MIN, so
+    # 'VOLT:PROT DEF,(@1)' was rendered 'VOLT:PROT 0.0,(@1)' (an over-voltage trip level of 0 V).
+    with pytest.raises(ScpiError) as info:
+        classify(message, PSU)
+    assert info.value.code == -224
+
+
+@pytest.mark.parametrize(
+    ("message", "canonical"),
+    [
+        ("VOLT DEF,(@1)", "VOLT 0.0,(@1)"),
+        ("CURR DEF,(@2)", "CURR 1.0,(@2)"),
+        ("APPL CH1,DEF,DEF", "VOLT 0.0,(@1)"),
+    ],
+)
+def test_def_with_a_profile_default(message: str, canonical: str) -> None:
+    assert classify(message, PSU).units[0].canonical == canonical

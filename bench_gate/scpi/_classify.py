@@ -349,8 +349,11 @@ class _Resolver:
             if keyword is None:
                 detail = "is not allowed" if datum.text in NOT_A_NUMBER else "is not a number"
                 raise self.err(ScpiExecutionError, -224, f"{spec.name} {datum.text} {detail}", pos)
-            if keyword == "DEF" and field is not None and isinstance(field.default, Decimal):
-                return field.default
+            if keyword == "DEF":
+                if field is not None and isinstance(field.default, Decimal):
+                    return field.default
+                raise self.err(ScpiExecutionError, -224,
+                               f"{spec.name} has no DEF value in this profile", pos)
             if bounds is None:
                 raise self.err(ScpiExecutionError, -224,
                                f"{spec.name} has no {keyword} on this instrument", pos)
