@@ -1,0 +1,45 @@
+"""A simulated bench for bench-gate: a Keysight E36312A supply and a 34465A meter.
+
+pyvisa-sim holds the instruments' state (``bench.yaml``); the classes here add what pyvisa-sim
+cannot model and serve each instrument on its own raw-socket port, like a LAN instrument::
+
+    python -m sim_instruments serve --psu-port 5555 --dmm-port 5556
+
+>>> from sim_instruments import SimBenchThread
+>>> with SimBenchThread() as bench:
+...     bench.psu.handle_message("APPL CH1,5,0.1;:VOLT? (@1)")
+'+5.00000000E+00'
+"""
+
+from ._model import ERROR_QUEUE_DEPTH, Probe, SimDmm, SimInstrument, SimPsu
+from ._resources import (
+    DMM_PROFILE,
+    DMM_RESOURCE,
+    PSU_PROFILE,
+    PSU_RESOURCE,
+    bench_yaml_path,
+    load_definition,
+    open_fresh_resource_manager,
+    open_resource_manager,
+)
+from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
+
+__all__ = [
+    "DMM_PROFILE",
+    "DMM_RESOURCE",
+    "ERROR_QUEUE_DEPTH",
+    "PSU_PROFILE",
+    "PSU_RESOURCE",
+    "BenchState",
+    "BenchStateError",
+    "Probe",
+    "SimBench",
+    "SimBenchThread",
+    "SimDmm",
+    "SimInstrument",
+    "SimPsu",
+    "bench_yaml_path",
+    "load_definition",
+    "open_fresh_resource_manager",
+    "open_resource_manager",
+]

@@ -1,0 +1,57 @@
+"""``python -m sim_instruments serve``: the simulated bench on raw-socket ports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from ._server import SimBench
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sim_instruments")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the simulated PSU and DMM on TCP ports")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--psu-port", type=int, default=5555, help="E36312A port (0: any)")
+    serve.add_argument("--dmm-port", type=int, default=5556, help="34465A port (0: any)")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    return parser
+
+
+async def _serve(host: str, psu_port: int, dmm_port: int) -> None:
+    bench = SimBench()
+    await bench.start(host, psu_port, dmm_port)
+    print(f"E36312A  {bench.psu_resource_name}", flush=True)
+    print(f"34465A   {bench.dmm_resource_name}", flush=True)
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # not on Windows
+            loop.add_signal_handler(signum, done.set)
+    try:
+        await done.wait()
+    finally:
+        await bench.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        asyncio.run(_serve(args.host, args.psu_port, args.dmm_port))
+    except OSError as exc:
+        print(f"cannot serve the simulated bench: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
