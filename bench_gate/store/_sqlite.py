@@ -248,6 +248,10 @@ class SqliteStore:
         rows = self._read("SELECT data FROM kv WHERE tbl = ? ORDER BY key", (table,))
         return [dict(json.loads(r[0])) for r in rows]
 
+    def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._read("SELECT key, data FROM kv WHERE tbl = ? ORDER BY key", (table,))
+        return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

@@ -1,0 +1,74 @@
+"""Bearer tokens, stored hashed (sha256); a token is shown once, when it is created.
+
+Identity always comes from a token, never from a request body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any
+
+from .errors import InvalidInput, NotFound
+from .models import Principal, Role, now
+from .store import Store
+
+__all__ = ["TOKEN_PREFIX", "Tokens"]
+
+TOKEN_PREFIX = "bg_"
+TABLE = "tokens"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Tokens:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, name: str, role: Role | str) -> tuple[dict[str, Any], str]:
+        """A new token for ``name``: returns (its record, the secret to hand over once)."""
+        if not name.strip() or len(name) > 64:
+            raise InvalidInput("a token needs a name of 1 to 64 characters")
+        try:
+            role = Role(role)
+        except ValueError as exc:
+            raise InvalidInput(f"role must be one of {[r.value for r in Role]}, "
+                               f"not {role!r}") from exc
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": name, "role": role.value,
+                  "created_at": now().isoformat(), "revoked_at": None}
+        self.store.kv_put(TABLE, _digest(secret), record)
+        return record, secret
+
+    def verify(self, token: str | None) -> Principal | None:
+        if not token:
+            return None
+        record = self.store.kv_get(TABLE, _digest(token))
+        if record is None or record.get("revoked_at"):
+            return None
+        return Principal(name=record["name"], role=Role(record["role"]))
+
+    def list(self) -> list[dict[str, Any]]:
+        return sorted(self.store.kv_list(TABLE), key=lambda r: str(r["created_at"]))
+
+    def revoke(self, id_or_name: str) -> int:
+        """Revoke a token by id, or every token of a name; returns how many."""
+        count = 0
+        for digest, record in self._entries():
+            if id_or_name in (record["id"], record["name"]) and not record.get("revoked_at"):
+                record["revoked_at"] = now().isoformat()
+                self.store.kv_put(TABLE, digest, record)
+                count += 1
+        if not count:
+            raise NotFound(f"no active token {id_or_name!r}")
+        return count
+
+    def any(self) -> bool:
+        return bool(self.store.kv_list(TABLE))
+
+    def _entries(self) -> list[tuple[str, dict[str, Any]]]:
+        # The kv table keys are digests; list them alongside their records.
+        return self.store.kv_items(TABLE)
