@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+import builtins
 from typing import Any
 
 from .errors import InvalidInput, NotFound
@@ -51,7 +52,7 @@ class Tokens:
             return None
         return Principal(name=record["name"], role=Role(record["role"]))
 
-    def list(self) -> list[dict[str, Any]]:
+    def all(self) -> list[dict[str, Any]]:
         return sorted(self.store.kv_list(TABLE), key=lambda r: str(r["created_at"]))
 
     def revoke(self, id_or_name: str) -> int:

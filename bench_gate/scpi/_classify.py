@@ -265,7 +265,7 @@ class _Resolver:
                                       u.effect, u.channel, u.field, u.value, u.canonical))
                 self.selected = sub.selected
             if not units:  # a unit must never vanish from the classification
-                missing = next(s.name for s in form.params if s.name not in values)
+                missing = next((s.name for s in form.params if s.name not in values), "a value")
                 raise self.err(ScpiSyntaxError, -109, f"{missing} is missing", raw.end)
             return units
         header = form.canonical or _canonical_header(command)
