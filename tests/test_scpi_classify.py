@@ -61,3 +61,13 @@ def test_def_without_a_profile_default_is_refused(message: str) -> None:
 )
 def test_def_with_a_profile_default(message: str, canonical: str) -> None:
     assert classify(message, PSU).units[0].canonical == canonical
+
+
+@pytest.mark.parametrize("message", ["APPL CH1", "APPLy P25V", "APPL CH1;*IDN?", "*IDN?;APPL CH3"])
+def test_expansion_to_nothing_is_refused(message: str) -> None:
+    # Regression: 'APPL CH1' expanded to no unit at all, so it vanished from the
+    # classification and 'APPL CH1;*IDN?' was read-only.
+    with pytest.raises(ScpiError) as info:
+        classify(message, PSU)
+    assert info.value.code == -109
+    assert not is_read_only(message, profile=PSU)
