@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-import builtins
 from typing import Any
 
 from .errors import InvalidInput, NotFound
