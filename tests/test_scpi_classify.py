@@ -71,3 +71,19 @@ def test_expansion_to_nothing_is_refused(message: str) -> None:
         classify(message, PSU)
     assert info.value.code == -109
     assert not is_read_only(message, profile=PSU)
+
+
+@pytest.mark.parametrize("selected", [0, 4, 99, -1])
+def test_a_selection_that_does_not_exist_is_refused(selected: int) -> None:
+    # Regression: an unknown selected channel was used as is, with no range at all:
+    # 'VOLT 1000' with selected=4 rendered 'VOLT 1000.0,(@4)'.
+    with pytest.raises(ScpiError) as info:
+        classify("VOLT 1000", PSU, selected=selected)
+    assert info.value.code == -222
+    assert not is_read_only("VOLT?", profile=PSU, selected=selected)
+
+
+def test_a_selection_that_exists_is_used() -> None:
+    (unit,) = classify("VOLT 5", PSU, selected=2).units
+    assert (unit.canonical, unit.channel) == ("VOLT 5.0,(@2)", 2)
+    assert classify("*IDN?", PSU, selected=7).units[0].canonical == "*IDN?"  # not used

@@ -218,6 +218,7 @@ class _Resolver:
                     self.check_channel(ch, listed.pos)
             else:
                 channels = [self.selected]
+                self.check_channel(self.selected, raw.start)
         elif form.channel == "suffix":
             channels = [suffix_channel if suffix_channel is not None else 1]
             self.check_channel(channels[0], raw.start)
