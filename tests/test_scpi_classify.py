@@ -87,3 +87,9 @@ def test_a_selection_that_exists_is_used() -> None:
     (unit,) = classify("VOLT 5", PSU, selected=2).units
     assert (unit.canonical, unit.channel) == ("VOLT 5.0,(@2)", 2)
     assert classify("*IDN?", PSU, selected=7).units[0].canonical == "*IDN?"  # not used
+
+
+@pytest.mark.parametrize("message", [b"*IDN?", None, 5, ["*IDN?"], bytearray(b"*IDN?")])
+def test_is_read_only_never_raises_on_a_non_string(message: object) -> None:
+    # Regression: bytes raised TypeError from the lexer (and a list from the cache).
+    assert is_read_only(message, profile=PSU) is False  # type: ignore[arg-type]

@@ -430,6 +430,8 @@ def is_read_only(message: str, profile: str = "generic", *, selected: int | None
 
     Never raises: a message that cannot be parsed, or an unknown profile, is not read-only.
     """
+    if not isinstance(message, str):
+        return False
     try:
         return classify(message, profile, selected=selected).read_only
     except (ScpiError, ProfileError):
