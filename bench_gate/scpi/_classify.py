@@ -207,6 +207,11 @@ class _Resolver:
     def known(
         self, raw: RawUnit, command: CommandSpec, form: FormSpec, suffix_channel: int | None
     ) -> list[Unit]:
+        if form.effect is Effect.FORBIDDEN:
+            # Refused whatever its parameters: never worth validating them.
+            unit = self.unknown(raw, _canonical_header(command))
+            return [Unit(unit.source, unit.position, unit.text, unit.header, unit.query,
+                         Effect.FORBIDDEN, None, None, None, unit.canonical)]
         params = list(raw.params)
         channels: list[int | None]
         if form.channel == "list":

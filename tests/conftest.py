@@ -1,0 +1,86 @@
+"""Shared fixtures: a fresh simulated bench served on 127.0.0.1, and a gateway in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pyvisa
+
+from bench_gate.config import BenchConfig, default_config
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal, Role, now
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread
+
+
+class Clock:
+    """A clock tests can move forward, so expiry needs no sleeping."""
+
+    def __init__(self) -> None:
+        self.t = now()
+
+    def __call__(self) -> datetime:
+        return self.t
+
+    def advance(self, **delta: float) -> None:
+        self.t += timedelta(**delta)
+
+
+@pytest.fixture
+def sim() -> Iterator[SimBenchThread]:
+    with SimBenchThread() as bench:
+        yield bench
+
+
+@pytest.fixture
+def front_panel(sim: SimBenchThread) -> Iterator[Any]:
+    """A direct connection to the simulated PSU: the person at the front panel."""
+    rm = pyvisa.ResourceManager("@py")
+    res = rm.open_resource(sim.psu_resource_name, read_termination="\n",
+                           write_termination="\n", timeout=2000)
+    yield res
+    res.close()
+    rm.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def config(sim: SimBenchThread) -> BenchConfig:
+    return default_config(sim.psu_port, sim.dmm_port)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "bench.db"
+
+
+@pytest.fixture
+async def gateway(config: BenchConfig, db_path: Path, clock: Clock) -> AsyncIterator[Gateway]:
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    yield gw
+    await gw.close()
+    gw.store.close()
+
+
+@pytest.fixture
+def script() -> Principal:
+    return Principal(name="script-7", role=Role.REQUESTER)
+
+
+@pytest.fixture
+def olga() -> Principal:
+    return Principal(name="olga", role=Role.OPERATOR)
+
+
+@pytest.fixture
+def pete() -> Principal:
+    return Principal(name="pete", role=Role.OPERATOR)
