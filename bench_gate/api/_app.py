@@ -1,0 +1,38 @@
+"""The app factory: routes, problem responses, and the state the routes read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ..auth import Tokens
+from ..gateway import Gateway
+from . import _bench, _problems, _runs, _takeover
+
+__all__ = ["create_app"]
+
+
+def create_app(gateway: Gateway, tokens: Tokens,
+               doors_info: dict[str, tuple[str, int]] | None = None) -> FastAPI:
+    """The HTTP door over a started gateway; the caller owns the gateway's lifecycle."""
+    stopping = asyncio.Event()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        stopping.set()
+
+    app = FastAPI(title="bench-gate", version="0.1.0", lifespan=lifespan,
+                  description="Queries pass, writes wait for a person.")
+    app.state.gateway = gateway
+    app.state.tokens = tokens
+    app.state.doors_info = dict(doors_info or {})
+    app.state.stopping = stopping
+    _problems.install(app)
+    app.include_router(_runs.router)
+    app.include_router(_takeover.router)
+    app.include_router(_bench.router)
+    return app

@@ -1,0 +1,51 @@
+"""Bearer tokens to principals, and the role each endpoint needs.
+
+Roles nest: a requester's rights < an operator's < an admin's. Identity always comes from
+the token; 401 without a valid one, 403 with the wrong role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import Request
+from starlette.exceptions import HTTPException
+
+from ..auth import Tokens
+from ..models import Principal, Role
+
+__all__ = ["RANK", "can_operate", "requires"]
+
+RANK = {Role.REQUESTER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
+
+
+def can_operate(who: Principal) -> bool:
+    return RANK[who.role] >= RANK[Role.OPERATOR]
+
+
+def _principal(request: Request) -> Principal:
+    tokens: Tokens = request.app.state.tokens
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="bench-gate"'}
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HTTPException(401, "a bearer token is required (Authorization: Bearer bg_...)",
+                            headers=challenge)
+    who = tokens.verify(token.strip())
+    if who is None:
+        raise HTTPException(401, "the token is not valid or was revoked", headers=challenge)
+    return who
+
+
+def requires(role: Role) -> Callable[[Request], Principal]:
+    """A FastAPI dependency: the caller, if its role is at least ``role``."""
+
+    def dependency(request: Request) -> Principal:
+        who = _principal(request)
+        if RANK[who.role] < RANK[role]:
+            raise HTTPException(403, f"{who.name} is a {who.role.value}; this needs the "
+                                     f"{role.value} role")
+        return who
+
+    dependency.__name__ = f"requires_{role.value}"
+    return dependency

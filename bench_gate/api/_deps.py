@@ -1,0 +1,53 @@
+"""Shared dependencies: the gateway, the caller, and who may see which run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from starlette.exceptions import HTTPException
+
+from ..gateway import Gateway
+from ..models import Principal, Role, Run, TakeoverRequest
+from ._auth import can_operate, requires
+
+__all__ = ["Admin", "Caller", "GatewayDep", "Operator", "own_request", "own_run",
+           "wait_seconds"]
+
+MAX_WAIT = 60.0
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+GatewayDep = Annotated[Gateway, Depends(_gateway)]
+Caller = Annotated[Principal, Depends(requires(Role.REQUESTER))]
+Operator = Annotated[Principal, Depends(requires(Role.OPERATOR))]
+Admin = Annotated[Principal, Depends(requires(Role.ADMIN))]
+
+
+def own_run(gateway: Gateway, run_id: str, who: Principal) -> Run:
+    """The run, if ``who`` made it or may see every run (operators, admins)."""
+    run = gateway.get_run(run_id)
+    if run.principal != who.name and not can_operate(who):
+        raise HTTPException(403, f"{run_id} belongs to {run.principal}; a requester sees "
+                                 "only its own runs")
+    return run
+
+
+def own_request(gateway: Gateway, request_id: str, who: Principal,
+                run_id: str | None = None) -> TakeoverRequest:
+    req = gateway.get_request(request_id)
+    if run_id is not None and req.run_id != run_id:
+        raise HTTPException(404, f"{request_id} is not a request of {run_id}")
+    own_run(gateway, req.run_id, who)
+    return req
+
+
+def wait_seconds(wait: float | None) -> float:
+    """``?wait=`` clamped to at most 60 s per call."""
+    if wait is None:
+        return 0.0
+    return min(max(wait, 0.0), MAX_WAIT)

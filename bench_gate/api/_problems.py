@@ -1,0 +1,92 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``), never a bare 500.
+
+GatewayError subclasses map to one status each; FastAPI's validation errors become 400 (the
+body is not JSON) or 422 (it is JSON but not what the endpoint takes).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import (
+    GatewayError,
+    InstrumentError,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Refused,
+    StoreError,
+    TransitionError,
+)
+
+__all__ = ["PROBLEM", "install", "problem"]
+
+PROBLEM = "application/problem+json"
+logger = logging.getLogger("bench_gate.api")
+
+_STATUS: list[tuple[type[GatewayError], int, str]] = [
+    (NotFound, 404, "not-found"),
+    (InvalidInput, 422, "invalid-input"),
+    (Refused, 422, "refused"),
+    (PermissionDenied, 403, "forbidden"),
+    (TransitionError, 409, "conflict"),
+    (InstrumentError, 502, "instrument-error"),
+    (StoreError, 503, "store-error"),
+]
+_TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 422: "Unprocessable Content",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+def problem(status: int, reason: str, *, kind: str | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    body = {"type": f"https://bench-gate.dev/problems/{kind or status}",
+            "title": _TITLES.get(status, "Error"), "status": status, "detail": reason,
+            "reason": reason, **extra}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    for cls, status, kind in _STATUS:
+        if isinstance(exc, cls):
+            extra: dict[str, Any] = {}
+            if isinstance(exc, Refused):
+                extra["scpiCode"] = exc.code
+            return problem(status, exc.message, kind=kind, **extra)
+    return problem(500, exc.message, kind="gateway-error")
+
+
+def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+               "type": str(e.get("type", ""))} for e in exc.errors()]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return problem(400, "the request body is not valid JSON", kind="bad-json",
+                       errors=errors)
+    reason = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors)
+    return problem(422, reason or "invalid request", kind="invalid-input", errors=errors)
+
+
+def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    return problem(exc.status_code, str(exc.detail), headers=headers)
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return problem(500, f"unexpected error: {type(exc).__name__}", kind="internal")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)

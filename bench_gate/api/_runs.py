@@ -1,0 +1,142 @@
+"""Runs, SCPI submission and the per-run takeover endpoints."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic.alias_generators import to_camel
+from starlette.exceptions import HTTPException
+
+from ..models import Event, Status
+from ._auth import can_operate
+from ._deps import Caller, GatewayDep, Operator, own_request, own_run, wait_seconds
+from ._problems import problem
+from ._schemas import (
+    DenyBody,
+    GrantBody,
+    GrantOut,
+    RunCreate,
+    RunOut,
+    ScpiBody,
+    ScpiOut,
+    TakeoverAsk,
+    TakeoverOut,
+    run_out,
+    takeover_out,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+UNDECIDED = frozenset({Status.PENDING, Status.APPROVED, Status.EXECUTING})
+WaitQuery = Annotated[float | None, Query(ge=0, description="long-poll up to this many "
+                                          "seconds (at most 60) for a decision")]
+
+
+def _event(e: Event) -> dict[str, Any]:
+    return {to_camel(k): v for k, v in e.model_dump(mode="json").items()}
+
+
+@router.post("", status_code=201, response_model=RunOut)
+def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
+    return run_out(gw.create_run(who, body.kind, body.goal))
+
+
+@router.get("", response_model=list[RunOut])
+def list_runs(who: Caller, gw: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+              offset: Annotated[int, Query(ge=0)] = 0) -> list[RunOut]:
+    runs = gw.store.list_runs(limit=limit, offset=offset)
+    return [run_out(r) for r in runs if can_operate(who) or r.principal == who.name]
+
+
+@router.get("/{run_id}", response_model=RunOut)
+def get_run(run_id: str, who: Caller, gw: GatewayDep) -> RunOut:
+    return run_out(own_run(gw, run_id, who))
+
+
+@router.get("/{run_id}/journal")
+def journal(run_id: str, who: Caller, gw: GatewayDep,
+            after: Annotated[int, Query(ge=0, description="events after this seq")] = 0,
+            limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    """The run's journal, oldest first; pass ``next`` as ``after`` for the next page."""
+    own_run(gw, run_id, who)
+    events = gw.store.journal(run_id, after=after, limit=limit)
+    return {"events": [_event(e) for e in events],
+            "next": events[-1].seq if len(events) == limit else None}
+
+
+@router.post("/{run_id}/scpi", response_model=ScpiOut,
+             responses={202: {"model": ScpiOut, "description": "the write is held"},
+                        422: {"description": "refused: bad SCPI or outside the envelope"}})
+async def submit(run_id: str, body: ScpiBody, who: Caller, gw: GatewayDep, response: Response,
+                 wait: WaitQuery = None,
+                 idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+                 ) -> ScpiOut | JSONResponse:
+    """A read runs at once (200); a write is held for a person (202), or refused (422)."""
+    run = own_run(gw, run_id, who)
+    if run.principal != who.name:
+        raise HTTPException(403, f"{run_id} belongs to {run.principal}; only its requester "
+                                 "submits commands to it")
+    result = await gw.submit(run_id, body.instrument, body.command, rationale=body.rationale,
+                             confidence=body.confidence, step_id=body.step_id,
+                             idempotency_key=idempotency_key,
+                             timeout_minutes=body.timeout_minutes)
+    if result.status == "refused":
+        return problem(422, result.reason, kind="refused", scpiCode=result.code)
+    req = result.request
+    if req is None:
+        return ScpiOut(status=result.status, response=result.response)
+    seconds = wait_seconds(wait)
+    if seconds and req.status in UNDECIDED:
+        req = await gw.wait(req.id, seconds)
+    if req.status in UNDECIDED:
+        response.status_code = 202
+    answer = req.receipt.detail if req.status is Status.EXECUTED and req.receipt else None
+    return ScpiOut(status=req.status.value, response=answer,
+                   takeover=takeover_out(req, handoff=True), reason=req.outcome)
+
+
+@router.post("/{run_id}/takeover/request", response_model=RunOut)
+def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDep) -> RunOut:
+    """An operator takes the run over: every later write of it is held until release."""
+    reason = body.reason + (f" (step {body.step_id})" if body.step_id else "")
+    return run_out(gw.take_over(run_id, who, reason))
+
+
+@router.post("/{run_id}/release", response_model=RunOut)
+def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
+    return run_out(gw.release(run_id, who))
+
+
+@router.get("/{run_id}/takeover", response_model=list[TakeoverOut])
+def run_requests(run_id: str, who: Caller, gw: GatewayDep, status: Status | None = None,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                 offset: Annotated[int, Query(ge=0)] = 0) -> list[TakeoverOut]:
+    own_run(gw, run_id, who)
+    return [takeover_out(r) for r in gw.list_requests(status, run_id, None, limit, offset)]
+
+
+@router.post("/{run_id}/takeover/{tk_id}/grant", response_model=GrantOut)
+async def grant(run_id: str, tk_id: str, body: GrantBody, who: Operator,
+                gw: GatewayDep) -> GrantOut:
+    """Give approvals; when none is missing the write runs (recheck, write, read back)."""
+    own_request(gw, tk_id, who, run_id)
+    result = await gw.grant(tk_id, who, list(body.approve), body.notes, body.edits)
+    return GrantOut(request=takeover_out(result.request, handoff=True),
+                    missing=result.missing, message=result.message)
+
+
+@router.post("/{run_id}/takeover/{tk_id}/deny", response_model=TakeoverOut)
+async def deny(run_id: str, tk_id: str, body: DenyBody, who: Operator,
+               gw: GatewayDep) -> TakeoverOut:
+    own_request(gw, tk_id, who, run_id)
+    return takeover_out(await gw.deny(tk_id, who, body.notes))
+
+
+@router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut)
+def release_request(run_id: str, tk_id: str, who: Operator, gw: GatewayDep) -> RunOut:
+    """The run resumes (the request only names which takeover is being ended)."""
+    own_request(gw, tk_id, who, run_id)
+    return run_out(gw.release(run_id, who))

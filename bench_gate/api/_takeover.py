@@ -1,0 +1,36 @@
+"""The operator's queue across runs, and one request with its full handoff."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from ..models import Status
+from ._deps import Caller, GatewayDep, Operator, own_request, wait_seconds
+from ._schemas import TakeoverOut, takeover_out
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/takeover", tags=["takeover"])
+
+
+@router.get("", response_model=list[TakeoverOut])
+def queue(who: Operator, gw: GatewayDep, status: Status | None = None,
+          instrument: str | None = None,
+          limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+          offset: Annotated[int, Query(ge=0)] = 0) -> list[TakeoverOut]:
+    return [takeover_out(r) for r in gw.list_requests(status, None, instrument, limit, offset)]
+
+
+@router.get("/{tk_id}", response_model=TakeoverOut)
+async def one(tk_id: str, who: Caller, gw: GatewayDep,
+              wait: Annotated[float | None, Query(ge=0, description="long-poll up to this "
+                                                  "many seconds (at most 60) for a "
+                                                  "decision")] = None) -> TakeoverOut:
+    """One request with its handoff, approvals given and missing, and expiry."""
+    req = own_request(gw, tk_id, who)
+    seconds = wait_seconds(wait)
+    if seconds:
+        req = await gw.wait(tk_id, seconds)
+    return takeover_out(req, handoff=True)
