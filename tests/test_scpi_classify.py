@@ -565,7 +565,7 @@ ERRORS = [
     # parameter counts
     ("*IDN? 1", -108), ("*RST 1", -108), ("VOLT 1,2,(@1)", -108), ("OUTP ON,OFF,(@1)", -108),
     ("VOLT:PROT:CLE 1,(@1)", -108), ("*ESE", -109), ("VOLT", -109), ("INST:NSEL", -109),
-    ("APPL", -109), ("APPL? ", -109), ("CAL:STAT ON", -108),
+    ("APPL", -109), ("APPL? ", -109),
     # query-only and command-only headers
     ("MEAS:VOLT 5", -113), ("SYST:ERR", -113), ("*IDN", -113), ("*RST?", -113),
     ("VOLT:PROT:CLE?", -113), ("VOLT:PROT:TRIP", -113),
@@ -597,3 +597,16 @@ def test_caching_returns_the_same_classification() -> None:
     a = classify("VOLT 5,(@1)", PSU)
     assert classify("VOLT 5,(@1)", PSU) is a
     assert classify("VOLT 5,(@1)", PSU, selected=1) is not a
+
+
+@pytest.mark.parametrize(
+    ("message", "canonical"),
+    [("CAL:STAT ON", "CAL:STAT"), ("CAL:VOLT 5", "CAL:VOLT"), ("CAL:SAVE", "CAL:SAVE"),
+     ("SYST:SEC:IMM", "SYST:SEC:IMM"), ("*CAL?", "*CAL?"),
+     ('CAL:SEC:STAT OFF,"pw"', "CAL:SEC:STAT")],
+)
+def test_forbidden_whatever_the_parameters(message: str, canonical: str) -> None:
+    (unit,) = classify(message, PSU).units
+    assert unit.effect is Effect.FORBIDDEN
+    assert unit.header == canonical
+    assert not is_read_only(message, profile=PSU)
