@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import pathlib
 import shutil
@@ -72,8 +73,21 @@ def open_fresh_resource_manager(
 def load_definition(definition: pathlib.Path | None = None) -> dict[str, Any]:
     """The bench definition as pyvisa-sim reads it (every scalar a str)."""
     path = definition if definition is not None else bench_yaml_path()
+    return _parse(path)
+
+
+def cached_definition(definition: pathlib.Path | None = None) -> dict[str, Any]:
+    """:func:`load_definition`, parsed once per path; the models only read it."""
+    path = definition if definition is not None else bench_yaml_path()
+    return _cached_parse(path.resolve())
+
+
+def _parse(path: pathlib.Path) -> dict[str, Any]:
     with path.open(encoding="utf-8") as fp:
         data = yaml.load(fp, Loader=yaml.BaseLoader)
     if not isinstance(data, dict):
         raise ValueError(f"expected a mapping in {str(path)!r}, got {type(data).__name__}")
     return data
+
+
+_cached_parse = functools.lru_cache(maxsize=8)(_parse)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from ._model import SimDmm, SimInstrument, SimPsu
-from ._resources import load_definition, open_fresh_resource_manager
+from ._resources import cached_definition, open_fresh_resource_manager
 
 __all__ = ["BenchState", "BenchStateError", "SimBench", "SimBenchThread"]
 
@@ -58,7 +58,7 @@ class SimBench:
     """
 
     def __init__(self, definition: pathlib.Path | None = None) -> None:
-        data = load_definition(definition)
+        data = cached_definition(definition)
         self._rm = open_fresh_resource_manager(definition)
         self.psu = SimPsu.open(self._rm, data)
         self.dmm = SimDmm.open(self._rm, data)
