@@ -466,8 +466,8 @@ class Gateway:
         preliminary = self._actions(inst, c, None)
         snap = await self._snapshot(inst, self._fields(inst, preliminary))
         actions = self._actions(inst, c, snap)
-        if self._energize_needs_setpoint(inst, actions, snap) and \
-                ApprovalKind.SETPOINT not in required:
+        energize = self._energize_needs_setpoint(inst, actions, snap)
+        if energize and ApprovalKind.SETPOINT not in required:
             required = [ApprovalKind.SETPOINT, *required]
         created = self.clock()
         req = TakeoverRequest(
@@ -478,11 +478,10 @@ class Gateway:
             expires_at=created + timedelta(minutes=timeout), snapshot=snap,
             proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
             supersedes=supersedes.id if supersedes is not None else None)
-        history = self.store.journal(run.id, limit=1000)[-40:]
+        history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile,
                                     self.config.envelope.get(inst.config.name, {}), history,
                                     self._proposed(actions, snap), stale_diff)
-        energize = self._energize_needs_setpoint(inst, actions, snap)
         if energize:
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),

@@ -223,6 +223,14 @@ class SqliteStore:
         return [Event(seq=r[0], run_id=r[1], request_id=r[2], type=r[3], at=r[4],
                       data=json.loads(r[5])) for r in rows]
 
+    def recent(self, run_id: str, limit: int = 40) -> list[Event]:
+        """The run's last ``limit`` events, oldest first."""
+        rows = self._read(
+            "SELECT seq, run_id, request_id, type, at, data FROM journal "
+            "WHERE run_id = ? ORDER BY seq DESC LIMIT ?", (run_id, limit))
+        return [Event(seq=r[0], run_id=r[1], request_id=r[2], type=r[3], at=r[4],
+                      data=json.loads(r[5])) for r in reversed(rows)]
+
     # -- approved setpoints
     def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
         rows = self._read("SELECT data FROM setpoints WHERE instrument = ? AND channel = ?",
