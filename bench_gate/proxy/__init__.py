@@ -1,0 +1,22 @@
+"""The SCPI socket door: unmodified VISA clients and instrument drivers through the gate.
+
+Point a resource string at the gateway (``TCPIP0::127.0.0.1::5025::SOCKET``) and change
+nothing else: queries pass at once, writes wait for a person, in order, per connection.
+
+>>> doors = await start_doors(gateway, tokens, config)      # doctest: +SKIP
+>>> doors.addresses                                          # doctest: +SKIP
+{'psu': ('127.0.0.1', 5025), 'dmm': ('127.0.0.1', 5026)}
+"""
+
+from ._door import Connection, Doors, start_doors
+from ._gate import GateCommand, GateOp, is_gate_message, parse_gate
+
+__all__ = [
+    "Connection",
+    "Doors",
+    "GateCommand",
+    "GateOp",
+    "is_gate_message",
+    "parse_gate",
+    "start_doors",
+]

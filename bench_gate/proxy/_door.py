@@ -1,0 +1,478 @@
+"""The socket door: one asyncio TCP server per instrument, speaking raw SCPI like a LAN
+instrument's port 5025. Each connection is a run of kind ``script``.
+
+A connection has two tasks. The reader splits the byte stream into messages (LF, or CR LF)
+and queues them; the processor handles them strictly in order, so a held write blocks every
+later message of that connection until a person decides it. The reader keeps reading while
+the processor waits, which is how a disconnect is noticed while a write is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ipaddress
+import logging
+import re
+from dataclasses import dataclass, field
+
+from ..auth import Tokens
+from ..config import BenchConfig, InstrumentConfig
+from ..errors import GatewayError, InstrumentError, TransitionError
+from ..gateway import Gateway
+from ..models import Principal, Role, RunKind, Status, TakeoverRequest
+from ..scpi import ERROR_NAMES, MAX_MESSAGE_LENGTH, ScpiError, is_read_only
+from ..states import TERMINAL
+from ._gate import GateCommand, GateOp, error_text, is_gate_message, parse_gate, quote
+
+__all__ = ["Connection", "Doors", "start_doors"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+#: Messages queued behind a held write before the reader stops reading (TCP back-pressure).
+MAX_QUEUED = 1024
+#: Gateway errors kept per connection; one more replaces the newest with -350.
+ERROR_QUEUE_DEPTH = 30
+#: How long one Gateway.wait call lasts before the processor looks again.
+WAIT_SLICE = 5.0
+READ_CHUNK = 65536
+#: Written bytes buffered before the processor awaits drain().
+HIGH_WATER = 1 << 16
+
+_SYST_ERR = re.compile(r"^\s*:?SYST(?:EM)?:ERR(?:OR)?(?::NEXT)?\?\s*$", re.IGNORECASE)
+_CLS = re.compile(r"^\s*\*CLS\s*$", re.IGNORECASE)
+_OVERSIZED = object()
+_EOF = object()
+
+
+def _scpi_message(code: int, reason: str) -> str:
+    """``Command protected; ...``: the standard short text first, then the detail."""
+    name = ERROR_NAMES.get(code, "Error")
+    return reason if reason.startswith(name) else f"{name}; {reason}"
+
+
+def _peer_allowed(host: str, allowed: list[str]) -> bool:
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host in allowed
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    for entry in allowed:
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(entry) == addr:
+                return True
+    return False
+
+
+class Connection:
+    """One client on one door: its run, its error queue, its pending rationale."""
+
+    def __init__(self, door: Door, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, peer: str) -> None:
+        self.door = door
+        self.gateway = door.gateway
+        self.instrument = door.config.name
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.principal = Principal(name=f"script@{peer}", role=Role.REQUESTER)
+        self.run_id: str | None = None
+        self.goal: str | None = None
+        self.rationale: str | None = None
+        self.confidence: float | None = None
+        self.last_request: str | None = None
+        self.errors: collections.deque[str] = collections.deque()
+        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=MAX_QUEUED)
+        self.gone = asyncio.Event()
+        #: Queued messages that will produce an answer (a '?' in them): GATE:STAT? waits behind.
+        self._queued_queries = 0
+
+    # ------------------------------------------------------------------ tasks
+    async def serve(self) -> None:
+        reader_task = asyncio.create_task(self._read_loop())
+        try:
+            while True:
+                item = await self.queue.get()
+                if item is _EOF:
+                    break
+                if item is _OVERSIZED:
+                    await self._push_error(-223, f"message longer than {MAX_MESSAGE_LENGTH} "
+                                           "characters; it was discarded")
+                    continue
+                assert isinstance(item, str)
+                if "?" in item:
+                    self._queued_queries -= 1
+                try:
+                    await self._handle(item)
+                except GatewayError as exc:
+                    code = -240 if isinstance(exc, InstrumentError) else -200
+                    await self._push_error(code, exc.message)
+        finally:
+            reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader_task
+            self.gone.set()
+            self._finish()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def _finish(self) -> None:
+        """The client is gone: cancel whatever it still has pending (journaled by the core)."""
+        if self.run_id is None:
+            return
+        try:
+            self.gateway.close_run(self.run_id)
+        except GatewayError as exc:  # pragma: no cover - the store failing at close
+            logger.warning("closing run %s failed: %s", self.run_id, exc.message)
+
+    async def _read_loop(self) -> None:
+        buf = bytearray()
+        discarding = False
+        try:
+            while True:
+                chunk = await self.reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                start = 0
+                while True:
+                    end = chunk.find(b"\n", start)
+                    if end < 0:
+                        if not discarding:
+                            buf += chunk[start:]
+                            if len(buf) > MAX_MESSAGE_LENGTH + 1:
+                                buf.clear()
+                                discarding = True
+                        break
+                    piece = chunk[start:end]
+                    start = end + 1
+                    if discarding:
+                        discarding = False
+                        await self.queue.put(_OVERSIZED)
+                        continue
+                    buf += piece
+                    line = bytes(buf)
+                    buf.clear()
+                    await self._enqueue(line)
+            if buf and not discarding:
+                await self._enqueue(bytes(buf))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.gone.set()
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(_EOF)
+            if self.queue.full():  # make room for the end marker: the client is gone anyway
+                await self.queue.put(_EOF)
+
+    async def _enqueue(self, line: bytes) -> None:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line.strip():
+            return
+        if len(line) > MAX_MESSAGE_LENGTH:
+            await self.queue.put(_OVERSIZED)
+            return
+        # latin-1 maps every byte to one character; the lexer refuses anything not ASCII.
+        text = line.decode("latin-1")
+        if is_gate_message(text) and self._answer_now(text):
+            return
+        if "?" in text:
+            self._queued_queries += 1
+        await self.queue.put(text)
+
+    def _answer_now(self, text: str) -> bool:
+        """GATE:STAT? jumps the queue while a held write blocks the stream and no answer is
+        owed before it, so a script can ask about the write it is waiting behind."""
+        if self._queued_queries or self._owing or not self._holding:
+            return False
+        try:
+            commands = parse_gate(text)
+        except ScpiError:
+            return False
+        if [c.op for c in commands] != [GateOp.STATUS_QUERY]:
+            return False
+        self._send(self._status())
+        return True
+
+    _busy = False
+    _owing = False
+    _holding = False
+
+    # ------------------------------------------------------------------ output
+    def _send(self, response: str) -> None:
+        if self.gone.is_set() and self.writer.is_closing():
+            return
+        self.writer.write(response.encode("latin-1", "replace") + b"\n")
+
+    async def _flush(self) -> None:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
+
+    async def _push_error(self, code: int, reason: str) -> None:
+        """Queue one gateway error, after whatever the instrument already holds (oldest first)."""
+        await self._drain_instrument_errors()
+        if len(self.errors) >= ERROR_QUEUE_DEPTH:
+            self.errors.pop()
+            self.errors.append(error_text(-350, "Queue overflow"))
+            return
+        self.errors.append(error_text(code, _scpi_message(code, reason)))
+
+    async def _drain_instrument_errors(self) -> None:
+        if self.run_id is None or not self.door.has_error_queue:
+            return
+        for _ in range(ERROR_QUEUE_DEPTH):
+            try:
+                r = await self.gateway.submit(self.run_id, self.instrument, "SYST:ERR?")
+            except GatewayError:
+                return
+            answer = (r.response or "").strip()
+            if r.status != "executed" or not answer or answer.lstrip("+").startswith("0"):
+                return
+            if len(self.errors) < ERROR_QUEUE_DEPTH:
+                self.errors.append(answer)
+
+    # ------------------------------------------------------------------ messages
+    def _ensure_run(self) -> str:
+        if self.run_id is None:
+            run = self.gateway.create_run(self.principal, RunKind.SCRIPT, self.goal)
+            self.run_id = run.id
+        return self.run_id
+
+    async def _handle(self, text: str) -> None:
+        if is_gate_message(text):
+            await self._gate(text)
+            return
+        if self.errors:
+            if _SYST_ERR.match(text):
+                self._send(self.errors.popleft())
+                await self._flush()
+                return
+            if _CLS.match(text):
+                self.errors.clear()
+        run_id = self._ensure_run()
+        rationale, confidence = self.rationale, self.confidence
+        self._busy = True
+        self._owing = "?" in text
+        try:
+            result = await self.gateway.submit(run_id, self.instrument, text,
+                                               rationale=rationale, confidence=confidence)
+            if (rationale is not None or confidence is not None) and (
+                    result.request is not None or result.status == "refused"
+                    or not is_read_only(text, self.door.profile)):
+                self.rationale = self.confidence = None
+            if result.status == "executed":
+                if result.response:
+                    self._send(result.response)
+                    await self._flush()
+                return
+            if result.status == "refused":
+                await self._push_error(result.code, result.reason)
+                return
+            if result.request is None:  # pragma: no cover - the core always returns one
+                await self._push_error(-200, f"unexpected result {result.status!r}")
+                return
+            final = await self._decision(result.request)
+            await self._report(final)
+        finally:
+            self._busy = self._owing = False
+
+    async def _decision(self, req: TakeoverRequest) -> TakeoverRequest:
+        """Hold the stream until a person decides (following a stale request to its fresh
+        one), or the client goes away, in which case the request is cancelled."""
+        self.last_request = req.id
+        self._holding = True
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            while req.status not in TERMINAL or (
+                    req.status is Status.STALE and req.superseded_by):
+                if self.gone.is_set():
+                    return await self._cancel(req)
+                waiter = asyncio.ensure_future(self.gateway.wait(req.id, WAIT_SLICE))
+                await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiter.done():
+                    waiter.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await waiter
+                    continue
+                req = waiter.result()
+                self.last_request = req.id
+            return req
+        finally:
+            self._holding = False
+            gone.cancel()
+
+    async def _cancel(self, req: TakeoverRequest) -> TakeoverRequest:
+        """The client is gone: its request stays for the operator to see, cancelled."""
+        try:
+            return await self.gateway.cancel(req.id, self.principal,
+                                             "the requester disconnected")
+        except TransitionError:  # decided in the meantime
+            return self.gateway.get_request(req.id)
+
+    async def _report(self, req: TakeoverRequest) -> None:
+        if req.status is Status.EXECUTED:
+            queried = any(a.canonical.split(" ")[0].endswith("?") for a in req.actions)
+            if queried and req.receipt is not None and req.receipt.detail:
+                self._send(req.receipt.detail)
+                await self._flush()
+            return
+        outcome = req.outcome or req.status.value
+        if req.notes and req.notes not in outcome:
+            outcome += f" ({req.notes})"
+        code = -200 if req.status in (Status.FAILED, Status.AMBIGUOUS) else -203
+        await self._push_error(code, f"{req.id} {outcome}")
+
+    # ------------------------------------------------------------------ GATE
+    async def _gate(self, text: str) -> None:
+        try:
+            commands = parse_gate(text)
+        except ScpiError as exc:
+            await self._push_error(exc.code, exc.message)
+            return
+        answers: list[str] = []
+        for cmd in commands:
+            answer = await self._gate_one(cmd)
+            if answer is not None:
+                answers.append(answer)
+        if answers:
+            self._send(";".join(answers))
+            await self._flush()
+
+    async def _gate_one(self, cmd: GateCommand) -> str | None:
+        op = cmd.op
+        if op is GateOp.TOKEN:
+            principal = self.door.tokens.verify(cmd.text)
+            if principal is None:
+                await self._push_error(-203, "token not recognised (or revoked); this "
+                                       f"connection stays {self.principal.name}")
+            elif self.run_id is not None and principal.name != self.principal.name:
+                await self._push_error(-221, "Settings conflict; send GATE:TOK before the "
+                                       "first instrument command: the run already belongs "
+                                       f"to {self.principal.name}")
+            else:
+                self.principal = principal
+        elif op is GateOp.GOAL:
+            self.goal = cmd.text
+            if self.run_id is not None and cmd.text is not None:
+                self.gateway.set_goal(self.run_id, cmd.text)
+        elif op is GateOp.GOAL_QUERY:
+            return quote(self.goal or "")
+        elif op is GateOp.RATIONALE:
+            self.rationale = cmd.text or None
+        elif op is GateOp.RATIONALE_QUERY:
+            return quote(self.rationale or "")
+        elif op is GateOp.CONFIDENCE:
+            self.confidence = cmd.number
+        elif op is GateOp.STATUS_QUERY:
+            return self._status()
+        elif op is GateOp.RUN_QUERY:
+            return quote(self._ensure_run())
+        return None
+
+    def _status(self) -> str:
+        """``PENDING,"tk-...","still needs: setpoint"``; ``NONE,"",""`` before any hold."""
+        if self.last_request is None:
+            return 'NONE,"",""'
+        try:
+            req = self.gateway.get_request(self.last_request)
+        except GatewayError as exc:
+            return f'NONE,"",{quote(exc.message)}'
+        if req.status is Status.PENDING:
+            missing = req.missing()
+            text = "waiting for a person: " + (", ".join(k.value for k in missing)
+                                               or "decision")
+        else:
+            text = req.outcome or req.status.value
+        return f"{req.status.value.upper()},{quote(req.id)},{quote(text)}"
+
+
+@dataclass
+class Door:
+    """One instrument's listening socket."""
+
+    gateway: Gateway
+    tokens: Tokens
+    config: InstrumentConfig
+    allowed: list[str]
+    server: asyncio.Server | None = None
+    connections: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        inst = self.gateway.instrument(self.config.name)
+        self.profile = inst.profile.name
+        self.has_error_queue = inst.profile.lookup(False, ("SYSTEM", "ERROR")) is not None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if peer else "?"
+        if not _peer_allowed(host, self.allowed):
+            logger.warning("%s door: refused connection from %s (not in allowed_peers)",
+                           self.config.name, host)
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
+        try:
+            await Connection(self, reader, writer, host).serve()
+        finally:
+            self.connections.discard(task)
+
+
+class Doors:
+    """The socket doors of a bench: ``addresses`` maps instrument name to (host, port)."""
+
+    def __init__(self, doors: dict[str, Door]) -> None:
+        self._doors = doors
+        self.addresses: dict[str, tuple[str, int]] = {}
+        for name, door in doors.items():
+            assert door.server is not None
+            sock = door.server.sockets[0].getsockname()
+            self.addresses[name] = (str(sock[0]), int(sock[1]))
+
+    async def close(self) -> None:
+        """Stop listening, end every connection (cancelling what they left pending)."""
+        for door in self._doors.values():
+            if door.server is not None:
+                door.server.close()
+        tasks = [t for door in self._doors.values() for t in door.connections]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for door in self._doors.values():
+            if door.server is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(door.server.wait_closed(), 5)
+
+
+async def start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig,
+                      host: str | None = None) -> Doors:
+    """Open a socket door for every instrument with a ``socket_port`` (0 picks a free port).
+
+    Doors bind ``host``, else ``config.server.host`` (127.0.0.1 by default); only peers in
+    ``config.server.allowed_peers`` may connect.
+    """
+    bind = host or config.server.host or DEFAULT_HOST
+    doors: dict[str, Door] = {}
+    try:
+        for ic in config.instruments:
+            if ic.socket_port is None:
+                continue
+            door = Door(gateway, tokens, ic, list(config.server.allowed_peers))
+            door.server = await asyncio.start_server(door.handle, bind, ic.socket_port,
+                                                     limit=READ_CHUNK)
+            doors[ic.name] = door
+    except OSError:
+        for door in doors.values():
+            if door.server is not None:
+                door.server.close()
+        raise
+    return Doors(doors)
