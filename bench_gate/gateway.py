@@ -715,7 +715,8 @@ class Gateway:
             if req.status is Status.STALE and req.superseded_by:
                 request_id = req.superseded_by
                 continue
-            if req.status in TERMINAL:
+            # A stale request gets its fresh successor a moment after it turns stale.
+            if req.status in TERMINAL and req.status is not Status.STALE:
                 return req
             remaining = deadline - loop.time()
             if remaining <= 0:
