@@ -339,17 +339,30 @@ class Gateway:
         held = decision.verdict is Verdict.HOLD or (
             run.status is RunStatus.TAKEN_OVER and not c.read_only)
         if not held:
-            response = await self._run_units(inst, list(c.units))
+            try:
+                response = await self._run_units(inst, list(c.units))
+            except InstrumentError as exc:
+                self.store.append([received, Event(
+                    run_id=run_id, type=EventType.STEP_FAILED,
+                    data={"message": message, "reason": exc.message})])
+                raise
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.READ_EXECUTED,
                 data={"message": message, "canonical": list(c.canonical),
                       "response": response})])
             return SubmitResult("executed", response=response)
         required = list(decision.required) or [ApprovalKind.STATE]
-        req = await self._hold(run, inst, message, c, required, reason=(
-            rationale or f"{run.kind.value} {run.principal} asks to run {message!r}"),
-            rationale=rationale, confidence=confidence, step_id=step_id,
-            idempotency_key=idempotency_key, timeout=timeout, events=[received])
+        try:
+            req = await self._hold(
+                run, inst, message, c, required,
+                reason=rationale or f"{run.kind.value} {run.principal} asks to run {message!r}",
+                rationale=rationale, confidence=confidence, step_id=step_id,
+                idempotency_key=idempotency_key, timeout=timeout, events=[received])
+        except InstrumentError as exc:
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.STEP_FAILED,
+                data={"message": message, "reason": f"no snapshot: {exc.message}"})])
+            raise
         return self._result(req)
 
     def _timeout(self, minutes: int | None) -> int:
