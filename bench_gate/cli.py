@@ -1,0 +1,400 @@
+"""``bench-gate``: serve the bench, manage tokens, and decide requests from a terminal.
+
+``serve`` and ``token`` work locally (on the store); every other command talks to a running
+server (``--url``, token from ``--token`` or ``BENCH_GATE_TOKEN``).
+
+``bench-gate wait TK`` exits with the outcome: 0 executed, 3 denied, 4 expired, 5 stale,
+6 failed or ambiguous, 7 cancelled, 8 still undecided at ``--timeout``; 1 is any other error
+and 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .client import ApiError, Client
+
+__all__ = ["EXIT_CODES", "main"]
+
+EXIT_CODES = {"executed": 0, "denied": 3, "expired": 4, "stale": 5, "failed": 6,
+              "ambiguous": 6, "cancelled": 7, "pending": 8, "approved": 8, "executing": 8}
+ERROR = 1
+
+
+class CliError(Exception):
+    """A failure to report in one line, without a traceback."""
+
+
+def _out(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# ------------------------------------------------------------------------- local: serve
+def _serve(args: argparse.Namespace) -> int:
+    from sim_instruments import SimBenchThread
+
+    from . import server
+    from .auth import Tokens
+    from .config import default_config, load_config
+    from .store import open_store
+
+    config = load_config(args.config) if args.config else None
+    bench = None
+    if config is None or args.sim:
+        try:
+            bench = SimBenchThread(psu_port=args.sim_psu_port, dmm_port=args.sim_dmm_port)
+        except OSError as exc:
+            raise CliError(f"cannot start the simulated bench on ports {args.sim_psu_port} "
+                           f"and {args.sim_dmm_port}: {exc.strerror or exc} (choose others "
+                           "with --sim-psu-port/--sim-dmm-port)") from exc
+        if config is None:
+            config = default_config(bench.psu_port, bench.dmm_port)
+    db = Path(args.db) if args.db else server.default_db()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(db)
+    tokens = Tokens(store)
+    first = None if tokens.any() else tokens.create("admin", "admin")[1]
+
+    def ready(r: server.Running) -> None:
+        _out(f"bench-gate: serving bench {config.bench!r}")
+        _out(f"  HTTP API      {r.url}   (OpenAPI {r.url}/openapi.json, docs {r.url}/docs)")
+        _out(f"  store         {db}")
+        if bench is not None:
+            _out(f"  simulated     PSU {bench.psu_resource_name}, DMM {bench.dmm_resource_name}")
+        _out("  instruments")
+        for ic in config.instruments:
+            door = r.doors.get(ic.name)
+            where = f"socket door {door[0]}:{door[1]}" if door else "no socket door"
+            _out(f"    {ic.name:<8} {ic.profile:<8} {ic.resource}   {where}")
+        if r.doors_note:
+            _out(f"  note          {r.doors_note}")
+        if first:
+            _out("  admin token   (shown once; keep it)")
+            _out(f"    export BENCH_GATE_TOKEN={first}")
+        else:
+            _out("  tokens        already issued; list them with "
+                 f"`bench-gate token list --db {db}`")
+        _out(f"  more tokens   bench-gate token create --name alice --role operator --db {db}")
+        _out("  Ctrl-C stops.")
+
+    try:
+        asyncio.run(server.run(config, store, host=args.host, port=args.port, on_ready=ready,
+                               log_level="info" if args.verbose else "warning"))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise CliError(f"cannot serve: {exc.strerror or exc}") from exc
+    finally:
+        if bench is not None:
+            bench.close()
+        store.close()
+    return 0
+
+
+# ------------------------------------------------------------------------- local: token
+def _tokens(args: argparse.Namespace) -> Any:
+    from . import server
+    from .auth import Tokens
+    from .store import open_store
+
+    db = Path(args.db) if args.db else server.default_db()
+    if not db.exists():
+        raise CliError(f"no store at {db}: run `bench-gate serve` once, or pass --db")
+    return Tokens(open_store(db))
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    record, secret = _tokens(args).create(args.name, args.role)
+    _out(f"created {record['id']} for {record['name']} ({record['role']}); shown once:")
+    _out(secret)
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    rows = [[r["id"], r["name"], r["role"], r["created_at"][:19],
+             "revoked " + r["revoked_at"][:19] if r.get("revoked_at") else "active"]
+            for r in _tokens(args).all()]
+    _table(["ID", "NAME", "ROLE", "CREATED", "STATE"], rows)
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    count = _tokens(args).revoke(args.id_or_name)
+    _out(f"revoked {count} token{'s' if count != 1 else ''}")
+    return 0
+
+
+# ------------------------------------------------------------------------- remote
+def _client(args: argparse.Namespace) -> Client:
+    token = args.token or os.environ.get("BENCH_GATE_TOKEN")
+    if not token:
+        raise CliError("no token: pass --token or set BENCH_GATE_TOKEN")
+    return Client(args.url, token)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    if not rows:
+        _out("(none)")
+        return
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    for row in [headers, *rows]:
+        _out("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
+
+
+def _ago(iso: str) -> str:
+    seconds = int((datetime.fromisoformat(iso) - datetime.now(UTC)).total_seconds())
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    return f"{sign}{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _pending(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
+                 ",".join(tk["approvalsMissing"]) or "-",
+                 ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
+                 _ago(tk["expiresAt"])] for tk in c.pending()]
+    _table(["REQUEST", "RUN", "INSTR", "COMMAND", "NEEDS", "GIVEN", "EXPIRES IN"], rows)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        tk = c.get(args.request)
+    if args.json:
+        _out(json.dumps(tk, indent=2))
+        return 0
+    h = tk.get("handoff") or {}
+    _out(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
+    _out(f"  command       {tk['message']}")
+    _out(f"  requester     {h.get('run', {}).get('principal')} "
+         f"({h.get('run', {}).get('kind')}), goal: {h.get('goal') or '-'}")
+    _out(f"  rationale     {h.get('rationale') or '-'}")
+    _out("  actions")
+    for a in h.get("actions", []):
+        _out(f"    - {a.get('words') or a.get('canonical')}")
+    _out(f"  reversibility {h.get('reversibility', '-')}")
+    for signal in (h.get("risk") or {}).get("signals", []):
+        _out(f"  risk          {signal}")
+    for key, (old, new) in (h.get("diff") or {}).items():
+        _out(f"  change        {key}: {old} → {new}")
+    _out(f"  required      {', '.join(tk['required'])}")
+    given = ", ".join(f"{a['kind']} by {a['by']}" for a in tk["approvalsGiven"]) or "-"
+    _out(f"  given         {given}")
+    _out(f"  missing       {', '.join(tk['approvalsMissing']) or '-'}")
+    _out(f"  expires       {tk['expiresAt']} ({_ago(tk['expiresAt'])})")
+    if tk.get("outcome"):
+        _out(f"  outcome       {tk['outcome']}")
+    return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    kinds = [k for k, on in (("setpoint", args.setpoint), ("output_enable", args.output_enable),
+                             ("state", args.state)) if on]
+    if not kinds:
+        raise CliError("say what you approve: --setpoint, --output-enable and/or --state")
+    edits = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CliError(f"--set {item!r}: write it as CH1.voltage=5")
+        edits[key.strip()] = value.strip()
+    with _client(args) as c:
+        result = c.grant(args.request, kinds, notes=args.notes or "", edits=edits or None)
+    req = result["request"]
+    _out(f"{req['id']}: {req['status']}" + (f" — {result['message']}" if result["message"]
+                                             else ""))
+    return 0 if req["status"] in ("executed", "pending") else EXIT_CODES.get(req["status"], 1)
+
+
+def _deny(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        req = c.deny(args.request, args.notes)
+    _out(f"{req['id']}: {req['status']} — {req.get('outcome') or ''}")
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        run = c.release(args.run)
+    _out(f"{run['id']}: {run['status']}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        rows = [[r["id"], r["kind"], r["principal"], r["status"], (r.get("goal") or "")[:40]]
+                for r in c.runs()]
+    _table(["RUN", "KIND", "PRINCIPAL", "STATUS", "GOAL"], rows)
+    return 0
+
+
+def _journal(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        events = c.journal(args.run)
+    for e in events:
+        d = e.get("data") or {}
+        what = d.get("message") or d.get("command") or d.get("outcome") or d.get("reason") \
+            or d.get("by") or d.get("status") or ""
+        _out(f"{e['seq']:>6}  {e['at'][:19]}  {e['type']:<20} {e.get('requestId') or '':<40} "
+             f"{what}".rstrip())
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    c = _client(args)
+    headers = {"Accept": "text/event-stream"}
+    _out(f"watching {args.url}/v1/events (Ctrl-C stops)")
+    try:
+        with c._http.stream("GET", "/v1/events", headers=headers, timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                raise ApiError(r.status_code, r.json().get("reason", r.reason_phrase))
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                m = json.loads(line[6:])
+                stamp = datetime.now().strftime("%H:%M:%S")
+                if m["type"] == "request":
+                    _out(f"{stamp}  request  {m['id']}  {m['status']:<10} {m['instrument']} "
+                         f"(run {m['run_id']})")
+                else:
+                    _out(f"{stamp}  run      {m['id']}  {m['status']}")
+    except httpx.HTTPError as exc:
+        raise CliError(f"lost {args.url}: {exc}") from exc
+    finally:
+        c.close()
+    return 0
+
+
+def _wait(args: argparse.Namespace) -> int:
+    tty = sys.stdout.isatty()
+    start = time.monotonic()
+    deadline = None if args.timeout is None else start + args.timeout
+    request_id = args.request
+    with _client(args) as c:
+        while True:
+            left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.monotonic()))
+            tk = c.get(request_id, wait=left)
+            if tk["status"] == "stale" and tk.get("supersededBy"):
+                _out(f"{request_id} went stale; following {tk['supersededBy']}")
+                request_id = tk["supersededBy"]
+                continue
+            if tk["status"] not in ("pending", "approved", "executing") or (
+                    deadline is not None and time.monotonic() >= deadline):
+                break
+            line = (f"{request_id}: {tk['status']}, missing "
+                    f"{', '.join(tk['approvalsMissing']) or 'nothing'}, "
+                    f"{int(time.monotonic() - start)}s, expires in {_ago(tk['expiresAt'])}")
+            if tty:
+                print("\r" + line, end="", flush=True)
+            else:
+                _out(line)
+    if tty:
+        print()
+    _out(f"{tk['id']}: {tk['status']}" + (f" — {tk['outcome']}" if tk.get("outcome") else "")
+         + (f" (notes: {tk['notes']})" if tk.get("notes") else ""))
+    return EXIT_CODES.get(tk["status"], ERROR)
+
+
+# ------------------------------------------------------------------------- parser
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench-gate", description=(
+        "An approval gateway for lab-bench instruments: queries pass, writes wait for a "
+        "person."))
+    p.add_argument("--url", default=os.environ.get("BENCH_GATE_URL", "http://127.0.0.1:8000"),
+                   help="the server (default %(default)s, or BENCH_GATE_URL)")
+    p.add_argument("--token", help="bearer token (default: BENCH_GATE_TOKEN)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, fn: Callable[[argparse.Namespace], int], help: str
+            ) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    s = cmd("serve", _serve, "serve the bench (the simulated one unless --config says "
+                             "otherwise)")
+    s.add_argument("--config", help="a bench.toml (instruments, envelope, policy, server)")
+    s.add_argument("--db", help="the SQLite store (default: in the data directory)")
+    s.add_argument("--host", help="HTTP address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    s.add_argument("--sim", action="store_true", help="start the simulated bench with --config")
+    s.add_argument("--sim-psu-port", type=int, default=5555, help="(default %(default)s)")
+    s.add_argument("--sim-dmm-port", type=int, default=5556, help="(default %(default)s)")
+    s.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
+
+    t = sub.add_parser("token", help="create, list and revoke tokens (on the local store)")
+    t.add_argument("--db", help="the SQLite store (default: in the data directory)")
+    tsub = t.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    tc = tsub.add_parser("create", help="print a new token (shown once)")
+    tc.add_argument("--name", required=True)
+    tc.add_argument("--role", required=True, choices=["requester", "operator", "admin"])
+    tc.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    tc.set_defaults(fn=_token_create)
+    tl = tsub.add_parser("list", help="every token (never the secrets)")
+    tl.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    tl.set_defaults(fn=_token_list)
+    tr = tsub.add_parser("revoke", help="revoke a token by id, or every token of a name")
+    tr.add_argument("id_or_name")
+    tr.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    tr.set_defaults(fn=_token_revoke)
+
+    cmd("pending", _pending, "the requests waiting for a decision")
+    sh = cmd("show", _show, "one request with its full handoff")
+    sh.add_argument("request")
+    sh.add_argument("--json", action="store_true")
+    a = cmd("approve", _approve, "give approvals; the write runs when none is missing")
+    a.add_argument("request")
+    a.add_argument("--setpoint", action="store_true")
+    a.add_argument("--output-enable", action="store_true")
+    a.add_argument("--state", action="store_true")
+    a.add_argument("--set", action="append", metavar="CH1.voltage=5",
+                   help="approve with a changed value (repeatable)")
+    a.add_argument("--notes")
+    d = cmd("deny", _deny, "deny a request; the notes go back to the requester")
+    d.add_argument("request")
+    d.add_argument("--notes", required=True)
+    r = cmd("release", _release, "end a takeover: the run's writes go on")
+    r.add_argument("run")
+    cmd("runs", _runs, "the runs")
+    j = cmd("journal", _journal, "a run's journal, oldest first")
+    j.add_argument("run")
+    cmd("watch", _watch, "request and run changes, live")
+    w = cmd("wait", _wait, "wait for a request's decision; the exit code tells the outcome")
+    w.add_argument("request")
+    w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .errors import GatewayError
+
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.fn(args)
+        return code
+    except ApiError as exc:
+        hint = ""
+        if exc.status == 401:
+            hint = " (check --token or BENCH_GATE_TOKEN)"
+        print(f"bench-gate: {exc}{hint}", file=sys.stderr)
+    except (CliError, GatewayError) as exc:
+        print(f"bench-gate: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""A small client of the HTTP API for scripts, agents and operators.
+
+>>> bench = Client("http://127.0.0.1:8000", token)
+>>> bench.run(kind="script", goal="characterize the DUT")
+>>> bench.query("psu", "MEAS:VOLT? (@1)")
+'+0.00000000E+00'
+>>> outcome = bench.write("psu", "VOLT 5,(@1)", wait=300)
+>>> outcome.status, outcome.receipt or outcome.notes
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = ["ApiError", "Client", "Outcome"]
+
+MAX_WAIT_PER_CALL = 60.0
+UNDECIDED = frozenset({"pending", "approved", "executing"})
+
+
+class ApiError(Exception):
+    """The server answered with a problem (or could not be reached)."""
+
+    def __init__(self, status: int, reason: str, problem: dict[str, Any] | None = None
+                 ) -> None:
+        self.status = status
+        self.reason = reason
+        self.problem = problem or {}
+        self.scpi_code: int | None = self.problem.get("scpiCode")
+        super().__init__(f"{status}: {reason}" if status else reason)
+
+
+@dataclass
+class Outcome:
+    """How a write ended: executed (with receipt), denied (with notes), expired, stale..."""
+
+    status: str
+    request_id: str | None = None
+    response: str | None = None
+    receipt: dict[str, Any] | None = None
+    notes: str | None = None
+    message: str | None = None
+    takeover: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def executed(self) -> bool:
+        return self.status == "executed"
+
+    @classmethod
+    def from_takeover(cls, tk: dict[str, Any], response: str | None = None) -> Outcome:
+        return cls(status=tk["status"], request_id=tk["id"], response=response,
+                   receipt=tk.get("receipt"), notes=tk.get("notes"),
+                   message=tk.get("outcome"), takeover=tk)
+
+
+class Client:
+    def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, *,
+                 timeout: float = 90.0, transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
+                                  transport=transport)
+        self.run_id: str | None = None
+
+    # --------------------------------------------------------------- plumbing
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            r = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ApiError(0, f"cannot reach {self._http.base_url}: {exc}") from exc
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                reason = str(body.get("reason") or body.get("detail") or r.reason_phrase)
+            except ValueError:
+                body, reason = None, r.text or r.reason_phrase
+            raise ApiError(r.status_code, reason, body)
+        if r.headers.get("content-type", "").startswith("application/json"):
+            return r.json()
+        return r.text
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, run_id: str | None) -> str:
+        rid = run_id or self.run_id
+        if rid is None:
+            raise ApiError(0, "no run: call run() first or pass run_id")
+        return rid
+
+    # --------------------------------------------------------------- requesters
+    def run(self, kind: str = "script", goal: str | None = None) -> dict[str, Any]:
+        """Start a run; later calls use it unless given another ``run_id``."""
+        run: dict[str, Any] = self.request("POST", "/v1/runs", json={"kind": kind,
+                                                                      "goal": goal})
+        self.run_id = run["id"]
+        return run
+
+    def runs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/v1/runs")
+        return result
+
+    def journal(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page = self.request("GET", f"/v1/runs/{self._run(run_id)}/journal",
+                                params={"after": after, "limit": 1000})
+            events.extend(page["events"])
+            if page["next"] is None:
+                return events
+            after = page["next"]
+
+    def submit(self, instrument: str, command: str, *, run_id: str | None = None,
+               wait: float = 0, idempotency_key: str | None = None,
+               **extra: Any) -> dict[str, Any]:
+        """``POST /v1/runs/{id}/scpi`` as is; raises ApiError on a refusal (422)."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        params = {"wait": min(wait, MAX_WAIT_PER_CALL)} if wait else {}
+        body = {"instrument": instrument, "command": command,
+                **{k: v for k, v in extra.items() if v is not None}}
+        result: dict[str, Any] = self.request("POST", f"/v1/runs/{self._run(run_id)}/scpi",
+                                              json=body, params=params, headers=headers)
+        return result
+
+    def query(self, instrument: str, command: str, *, run_id: str | None = None) -> str:
+        """A read: its answer. A command that turns out to be a write raises ApiError."""
+        result = self.submit(instrument, command, run_id=run_id)
+        if result["status"] != "executed" or result.get("takeover"):
+            raise ApiError(202, f"{command!r} is not read-only: it is held as "
+                                f"{result['takeover']['id']}")
+        return str(result.get("response") or "")
+
+    def write(self, instrument: str, command: str, *, wait: float = 0,
+              run_id: str | None = None, rationale: str | None = None,
+              confidence: float | None = None, step_id: str | None = None,
+              idempotency_key: str | None = None) -> Outcome:
+        """Submit a write and wait up to ``wait`` seconds for its decision."""
+        deadline = time.monotonic() + wait
+        result = self.submit(instrument, command, run_id=run_id, wait=wait,
+                             idempotency_key=idempotency_key, rationale=rationale,
+                             confidence=confidence, stepId=step_id)
+        tk = result.get("takeover")
+        if tk is None:
+            return Outcome(status=result["status"], response=result.get("response"))
+        outcome = Outcome.from_takeover(tk, result.get("response"))
+        remaining = deadline - time.monotonic()
+        if outcome.status in UNDECIDED and remaining > 0:
+            outcome = self.wait(tk["id"], remaining)
+        return outcome
+
+    def get(self, request_id: str, *, wait: float = 0) -> dict[str, Any]:
+        params = {"wait": min(wait, MAX_WAIT_PER_CALL)} if wait > 0 else {}
+        result: dict[str, Any] = self.request("GET", f"/v1/takeover/{request_id}",
+                                              params=params)
+        return result
+
+    def wait(self, request_id: str, timeout: float) -> Outcome:
+        """Long-poll a request until it is decided or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tk = self.get(request_id, wait=max(0.0, deadline - time.monotonic()))
+            request_id = tk["id"]
+            if tk["status"] == "stale" and tk.get("supersededBy"):
+                request_id = tk["supersededBy"]
+                continue
+            if tk["status"] not in UNDECIDED or time.monotonic() >= deadline:
+                answer = (tk.get("receipt") or {}).get("detail") or None
+                return Outcome.from_takeover(tk, answer)
+
+    # --------------------------------------------------------------- operators
+    def pending(self, instrument: str | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str] = {"status": "pending"}
+        if instrument:
+            params["instrument"] = instrument
+        result: list[dict[str, Any]] = self.request("GET", "/v1/takeover", params=params)
+        return result
+
+    def grant(self, request_id: str, approve: list[str], *, notes: str = "",
+              edits: dict[str, str] | None = None) -> dict[str, Any]:
+        """Give approvals; returns ``{request, missing, message}``."""
+        run_id = self.get(request_id)["runId"]
+        body: dict[str, Any] = {"approve": approve, "notes": notes}
+        if edits:
+            body["edits"] = edits
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/runs/{run_id}/takeover/{request_id}/grant", json=body)
+        return result
+
+    def deny(self, request_id: str, notes: str) -> dict[str, Any]:
+        run_id = self.get(request_id)["runId"]
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/runs/{run_id}/takeover/{request_id}/deny", json={"notes": notes})
+        return result
+
+    def take_over(self, run_id: str, reason: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/runs/{run_id}/takeover/request", json={"reason": reason})
+        return result
+
+    def release(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"/v1/runs/{run_id}/release")
+        return result
