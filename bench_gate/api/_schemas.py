@@ -27,8 +27,17 @@ __all__ = [
 
 
 class _Camel(BaseModel):
+    """A request body: unknown keys are an error."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
                               extra="forbid")
+
+
+class _Out(BaseModel):
+    """A response body: the core's records may carry more than the API shows."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
+                              extra="ignore")
 
 
 class RunCreate(_Camel):
@@ -36,7 +45,7 @@ class RunCreate(_Camel):
     goal: str | None = Field(default=None, max_length=2000)
 
 
-class RunOut(_Camel):
+class RunOut(_Out):
     id: str
     kind: RunKind
     principal: str
@@ -73,14 +82,14 @@ class DenyBody(_Camel):
     notes: str = Field(min_length=1, max_length=4000)
 
 
-class ApprovalOut(_Camel):
+class ApprovalOut(_Out):
     kind: ApprovalKind
     by: str
     at: datetime
     notes: str
 
 
-class TakeoverOut(_Camel):
+class TakeoverOut(_Out):
     id: str
     run_id: str
     instrument: str
@@ -105,20 +114,20 @@ class TakeoverOut(_Camel):
     handoff: dict[str, Any] | None = None
 
 
-class ScpiOut(_Camel):
+class ScpiOut(_Out):
     status: str
     response: str | None = None
     takeover: TakeoverOut | None = None
     reason: str | None = None
 
 
-class GrantOut(_Camel):
+class GrantOut(_Out):
     request: TakeoverOut
     missing: list[ApprovalKind]
     message: str
 
 
-class InstrumentOut(_Camel):
+class InstrumentOut(_Out):
     name: str
     profile: str
     resource: str

@@ -1,0 +1,81 @@
+"""A real bench-gate server for HTTP tests: uvicorn on a free port, a temporary store, the
+simulated bench (SimBenchThread), and a clock the tests can move forward."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyvisa
+
+from bench_gate.auth import Tokens
+from bench_gate.config import default_config
+from bench_gate.models import now
+from bench_gate.server import ServerThread
+from bench_gate.store import open_store
+from sim_instruments import SimBenchThread
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return now() + self.offset
+
+    def advance(self, **kw: float) -> None:
+        self.offset += timedelta(**kw)
+
+
+@dataclass
+class Bench:
+    url: str
+    sim: SimBenchThread
+    server: ServerThread
+    clock: Clock
+    tokens: dict[str, str]  # who -> secret
+    db: Path
+
+    def http(self, who: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def psu(self, query: str) -> str:
+        """Ask the simulated PSU directly over pyvisa-py, bypassing the gateway."""
+        rm = pyvisa.ResourceManager("@py")
+        try:
+            res: Any = rm.open_resource(self.sim.psu_resource_name, read_termination="\n",
+                                        write_termination="\n")
+            return str(res.query(query)).strip()
+        finally:
+            rm.close()
+
+
+def start_bench(tmp: Path, **policy: Any) -> Iterator[Bench]:
+    with SimBenchThread() as sim:
+        config = default_config(sim.psu_port, sim.dmm_port)
+        for ic in config.instruments:
+            ic.socket_port = 0
+        for key, value in policy.items():
+            setattr(config.policy, key, value)
+        db = tmp / "bench.db"
+        store = open_store(db)
+        tokens = Tokens(store)
+        secrets = {
+            "bot": tokens.create("bot", "requester")[1],
+            "bot2": tokens.create("bot2", "requester")[1],
+            "olga": tokens.create("olga", "operator")[1],
+            "oscar": tokens.create("oscar", "operator")[1],
+            "ada": tokens.create("ada", "admin")[1],
+        }
+        clock = Clock()
+        server = ServerThread(config, store, clock=clock)
+        try:
+            yield Bench(server.url, sim, server, clock, secrets, db)
+        finally:
+            server.close()
+            store.close()
