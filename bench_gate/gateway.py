@@ -63,6 +63,8 @@ from .store import Store
 __all__ = ["Gateway", "GrantResult", "SubmitResult"]
 
 MAX_RETRIES = 8
+#: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
+SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
 
 
@@ -315,6 +317,7 @@ class Gateway:
                          data={"instrument": instrument, "message": message,
                                "rationale": rationale, "confidence": confidence,
                                "step_id": step_id})
+        selected_before = self._selected.get((run.id, inst.config.name))
         try:
             c = await self._classify(run, inst, message)
         except ScpiError as exc:
@@ -340,7 +343,7 @@ class Gateway:
             run.status is RunStatus.TAKEN_OVER and not c.read_only)
         if not held:
             try:
-                response = await self._run_units(inst, list(c.units))
+                response = await self._run_units(inst, list(c.units), selected_before)
             except InstrumentError as exc:
                 self.store.append([received, Event(
                     run_id=run_id, type=EventType.STEP_FAILED,
@@ -381,12 +384,23 @@ class Gateway:
                                                      Status.APPROVED, Status.EXECUTING)
                             else -203, reason=reason)
 
-    async def _run_units(self, inst: Instrument, units: list[Unit]) -> str:
-        """Send canonical units in order on the lane; selections are per run, never sent."""
+    async def _run_units(self, inst: Instrument, units: list[Unit],
+                         selected: int | None = None) -> str:
+        """Send canonical units in order on the lane; selections are per run, never sent,
+        so a selection query is answered from the run's selection, not the instrument's."""
+        nsel = inst.profile.model.select_query
+
         def job(link: Link) -> dict[int, str]:
+            current = selected
             answers: dict[int, str] = {}
             for i, unit in enumerate(units):
                 if unit.effect is Effect.SELECT:
+                    if unit.channel is not None:
+                        current = unit.channel
+                    continue
+                if unit.query and current is not None and nsel and unit.canonical in (
+                        nsel, SELECT_NAME_QUERY):
+                    answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
                     continue
                 if unit.query:
                     answers[i] = link.query(unit.canonical)
