@@ -38,6 +38,8 @@ ERROR_QUEUE_DEPTH = 30
 #: How long one Gateway.wait call lasts before the processor looks again.
 WAIT_SLICE = 5.0
 READ_CHUNK = 65536
+#: How long Doors.close() lets connections wind down before cancelling them.
+CLOSE_TIMEOUT = 5.0
 #: Written bytes buffered before the processor awaits drain().
 HIGH_WATER = 1 << 16
 
@@ -201,6 +203,11 @@ class Connection:
     _busy = False
     _owing = False
     _holding = False
+
+    def hang_up(self) -> None:
+        """End the connection from our side: the reader sees EOF, a held write is cancelled."""
+        self.gone.set()
+        self.writer.close()
 
     # ------------------------------------------------------------------ output
     def _send(self, response: str) -> None:
@@ -401,7 +408,7 @@ class Door:
     config: InstrumentConfig
     allowed: list[str]
     server: asyncio.Server | None = None
-    connections: set[asyncio.Task[None]] = field(default_factory=set)
+    connections: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         inst = self.gateway.instrument(self.config.name)
@@ -418,11 +425,14 @@ class Door:
             return
         task = asyncio.current_task()
         assert task is not None
-        self.connections.add(task)
+        conn = Connection(self, reader, writer, host)
+        self.connections[task] = conn
         try:
-            await Connection(self, reader, writer, host).serve()
+            await conn.serve()
+        except asyncio.CancelledError:
+            pass  # the door is closing; serve() has already cancelled what was pending
         finally:
-            self.connections.discard(task)
+            self.connections.pop(task, None)
 
 
 class Doors:
@@ -442,11 +452,16 @@ class Doors:
             if door.server is not None:
                 door.server.close()
         tasks = [t for door in self._doors.values() for t in door.connections]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for door in self._doors.values():
+            for conn in door.connections.values():
+                conn.hang_up()
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT)
+            for task in late:
+                task.cancel()
+            for task in late:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         for door in self._doors.values():
             if door.server is not None:
                 with contextlib.suppress(Exception):
