@@ -8,6 +8,7 @@ from __future__ import annotations
 import tomllib
 from decimal import Decimal
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -16,6 +17,8 @@ from .errors import InvalidInput
 __all__ = [
     "BenchConfig",
     "ChannelLimits",
+    "ConfidenceConfig",
+    "Costs",
     "InstrumentConfig",
     "PolicyConfig",
     "ServerConfig",
@@ -59,6 +62,37 @@ class PolicyConfig(_Strict):
     two_person_output_enable: bool = False
     #: Every approval must come from someone other than the requester, engineers included.
     independent_approver: bool = False
+    #: A run is suspended after this many denials in a row, or this many in total.
+    denials_in_a_row: int = Field(default=3, ge=1)
+    denials_total: int = Field(default=20, ge=1)
+
+
+class Costs(_Strict):
+    """What a human review costs against what a wrong unattended action costs."""
+
+    review: float = Field(gt=0)
+    wrong: float = Field(gt=0)
+
+
+class ConfidenceConfig(_Strict):
+    """The confidence gate for agent writes a plan would let through (off by default).
+
+    The environment overrides the file: BENCH_GATE_CONFIDENCE_GATE, _THRESHOLD, _ESTIMATOR,
+    _SAMPLES, _CALIBRATE, _ENDPOINT, _MODEL.
+    """
+
+    enabled: bool = False
+    threshold: float = Field(default=0.75, ge=0, le=1)
+    estimator: Literal["verbalization", "self-consistency"] = "verbalization"
+    samples: int = Field(default=5, ge=1)
+    calibrate: bool = False
+    #: The score of a write that states no confidence. Silence is not confidence: 0.
+    fallback: float = Field(default=0.0, ge=0, le=1)
+    #: An OpenAI-compatible chat-completions URL for self-consistency.
+    endpoint: str | None = None
+    model: str = "default"
+    #: Per effect (setpoint, output_enable, state): threshold = 1 - review / wrong.
+    costs: dict[str, Costs] = Field(default_factory=dict)
 
 
 class ServerConfig(_Strict):
@@ -75,6 +109,7 @@ class BenchConfig(_Strict):
     envelope: dict[str, dict[int, ChannelLimits]] = Field(default_factory=dict)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchConfig:

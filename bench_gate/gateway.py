@@ -15,6 +15,9 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pydantic import ValidationError
+
+from .confidence import apply_env, score, threshold_for
 from .config import BenchConfig, InstrumentConfig
 from .errors import (
     GatewayError,
@@ -44,6 +47,7 @@ from .models import (
     now,
     proposal_hash,
 )
+from .plans import Plan, PlanScope, PlanStatus, covers, scope_words
 from .policy import Verdict, approval_for, decide, envelope_breach
 from .scpi import (
     Classification,
@@ -182,6 +186,7 @@ class Gateway:
                           outcome="expired: no decision before "
                                   f"{req.expires_at.isoformat()}; nothing was written"):
                 count += 1
+                self._after_denial(req, "expired")
         return count
 
     # ------------------------------------------------------------------ events
@@ -232,8 +237,8 @@ class Gateway:
     def set_goal(self, run_id: str, goal: str) -> Run:
         run = self.get_run(run_id)
         run.goal = goal
-        self.store.save_run(run, [Event(run_id=run.id, type=EventType.COMMAND_RECEIVED,
-                                        data={"goal": goal, "message": None})])
+        self.store.save_run(run, [Event(run_id=run.id, type=EventType.GOAL_SET,
+                                        data={"goal": goal})])
         return run
 
     def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
@@ -355,12 +360,23 @@ class Gateway:
                       "response": response})])
             return SubmitResult("executed", response=response)
         required = list(decision.required) or [ApprovalKind.STATE]
+        gate_note: dict[str, Any] | None = None
+        unjournaled = [received]
+        if decision.verdict is Verdict.HOLD and run.status is RunStatus.ACTIVE:
+            planned = await self._try_plan(run, inst, message, c, unjournaled,
+                                           rationale=rationale,
+                                           confidence=confidence, step_id=step_id,
+                                           idempotency_key=idempotency_key)
+            if isinstance(planned, TakeoverRequest):
+                return self._result(planned)
+            gate_note = planned
         try:
             req = await self._hold(
                 run, inst, message, c, required,
                 reason=rationale or f"{run.kind.value} {run.principal} asks to run {message!r}",
                 rationale=rationale, confidence=confidence, step_id=step_id,
-                idempotency_key=idempotency_key, timeout=timeout, events=[received])
+                idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
+                gate=gate_note)
         except InstrumentError as exc:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.STEP_FAILED,
@@ -489,6 +505,7 @@ class Gateway:
                     idempotency_key: str | None, timeout: int, events: list[Event],
                     supersedes: TakeoverRequest | None = None,
                     stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
+                    gate: dict[str, Any] | None = None,
                     ) -> TakeoverRequest:
         preliminary = self._actions(inst, c, None)
         snap = await self._snapshot(inst, self._fields(inst, preliminary))
@@ -509,6 +526,9 @@ class Gateway:
         req.handoff = build_handoff(req, run, inst.profile,
                                     self.config.envelope.get(inst.config.name, {}), history,
                                     self._proposed(actions, snap), stale_diff)
+        if gate is not None:
+            req.handoff["confidence_gate"] = gate
+            req.handoff["risk"]["signals"].insert(0, gate["reason"])
         if energize:
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
@@ -553,10 +573,12 @@ class Gateway:
                 req.notes = notes
             if dst in TERMINAL and req.decided_at is None:
                 req.decided_at = self.clock()
+            extra = {"plan_id": req.plan_id} if req.plan_id else {}
             ev = Event(run_id=req.run_id, request_id=req.id, type=event,
-                       data={**data, "status": dst.value})
+                       data={**data, "status": dst.value, **extra})
             if self.store.save_request(req, version, [ev]):
                 self._notify(req)
+                self._after_move(req, dst)
                 return True
             fresh = self.store.get_request(req.id)
             if fresh is None:
@@ -719,6 +741,7 @@ class Gateway:
                           outcome=f"denied by {approver.name}: {notes}", notes=notes):
             raise TransitionError(req.id, req.status.value, "deny")
         self._record_decision(req)
+        self._after_denial(req, f"denied by {approver.name}")
         return req
 
     async def cancel(self, request_id: str, who: Principal, reason: str = "withdrawn"
@@ -762,6 +785,8 @@ class Gateway:
         req = self.get_request(request_id)
         if req.status is not Status.APPROVED:
             return req
+        if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
+            return self._activate_plan(req)
         inst = self.instrument(req.instrument)
         fields = self._fields(inst, req.actions)
         try:
@@ -952,3 +977,297 @@ class Gateway:
             out["channels"][str(ch) if ch is not None else "-"] = {
                 f: snap.values.get(snapshot_key(ch, f)) for f in profile.fields}
         return out
+
+    # ------------------------------------------------------------------ denial limits
+    def _after_denial(self, req: TakeoverRequest, why: str) -> None:
+        """Count denials (an expiry is one); suspend a run that keeps being told no."""
+        if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
+            self._close_plan(req.plan_id, PlanStatus.DENIED)
+        events: list[Event] = []
+        if req.handoff.get("confidence_gate"):
+            events.append(Event(run_id=req.run_id, request_id=req.id,
+                                type=EventType.STEP_FAILED,
+                                data={"reason": f"diverted step {why}", "step_id": req.step_id}))
+        run = self.store.get_run(req.run_id)
+        if run is None:
+            return
+        run.denials_in_a_row += 1
+        run.denials_total += 1
+        policy = self.config.policy
+        if run.status is not RunStatus.SUSPENDED and (
+                run.denials_in_a_row >= policy.denials_in_a_row
+                or run.denials_total >= policy.denials_total):
+            run.status = RunStatus.SUSPENDED
+            reason = (f"{run.denials_in_a_row} denials in a row"
+                      if run.denials_in_a_row >= policy.denials_in_a_row
+                      else f"{run.denials_total} denials in all")
+            run.takeover_reason = f"suspended after {reason}"
+            events.append(Event(run_id=run.id, type=EventType.RUN_SUSPENDED,
+                                data={"reason": run.takeover_reason,
+                                      "in_a_row": run.denials_in_a_row,
+                                      "total": run.denials_total}))
+            self._publish("run", id=run.id, status=run.status.value)
+        self.store.save_run(run, events)
+
+    def _after_move(self, req: TakeoverRequest, dst: Status) -> None:
+        if dst is Status.EXECUTED:
+            run = self.store.get_run(req.run_id)
+            if run is not None and run.denials_in_a_row:
+                run.denials_in_a_row = 0
+                self.store.save_run(run, [])
+        auto = req.handoff.get("auto_step")
+        if auto and dst in TERMINAL:
+            record = self.store.kv_get("auto_steps", req.id)
+            if record is not None:
+                record["outcome"] = dst.value
+                self.store.kv_put("auto_steps", req.id, record)
+
+    # ------------------------------------------------------------------ plans
+    def _plans_of(self, run_id: str) -> list[Plan]:
+        return [Plan.model_validate(p) for p in self.store.kv_list("plans")
+                if p.get("run_id") == run_id]
+
+    def list_plans(self, run_id: str) -> list[Plan]:
+        self.get_run(run_id)
+        plans = self._plans_of(run_id)
+        for plan in plans:
+            self._refresh_plan(plan)
+        return sorted(plans, key=lambda p: p.created_at)
+
+    def get_plan(self, plan_id: str) -> Plan:
+        raw = self.store.kv_get("plans", plan_id)
+        if raw is None:
+            raise NotFound(f"no plan {plan_id!r}")
+        plan = Plan.model_validate(raw)
+        self._refresh_plan(plan)
+        return plan
+
+    def _save_plan(self, plan: Plan) -> None:
+        self.store.kv_put("plans", plan.id, plan.model_dump(mode="json"))
+
+    def _refresh_plan(self, plan: Plan) -> None:
+        if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None and \
+                plan.expires_at <= self.clock():
+            plan.status = PlanStatus.EXPIRED
+            self._save_plan(plan)
+
+    def _close_plan(self, plan_id: str, status: PlanStatus) -> None:
+        raw = self.store.kv_get("plans", plan_id)
+        if raw is not None:
+            plan = Plan.model_validate(raw)
+            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
+                plan.status = status
+                self._save_plan(plan)
+
+    async def request_plan(self, run_id: str, scope: PlanScope | dict[str, Any],
+                           rationale: str | None = None) -> TakeoverRequest:
+        """Ask for a standing plan: a takeover request whose proposal is the plan's scope."""
+        run = self.get_run(run_id)
+        try:
+            scope = PlanScope.model_validate(scope)
+        except ValidationError as exc:
+            raise InvalidInput("plan scope: " + "; ".join(
+                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+            ) from exc
+        inst = self.instrument(scope.instrument)
+        limits = self.config.envelope.get(scope.instrument, {})
+        for ch in scope.channels:
+            if ch not in inst.profile.channels:
+                raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}")
+            bounds = limits.get(ch)
+            hard_v = inst.profile.range_of("voltage", ch)
+            hard_i = inst.profile.range_of("current", ch)
+            vmax = bounds.voltage if bounds is not None and bounds.voltage is not None else (
+                hard_v[1] if hard_v else None)
+            imax = bounds.current if bounds is not None and bounds.current is not None else (
+                hard_i[1] if hard_i else None)
+            if vmax is not None and scope.voltage[1] > vmax:
+                raise InvalidInput(f"plan scope: CH{ch} voltage up to {scope.voltage[1]} V is "
+                                   f"above the bench limit of {vmax} V")
+            if imax is not None and scope.current_max > imax:
+                raise InvalidInput(f"plan scope: CH{ch} current {scope.current_max} A is above "
+                                   f"the bench limit of {imax} A")
+        snap = await self._snapshot(inst, [(ch, f) for ch in scope.channels
+                                           for f, spec in inst.profile.fields.items()
+                                           if not spec.measured])
+        plan_id = _new_id("plan")
+        words = scope_words(scope)
+        actions = [Action(index=i, source=0, text=line, effect="plan", canonical=line,
+                          words=line) for i, line in enumerate(words)]
+        required = [ApprovalKind.SETPOINT] + (
+            [ApprovalKind.OUTPUT_ENABLE] if scope.output_enable else [])
+        created = self.clock()
+        req = TakeoverRequest(
+            id=_new_id("tk"), run_id=run.id, instrument=scope.instrument,
+            message=f"plan: {'; '.join(words)}", actions=actions, required=required,
+            reason=rationale or f"{run.kind.value} {run.principal} asks for a standing plan",
+            rationale=rationale, timeout_minutes=self._timeout(None), created_at=created,
+            expires_at=created + timedelta(minutes=self._timeout(None)), snapshot=snap,
+            proposal_hash=proposal_hash(scope.instrument, [scope.digest(), *words], snap),
+            plan_id=plan_id)
+        history = self.store.recent(run.id, limit=40)
+        req.handoff = build_handoff(req, run, inst.profile, limits, history, dict(snap.values))
+        req.handoff["plan"] = {"id": plan_id, "scope": scope.model_dump(mode="json"),
+                               "words": words}
+        req.handoff["reversibility"] = (
+            "standing approval: writes inside this scope will run without asking again"
+            + (", outputs included" if scope.output_enable else ""))
+        plan = Plan(id=plan_id, run_id=run.id, request_id=req.id, scope=scope,
+                    scope_hash=scope.digest(), created_at=created)
+        self._save_plan(plan)
+        stored = self.store.create_request(req, [Event(
+            run_id=run.id, request_id=req.id, type=EventType.TAKEOVER_REQUESTED,
+            data=req.handoff)])
+        self._notify(stored)
+        return stored
+
+    def _activate_plan(self, req: TakeoverRequest) -> TakeoverRequest:
+        assert req.plan_id is not None
+        plan = self.get_plan(req.plan_id)
+        if plan.scope_hash != plan.scope.digest() or \
+                req.handoff.get("plan", {}).get("scope") != plan.scope.model_dump(mode="json"):
+            self._move(req, Move.FAIL, EventType.STEP_FAILED,
+                       {"reason": "the plan's scope changed after it was shown"},
+                       outcome="failed: the plan's scope is not the one approved")
+            return req
+        if not self._move(req, Move.START, EventType.STEP_STARTED, {"plan_id": plan.id}):
+            return self.get_request(req.id)
+        plan.status = PlanStatus.ACTIVE
+        plan.expires_at = self.clock() + timedelta(minutes=plan.scope.timeout_minutes)
+        plan.approved_by = sorted({a.by for a in req.valid_approvals()})
+        self._save_plan(plan)
+        self.store.append([Event(run_id=req.run_id, request_id=req.id,
+                                 type=EventType.PLAN_ACTIVATED,
+                                 data={"plan_id": plan.id, "by": plan.approved_by,
+                                       "expires_at": plan.expires_at.isoformat(),
+                                       "scope": plan.scope.model_dump(mode="json")})])
+        self._move(req, Move.FINISH, EventType.STEP_COMPLETED, {"plan_id": plan.id},
+                   outcome=f"plan {plan.id} active until {plan.expires_at.isoformat()}")
+        return req
+
+    def revoke_plan(self, plan_id: str, operator: Principal) -> Plan:
+        self._require_operator(operator)
+        plan = self.get_plan(plan_id)
+        if plan.status is PlanStatus.PENDING:
+            with contextlib.suppress(TransitionError):
+                req = self.get_request(plan.request_id)
+                self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                           {"by": operator.name, "reason": "plan revoked"},
+                           outcome="cancelled: the plan was revoked")
+        elif plan.status is not PlanStatus.ACTIVE:
+            raise TransitionError(plan.id, plan.status.value, "revoke")
+        plan.status = PlanStatus.REVOKED
+        plan.revoked_by = operator.name
+        self._save_plan(plan)
+        self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
+                                 data={"plan_id": plan.id, "by": operator.name})])
+        self._publish("plan", id=plan.id, run_id=plan.run_id, status=plan.status.value)
+        return plan
+
+    async def _try_plan(self, run: Run, inst: Instrument, message: str, c: Classification,
+                        unjournaled: list[Event], *, rationale: str | None,
+                        confidence: float | None,
+                        step_id: str | None, idempotency_key: str | None,
+                        ) -> TakeoverRequest | dict[str, Any] | None:
+        """Run a write inside the run's live plan; or say why the gate diverts it; or None."""
+        plans = [p for p in self._plans_of(run.id)
+                 if p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name]
+        if not plans:
+            return None
+        actions = self._actions(inst, c, None)
+        live = await self._snapshot(inst, self._fields(inst, actions))
+        plan = None
+        for candidate in plans:
+            self._refresh_plan(candidate)
+            if candidate.status is PlanStatus.ACTIVE and candidate.writes_left > 0 and \
+                    covers(candidate, inst.config.name, c.units, live.values) is None:
+                plan = candidate
+                break
+        if plan is None:
+            return None
+        gate = apply_env(self.config.confidence)
+        if run.kind is RunKind.AGENT and gate.enabled:
+            kinds = sorted({a.approval.value for a in actions if a.approval is not None})
+            threshold = max((threshold_for(gate, k) for k in kinds), default=gate.threshold)
+            trajectory = [str(e.data.get("message")) for e in self.store.recent(run.id, 20)
+                          if e.type is EventType.COMMAND_RECEIVED]
+            regret = self._regret(",".join(kinds)) if gate.calibrate else 0.0
+            scored = await score(gate, stated=confidence, rationale=rationale,
+                                 action=message, goal=run.goal, trajectory=trajectory,
+                                 regret=regret)
+            divert = scored.value < threshold
+            self.store.append([*unjournaled, Event(
+                run_id=run.id, type=EventType.CONFIDENCE_EVALUATED,
+                data={"score": round(scored.value, 4), "threshold": round(threshold, 4),
+                      "decision": "divert" if divert else "execute", "effect": kinds,
+                      "estimator": scored.estimator, "note": scored.note,
+                      "regret": regret, "step_id": step_id, "message": message})])
+            unjournaled.clear()
+            if divert:
+                return {"reason": f"confidence {scored.value:.2f} < {threshold:.2f}",
+                        "score": scored.value, "threshold": threshold,
+                        "estimator": scored.estimator, "note": scored.note,
+                        "plan_id": plan.id}
+        plan.writes_used += 1
+        if plan.writes_left == 0:
+            plan.status = PlanStatus.EXHAUSTED
+        self._save_plan(plan)
+        required = sorted({a.approval for a in actions if a.approval is not None},
+                          key=list(ApprovalKind).index) or [ApprovalKind.STATE]
+        created = self.clock()
+        req = TakeoverRequest(
+            id=_new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            actions=self._actions(inst, c, live), required=required, status=Status.APPROVED,
+            reason=f"inside plan {plan.id}", step_id=step_id, rationale=rationale,
+            confidence=confidence, idempotency_key=idempotency_key, timeout_minutes=1,
+            created_at=created, expires_at=created + timedelta(minutes=1), snapshot=live,
+            proposal_hash="", plan_id=plan.id)
+        req.proposal_hash = proposal_hash(inst.config.name,
+                                          [a.canonical for a in req.actions], live)
+        by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"
+        req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash)
+                         for k in required]
+        req.handoff = {"command": message, "plan": plan.id, "auto_step": True,
+                       "actions": [a.model_dump(mode="json") for a in req.actions]}
+        events = [*unjournaled]
+        unjournaled.clear()
+        events.append(Event(run_id=run.id, request_id=req.id, type=EventType.APPROVAL_GRANTED,
+                            data={"kinds": [k.value for k in required], "by": by,
+                                  "plan_id": plan.id, "writes_left": plan.writes_left}))
+        stored = self.store.create_request(req, events)
+        if stored.id != req.id:
+            return stored
+        self.store.kv_put("auto_steps", req.id, {
+            "run_id": run.id, "step_id": step_id, "effect": ",".join(
+                k.value for k in required), "outcome": None})
+        return await self._execute(req.id)
+
+    def feedback(self, run_id: str, step_id: str, score_value: int, notes: str = "",
+                 who: Principal | None = None) -> dict[str, Any]:
+        """Feedback on an unattended step (1-5); 2 or less counts as regret."""
+        self.get_run(run_id)
+        if not 1 <= score_value <= 5:
+            raise InvalidInput(f"feedback score must be 1 to 5, not {score_value}")
+        record = {"run_id": run_id, "step_id": step_id, "score": score_value, "notes": notes,
+                  "by": who.name if who else None, "at": self.clock().isoformat()}
+        self.store.kv_put("feedback", f"{run_id}/{step_id}", record)
+        self.store.append([Event(run_id=run_id, type=EventType.FEEDBACK_GIVEN, data=record)])
+        return record
+
+    def _regret(self, effect: str) -> float:
+        """Share of unattended steps of this kind later scored <= 2 or that failed."""
+        try:
+            steps = [s for s in self.store.kv_list("auto_steps") if s.get("effect") == effect
+                     and s.get("outcome") is not None]
+            if len(steps) < 3:
+                return 0.0
+            feedback = {f"{f['run_id']}/{f['step_id']}": f for f in self.store.kv_list("feedback")}
+            bad = 0
+            for step in steps:
+                scored = feedback.get(f"{step['run_id']}/{step['step_id']}")
+                if step["outcome"] in ("failed", "ambiguous") or (
+                        scored is not None and int(scored["score"]) <= 2):
+                    bad += 1
+            return bad / len(steps)
+        except (GatewayError, KeyError, TypeError, ValueError):
+            return 0.0  # fail safe: calibration never blocks a decision on its own error

@@ -102,6 +102,11 @@ class EventType(enum.StrEnum):
     TAKEOVER_RELEASED = "takeover_released"
     RUN_TAKEN_OVER = "run_taken_over"
     CONFIDENCE_EVALUATED = "confidence_evaluated"
+    RUN_SUSPENDED = "run_suspended"
+    PLAN_ACTIVATED = "plan_activated"
+    PLAN_REVOKED = "plan_revoked"
+    FEEDBACK_GIVEN = "feedback_given"
+    GOAL_SET = "goal_set"
 
 
 class Run(BaseModel):
@@ -114,6 +119,9 @@ class Run(BaseModel):
     #: The operator's takeover, while the run is taken over.
     takeover_reason: str | None = None
     takeover_by: str | None = None
+    #: Denials (expiries count) since the last executed write, and in all.
+    denials_in_a_row: int = 0
+    denials_total: int = 0
 
 
 class Action(BaseModel):
@@ -193,6 +201,8 @@ class TakeoverRequest(BaseModel):
     outcome: str | None = None  # one sentence for the requester
     supersedes: str | None = None
     superseded_by: str | None = None
+    #: A plan request's plan, or the plan that let this write through.
+    plan_id: str | None = None
     version: int = 0
 
     def valid_approvals(self) -> list[Approval]:

@@ -1,0 +1,141 @@
+"""Standing plans: one scoped approval for a run's series of writes (a sweep, a ramp).
+
+A plan names an instrument, its channels, a voltage range, a current ceiling, an optional
+largest step, whether output enable is included, a number of writes and an expiry. Inside
+a live plan a write runs without a click, still through the envelope, the live recheck and
+the journal. Anything outside becomes an ordinary takeover request.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from datetime import datetime
+from decimal import Decimal
+
+from pydantic import BaseModel, Field, model_validator
+
+from .scpi import Effect, Unit, format_number
+
+__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "scope_words"]
+
+
+class PlanStatus(enum.StrEnum):
+    PENDING = "pending"  # waiting for its approvals
+    ACTIVE = "active"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+    EXHAUSTED = "exhausted"  # every write used
+    DENIED = "denied"  # its request was denied, expired, or cancelled
+
+
+class PlanScope(BaseModel):
+    instrument: str
+    channels: list[int] = Field(min_length=1)
+    voltage: tuple[Decimal, Decimal]
+    current_max: Decimal = Field(ge=0)
+    max_step: Decimal | None = Field(default=None, gt=0)
+    output_enable: bool = False
+    max_writes: int = Field(ge=1, le=100_000)
+    timeout_minutes: int = Field(default=60, ge=1, le=1440)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PlanScope:
+        if self.voltage[0] > self.voltage[1]:
+            raise ValueError("voltage range must be [min, max] with min <= max")
+        if self.voltage[0] < 0:
+            raise ValueError("voltage range cannot go below 0")
+        return self
+
+    def digest(self) -> str:
+        body = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+class Plan(BaseModel):
+    id: str
+    run_id: str
+    request_id: str
+    scope: PlanScope
+    scope_hash: str
+    status: PlanStatus = PlanStatus.PENDING
+    writes_used: int = 0
+    created_at: datetime
+    expires_at: datetime | None = None
+    approved_by: list[str] = Field(default_factory=list)
+    revoked_by: str | None = None
+
+    @property
+    def writes_left(self) -> int:
+        return max(0, self.scope.max_writes - self.writes_used)
+
+
+def scope_words(scope: PlanScope) -> list[str]:
+    """The scope in words, one line per rule, as the console and CLI show it."""
+    chs = ", ".join(f"CH{c}" for c in scope.channels)
+    lo, hi = (format_number(v) for v in scope.voltage)
+    lines = [
+        f"{scope.instrument} {chs}: voltage setpoints from {lo} V to {hi} V",
+        f"current limit at most {format_number(scope.current_max)} A",
+    ]
+    if scope.max_step is not None:
+        lines.append(f"each voltage step at most {format_number(scope.max_step)} V")
+    lines.append("output enable included: outputs may be switched on while the setpoint is "
+                 "in range" if scope.output_enable else "output enable NOT included")
+    lines.append(f"at most {scope.max_writes} writes, for {scope.timeout_minutes} minutes")
+    return lines
+
+
+def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
+           live: dict[str, str]) -> str | None:
+    """None if every write unit lies inside the plan, else why not (one sentence).
+
+    ``live`` holds the channel state just read (``ch1.voltage``...); units apply in order,
+    so ``VOLT 3,(@1);:OUTP ON,(@1)`` is judged with the new setpoint.
+    """
+    scope = plan.scope
+    if instrument != scope.instrument:
+        return f"the plan covers {scope.instrument}, not {instrument}"
+    state = dict(live)
+    for unit in units:
+        if unit.effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS):
+            continue
+        ch = unit.channel
+        if ch is None or ch not in scope.channels:
+            return f"CH{ch} is not in the plan" if ch is not None else \
+                f"{unit.canonical} is not a channel write the plan covers"
+        value = unit.value
+        if unit.effect is Effect.SETPOINT and isinstance(value, Decimal):
+            if unit.field == "voltage":
+                lo, hi = scope.voltage
+                if not lo <= value <= hi:
+                    return (f"CH{ch} voltage {format_number(value)} V is outside the plan's "
+                            f"{format_number(lo)} to {format_number(hi)} V")
+                before = state.get(f"ch{ch}.voltage")
+                if scope.max_step is not None and before is not None and \
+                        abs(value - Decimal(before)) > scope.max_step:
+                    return (f"CH{ch} step {before} V → {format_number(value)} V is larger than "
+                            f"the plan's {format_number(scope.max_step)} V")
+            elif unit.field == "current":
+                if value > scope.current_max:
+                    return (f"CH{ch} current limit {format_number(value)} A is above the "
+                            f"plan's {format_number(scope.current_max)} A")
+            else:
+                return f"{unit.canonical} is not covered by the plan"
+            state[f"ch{ch}.{unit.field}"] = format_number(value)
+            continue
+        if unit.effect is Effect.OUTPUT:
+            if value is True:
+                if not scope.output_enable:
+                    return "the plan does not include output enable"
+                volts = Decimal(state.get(f"ch{ch}.voltage", "-1"))
+                amps = Decimal(state.get(f"ch{ch}.current", "-1"))
+                lo, hi = scope.voltage
+                if not lo <= volts <= hi or not 0 <= amps <= scope.current_max:
+                    return (f"CH{ch} output enable with setpoint {volts} V / {amps} A outside "
+                            "the plan")
+            state[f"ch{ch}.output"] = "1" if value is True else "0"
+            continue
+        return f"{unit.canonical} ({unit.effect.value}) is not covered by a plan"
+    return None
