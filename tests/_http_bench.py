@@ -46,13 +46,15 @@ class Bench:
 
     def psu(self, query: str) -> str:
         """Ask the simulated PSU directly over pyvisa-py, bypassing the gateway."""
+        # Not rm.close(): pyvisa shares one ResourceManager per backend in a process, and
+        # closing it would close the gateway's own sessions too.
         rm = pyvisa.ResourceManager("@py")
+        res: Any = rm.open_resource(self.sim.psu_resource_name, read_termination="\n",
+                                    write_termination="\n")
         try:
-            res: Any = rm.open_resource(self.sim.psu_resource_name, read_termination="\n",
-                                        write_termination="\n")
             return str(res.query(query)).strip()
         finally:
-            rm.close()
+            res.close()
 
 
 def start_bench(tmp: Path, **policy: Any) -> Iterator[Bench]:
