@@ -1,16 +1,39 @@
 """Where runs, requests, approvals and the journal are kept."""
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._base import Store
 from ._sqlite import MIGRATIONS, SqliteStore
 
-__all__ = ["MIGRATIONS", "SqliteStore", "Store", "open_store"]
+if TYPE_CHECKING:
+    from ._postgres import PostgresStore
+
+__all__ = ["MIGRATIONS", "PostgresStore", "SqliteStore", "Store", "open_store"]
+
+#: URL schemes that select the PostgreSQL store (libpq accepts both).
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def open_store(url: str | Path) -> SqliteStore:
-    """Open a store by path (SQLite file) or ``sqlite:///path`` URL."""
+def open_store(url: str | Path) -> SqliteStore | PostgresStore:
+    """Open a store by URL: ``postgresql://user@host:port/dbname`` (PostgreSQL),
+    ``sqlite:///path`` or a plain path (an SQLite file)."""
     text = str(url)
+    if text.startswith(POSTGRES_SCHEMES):
+        from ._postgres import PostgresStore
+
+        return PostgresStore(text)
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///"):]
     return SqliteStore(text)
+
+
+def __getattr__(name: str) -> object:
+    # ``PostgresStore`` is imported on first use, so SQLite users never load psycopg.
+    if name == "PostgresStore":
+        from ._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,397 @@
+"""PostgreSQL store: the same records and journal as the SQLite store, for several gateways
+(benches) sharing one database.
+
+- psycopg 3 (sync) behind a ``psycopg_pool.ConnectionPool``. Each method is one transaction,
+  and every psycopg or pool error is translated into ``StoreError`` here, at one boundary.
+- A lost connection costs no acknowledged write: a method returns only after its COMMIT, and
+  the pool checks a connection before handing it out, so a dead one is replaced. While the
+  database is down every call raises ``StoreError`` after at most ``pool_timeout`` seconds.
+- The journal's ``seq`` is an identity column. Appends to one run hold a transaction-level
+  advisory lock on that run, so a run's events commit in ``seq`` order and a reader paging
+  with ``after=seq`` never skips an event that commits later with a smaller number.
+- Documents (runs, requests, event data, setpoints, kv) are JSON kept as TEXT, byte for byte
+  what the SQLite store keeps; the columns queried on are real columns, times as TIMESTAMPTZ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from ..errors import StoreError
+from ..models import Event, Run, Status, TakeoverRequest
+from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+
+__all__ = ["MIGRATIONS", "PostgresStore"]
+
+#: Each entry moves the schema one version up, entry for entry the same change as the SQLite
+#: store's ``MIGRATIONS`` (same length, same order). Never edit a released entry: append.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        created_at TIMESTAMPTZ NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE TABLE requests (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        run_id TEXT COLLATE "C" NOT NULL,
+        instrument TEXT COLLATE "C" NOT NULL,
+        status TEXT NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        idempotency_key TEXT COLLATE "C",
+        version INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        UNIQUE (run_id, idempotency_key)
+    );
+    CREATE INDEX requests_status ON requests (status, created_at);
+    CREATE INDEX requests_run ON requests (run_id, created_at);
+    CREATE TABLE journal (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id TEXT COLLATE "C" NOT NULL,
+        request_id TEXT COLLATE "C",
+        type TEXT NOT NULL,
+        at TIMESTAMPTZ NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX journal_run ON journal (run_id, seq);
+    CREATE TABLE setpoints (
+        instrument TEXT COLLATE "C" NOT NULL,
+        channel INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (instrument, channel)
+    );
+    CREATE TABLE kv (
+        tbl TEXT COLLATE "C" NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (tbl, key)
+    );
+    """,
+)
+
+if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error
+    raise RuntimeError(f"PostgreSQL has {len(MIGRATIONS)} migrations, SQLite "
+                       f"{len(SQLITE_MIGRATIONS)}: every schema change needs both dialects")
+
+#: Namespaces (first key) of the two-key advisory locks this store takes.
+_LOCK_MIGRATE = 0x62670001
+_LOCK_JOURNAL = 0x62670002
+
+_SCHEMA_VERSION_TABLE = """
+    CREATE TABLE IF NOT EXISTS schema_version (
+        version INTEGER PRIMARY KEY,
+        applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    )
+"""
+
+Pool = ConnectionPool[psycopg.Connection[TupleRow]]
+
+
+def describe(url: str) -> str:
+    """``host:port/dbname`` of a connection URL, without user or password, for messages."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(unparsable URL)"
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or '?'}"
+
+
+def _lock_key(run_id: str) -> int:
+    """A signed 32-bit key for a run's journal lock (a collision only serializes more)."""
+    digest = hashlib.blake2b(run_id.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class PostgresStore:
+    """The store on PostgreSQL, opened by ``open_store("postgresql://...")``."""
+
+    def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10,
+                 pool_timeout: float = 5.0, connect_timeout: int = 3,
+                 statement_timeout: float = 15.0) -> None:
+        self.url = url
+        self.where = describe(url)
+        self.pool_timeout = pool_timeout
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error as exc:
+            raise StoreError(f"not a PostgreSQL URL: {self.where}: {exc}") from exc
+        options = " ".join(filter(None, [
+            str(params.get("options") or ""), "-c TimeZone=UTC",
+            f"-c statement_timeout={int(statement_timeout * 1000)}",
+            f"-c lock_timeout={int(statement_timeout * 1000)}",
+        ]))
+        kwargs: dict[str, Any] = {
+            "connect_timeout": max(2, connect_timeout),  # libpq's minimum is 2 s
+            "options": options,
+            # A peer that vanishes without a reset (cable, VM gone) fails within seconds.
+            "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+            "keepalives_count": 2, "tcp_user_timeout": int(connect_timeout * 1000 + 5000),
+        }
+        self.last_connect_error = ""
+        store = self
+
+        class _Connection(psycopg.Connection[TupleRow]):
+            """Remembers why the last connection attempt failed, for StoreError's message."""
+
+            @classmethod
+            def connect(cls, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
+                try:
+                    conn = super().connect(*args, **kw)
+                except psycopg.Error as exc:
+                    store.last_connect_error = " ".join(str(exc).split())
+                    raise
+                store.last_connect_error = ""
+                return conn
+
+        try:
+            self._pool: Pool = ConnectionPool(
+                url, connection_class=_Connection, kwargs=kwargs, min_size=pool_min,
+                max_size=pool_max,
+                timeout=pool_timeout, open=True, name=f"bench-gate {self.where}",
+                check=ConnectionPool.check_connection,
+                # Give up a background reconnection soon: the next call starts a fresh one,
+                # so the pool is back within seconds of the database.
+                reconnect_timeout=max(2.0, pool_timeout * 2),
+            )
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open the PostgreSQL store {self.where}: {exc}") from exc
+        try:
+            self.migrate()
+        except BaseException:
+            self._pool.close(timeout=1.0)
+            raise
+
+    # -- the one boundary where psycopg errors become StoreError
+    def _error(self, exc: psycopg.Error) -> StoreError:
+        if isinstance(exc, PoolClosed):
+            return StoreError(f"the PostgreSQL store {self.where} is closed")
+        if isinstance(exc, PoolTimeout):
+            why = self.last_connect_error or "is the database running and reachable?"
+            return StoreError(f"the PostgreSQL store {self.where} is unavailable: no "
+                              f"connection within {self.pool_timeout:g} s ({why})")
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreError(f"lost the PostgreSQL store {self.where}: {exc}; "
+                              "nothing from this call was acknowledged")
+        return StoreError(f"store error ({self.where}): {exc}")
+
+    @contextmanager
+    def _tx(self) -> Iterator[psycopg.Cursor[TupleRow]]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        try:
+            with self._pool.connection() as conn, conn.cursor() as cur:
+                yield cur
+        except psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[TupleRow]:
+        with self._tx() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    # -- schema
+    def schema_version(self) -> int:
+        rows = self._read("SELECT coalesce(max(version), 0) FROM schema_version")
+        return int(rows[0][0])
+
+    def migrate(self) -> None:
+        """Bring the schema to ``len(MIGRATIONS)``; one gateway at a time, all or nothing."""
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_MIGRATE,))
+            cur.execute(_SCHEMA_VERSION_TABLE)
+            cur.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+            row = cur.fetchone()
+            version = int(row[0]) if row else 0
+            if version > len(MIGRATIONS):
+                raise StoreError(f"the store's schema v{version} is newer than this "
+                                 f"gateway's v{len(MIGRATIONS)}")
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                cur.execute(script)
+                cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
+
+    # -- runs
+    def create_run(self, run: Run, events: list[Event]) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO runs (id, created_at, data) VALUES (%s, %s, %s)",
+                        (run.id, run.created_at, run.model_dump_json()))
+            self._append(cur, events)
+
+    def save_run(self, run: Run, events: list[Event]) -> None:
+        with self._tx() as cur:
+            cur.execute("UPDATE runs SET data = %s WHERE id = %s",
+                        (run.model_dump_json(), run.id))
+            self._append(cur, events)
+
+    def get_run(self, run_id: str) -> Run | None:
+        rows = self._read("SELECT data FROM runs WHERE id = %s", (run_id,))
+        return Run.model_validate_json(rows[0][0]) if rows else None
+
+    def list_runs(self, limit: int = 100, offset: int = 0) -> list[Run]:
+        rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id "
+                          "LIMIT %s OFFSET %s", (limit, offset))
+        return [Run.model_validate_json(r[0]) for r in rows]
+
+    # -- requests
+    def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
+        with self._tx() as cur:
+            # ON CONFLICT waits for a concurrent insert of the same key, then yields to it.
+            cur.execute(
+                "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
+                " idempotency_key, version, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (run_id, idempotency_key) DO NOTHING RETURNING id",
+                (req.id, req.run_id, req.instrument, req.status.value, req.created_at,
+                 req.expires_at, req.idempotency_key, req.version, req.model_dump_json()))
+            if cur.fetchone() is None:
+                cur.execute("SELECT data FROM requests WHERE run_id = %s "
+                            "AND idempotency_key = %s", (req.run_id, req.idempotency_key))
+                row = cur.fetchone()
+                if row is None:  # pragma: no cover - the conflicting row cannot vanish
+                    raise StoreError(f"request {req.id}: idempotency conflict with no row")
+                return TakeoverRequest.model_validate_json(row[0])
+            self._append(cur, events)
+        return req
+
+    def save_request(self, req: TakeoverRequest, expected_version: int,
+                     events: list[Event]) -> bool:
+        req.version = expected_version + 1
+        try:
+            with self._tx() as cur:
+                cur.execute(
+                    "UPDATE requests SET status = %s, version = %s, data = %s "
+                    "WHERE id = %s AND version = %s",
+                    (req.status.value, req.version, req.model_dump_json(), req.id,
+                     expected_version))
+                if cur.rowcount != 1:
+                    req.version = expected_version
+                    return False
+                self._append(cur, events)
+        except BaseException:
+            req.version = expected_version
+            raise
+        return True
+
+    def get_request(self, request_id: str) -> TakeoverRequest | None:
+        rows = self._read("SELECT data FROM requests WHERE id = %s", (request_id,))
+        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
+
+    def find_request(self, run_id: str, idempotency_key: str) -> TakeoverRequest | None:
+        rows = self._read("SELECT data FROM requests WHERE run_id = %s "
+                          "AND idempotency_key = %s", (run_id, idempotency_key))
+        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
+
+    def list_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100,
+                      offset: int = 0) -> list[TakeoverRequest]:
+        where: list[str] = []
+        args: list[Any] = []
+        for column, value in (("status", status), ("run_id", run_id),
+                              ("instrument", instrument)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                args.append(str(value))
+        sql = "SELECT data FROM requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, id LIMIT %s OFFSET %s"
+        rows = self._read(sql, (*args, limit, offset))
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]:
+        try:
+            at = datetime.fromisoformat(at_iso)
+        except ValueError as exc:
+            raise StoreError(f"due_for_expiry expects an ISO 8601 time, got {at_iso!r}") \
+                from exc
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        rows = self._read("SELECT data FROM requests WHERE status = 'pending' "
+                          "AND expires_at <= %s", (at,))
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    def unfinished(self) -> list[TakeoverRequest]:
+        rows = self._read("SELECT data FROM requests "
+                          "WHERE status IN ('approved', 'executing')")
+        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+
+    # -- journal
+    def _append(self, cur: psycopg.Cursor[TupleRow], events: list[Event]) -> None:
+        # Lock each run's journal (in a fixed order, so two appends cannot deadlock) before
+        # any seq is drawn: the run's events then commit in seq order.
+        for key in sorted({_lock_key(ev.run_id) for ev in events}):
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_JOURNAL, key))
+        for ev in events:
+            cur.execute(
+                "INSERT INTO journal (run_id, request_id, type, at, data) "
+                "VALUES (%s, %s, %s, %s, %s) RETURNING seq",
+                (ev.run_id, ev.request_id, ev.type.value, ev.at,
+                 json.dumps(ev.data, default=str)))
+            row = cur.fetchone()
+            ev.seq = int(row[0]) if row else 0
+
+    def append(self, events: list[Event]) -> list[Event]:
+        with self._tx() as cur:
+            self._append(cur, events)
+        return events
+
+    def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
+        rows = self._read(
+            "SELECT seq, run_id, request_id, type, at, data FROM journal "
+            "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s", (run_id, after, limit))
+        return [_event(r) for r in rows]
+
+    def recent(self, run_id: str, limit: int = 40) -> list[Event]:
+        """The run's last ``limit`` events, oldest first."""
+        rows = self._read(
+            "SELECT seq, run_id, request_id, type, at, data FROM journal "
+            "WHERE run_id = %s ORDER BY seq DESC LIMIT %s", (run_id, limit))
+        return [_event(r) for r in reversed(rows)]
+
+    # -- approved setpoints
+    def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
+        rows = self._read("SELECT data FROM setpoints WHERE instrument = %s AND channel = %s",
+                          (instrument, channel))
+        return dict(json.loads(rows[0][0])) if rows else None
+
+    def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO setpoints (instrument, channel, data) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (instrument, channel) DO UPDATE SET data = EXCLUDED.data",
+                        (instrument, channel, json.dumps(data, default=str)))
+
+    # -- small keyed tables (tokens, plans...)
+    def kv_get(self, table: str, key: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT data FROM kv WHERE tbl = %s AND key = %s", (table, key))
+        return dict(json.loads(rows[0][0])) if rows else None
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO kv (tbl, key, data) VALUES (%s, %s, %s) "
+                        "ON CONFLICT (tbl, key) DO UPDATE SET data = EXCLUDED.data",
+                        (table, key, json.dumps(data, default=str)))
+
+    def kv_list(self, table: str) -> list[dict[str, Any]]:
+        rows = self._read("SELECT data FROM kv WHERE tbl = %s ORDER BY key", (table,))
+        return [dict(json.loads(r[0])) for r in rows]
+
+    def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._read("SELECT key, data FROM kv WHERE tbl = %s ORDER BY key", (table,))
+        return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
+
+    def close(self) -> None:
+        self._pool.close(timeout=2.0)
+
+
+def _event(row: TupleRow) -> Event:
+    return Event(seq=row[0], run_id=row[1], request_id=row[2], type=row[3], at=row[4],
+                 data=json.loads(row[5]))
