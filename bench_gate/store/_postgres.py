@@ -146,7 +146,7 @@ class PostgresStore:
             """Remembers why the last connection attempt failed, for StoreError's message."""
 
             @classmethod
-            def connect(cls, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
+            def connect(cls, *args: Any, **kw: Any) -> Any:
                 try:
                     conn = super().connect(*args, **kw)
                 except psycopg.Error as exc:
