@@ -47,6 +47,7 @@ RE_NONDECIMAL = {
     "Q": (re.compile(r"[0-7]+"), 8),
     "B": (re.compile(r"[01]+"), 2),
 }
+RE_NOT_PRINTABLE = re.compile(r"[^\t\x20-\x7e]")
 RE_CHANNEL_ITEM = re.compile(r"[ \t]*(\d{1,4})(?:[ \t]*:[ \t]*(\d{1,4}))?[ \t]*")
 
 
@@ -130,14 +131,14 @@ def _normalize(src: str) -> str:
             src[:80],
             MAX_MESSAGE_LENGTH,
         )
-    for pos, ch in enumerate(src):
-        code = ord(ch)
+    bad = RE_NOT_PRINTABLE.search(src)
+    if bad is not None:
+        pos, ch = bad.start(), bad.group()
         if ch in "\r\n":
             raise ScpiSyntaxError(
                 -102, "a line break inside a message: send one message per line", src, pos
             )
-        if code > 0x7E or (code < 0x20 and ch != "\t"):
-            raise ScpiSyntaxError(-101, f"character {ch!r} (0x{code:02X}) is not allowed", src, pos)
+        raise ScpiSyntaxError(-101, f"character {ch!r} (0x{ord(ch):02X}) is not allowed", src, pos)
     return src
 
 

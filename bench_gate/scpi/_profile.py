@@ -153,6 +153,7 @@ class Entry:
 RE_NODE = re.compile(r"^(\[)?:?([A-Za-z*][A-Za-z]*)(#)?(\])?$")
 
 
+@functools.lru_cache(maxsize=1024)
 def _parse_pattern(pattern: str) -> tuple[Node, ...]:
     """``[SOURce:]VOLTage[:LEVel]`` -> nodes; upper-case letters are the short form."""
     if pattern.startswith("*"):
@@ -192,8 +193,13 @@ def _spellings(nodes: tuple[Node, ...]) -> list[tuple[tuple[str, ...], tuple[Nod
 
 
 def canonical_header(command: CommandSpec) -> str:
-    nodes = _parse_pattern(command.header)
-    if command.header.startswith("*"):
+    return _canonical_header(command.header)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_header(pattern: str) -> str:
+    nodes = _parse_pattern(pattern)
+    if pattern.startswith("*"):
         return "*" + nodes[0].short
     return ":".join(n.short for n in nodes if not n.optional)
 
