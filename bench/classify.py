@@ -1,0 +1,135 @@
+"""Messages per second: bench_gate.scpi against labmcp-scpi's CommandPolicy, same messages.
+
+    python bench/classify.py [--seconds 1.0]
+
+Three columns, measured side by side in one run on a fixed mix of realistic messages:
+
+- ours, uncached: a full parse and classification of every message (``_Resolver`` directly,
+  bypassing the per-message ``lru_cache``), then the read-only decision;
+- ours, cached: ``is_read_only`` as the gateway calls it, after one warm-up pass;
+- theirs: ``labmcp_scpi.policy.CommandPolicy``: ``is_safe_query`` (its read-only decision),
+  then ``check_command`` (its write check, with a typical denylist) for what is not a query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+from bench_gate.scpi import get_profile, is_read_only
+from bench_gate.scpi._classify import _Resolver
+
+PROFILE = "e36312a"
+
+#: What drivers and people send to a triple-output supply: reads, setpoints, compounds.
+MESSAGES: tuple[str, ...] = (
+    "*IDN?",
+    "*OPC?",
+    "SYST:ERR?",
+    "MEAS:VOLT? (@1)",
+    "MEAS:CURR? (@2)",
+    ":MEASure:SCALar:VOLTage:DC? (@3)",
+    "VOLT? (@1)",
+    "CURR? MAX,(@2)",
+    "OUTP? (@1)",
+    "INST:NSEL 2;:MEAS:VOLT?",
+    "MEAS:VOLT? (@1);CURR? (@1)",
+    "VOLT 5,(@1)",
+    "SOUR:VOLT:LEV:IMM:AMPL 12.5,(@2)",
+    "CURR 100mA,(@1)",
+    "VOLT 5000mV,(@1);:CURR 0.1A,(@1)",
+    "APPL CH1,5,0.1",
+    "OUTP ON,(@1)",
+    "OUTP:STAT? (@1);STAT ON,(@1)",
+    "VOLT:PROT 6.5,(@1)",
+    "*RST;*CLS",
+    "*TST?",
+    "MEAS:VOLT? (@1);:OUTP ON,(@1)",
+)
+
+THEIR_OPTIONS = {
+    "write_denylist": r"^OUTP\d*(:STAT)? (?!OFF\b)|^\*RST|^CAL|^SYST:SEC",
+}
+
+
+def ours_uncached() -> Callable[[str], bool]:
+    profile = get_profile(PROFILE)
+
+    def decide(message: str) -> bool:
+        return _Resolver(message, profile, None).run().read_only
+
+    return decide
+
+
+def ours_cached() -> Callable[[str], bool]:
+    def decide(message: str) -> bool:
+        return is_read_only(message, profile=PROFILE)
+
+    return decide
+
+
+def theirs() -> Callable[[str], bool]:
+    from labmcp_scpi.policy import CommandPolicy, CommandRefused
+
+    policy = CommandPolicy.from_options(THEIR_OPTIONS)
+
+    def decide(message: str) -> bool:
+        if policy.is_safe_query(message):
+            return True
+        try:
+            policy.check_command(message)
+        except CommandRefused:
+            pass
+        return False
+
+    return decide
+
+
+def rate(decide: Callable[[str], bool], seconds: float) -> float:
+    """Messages per second over the fixed mix, best of three runs of ``seconds`` / 3."""
+    for message in MESSAGES:  # warm-up (fills our cache for the cached column)
+        decide(message)
+    best = 0.0
+    for _ in range(3):
+        count = 0
+        start = time.perf_counter()
+        deadline = start + seconds / 3
+        while True:
+            for message in MESSAGES:
+                decide(message)
+            count += len(MESSAGES)
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+        best = max(best, count / (now - start))
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per column")
+    args = parser.parse_args(argv)
+
+    columns = {
+        "bench_gate.scpi, uncached (full parse)": ours_uncached(),
+        "bench_gate.scpi, cached (is_read_only)": ours_cached(),
+        "labmcp_scpi CommandPolicy": theirs(),
+    }
+    rates = {name: rate(decide, args.seconds) for name, decide in columns.items()}
+    ours_u, ours_c, their = rates.values()
+
+    print(f"{len(MESSAGES)} messages, profile {PROFILE}, Python {platform.python_version()}")
+    width = max(len(n) for n in rates)
+    print(f"{'':{width}}  {'msg/s':>12}  {'µs/msg':>8}")
+    for name, r in rates.items():
+        print(f"{name:{width}}  {r:12,.0f}  {1e6 / r:8.2f}")
+    print(f"ours uncached / theirs: {ours_u / their:6.2f}x")
+    print(f"ours cached   / theirs: {ours_c / their:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
