@@ -1,0 +1,260 @@
+"""How fast is a query through the socket door? One run, four paths, the same question.
+
+    python bench/proxy.py [-n 2000]
+
+Each path asks ``VOLT? (@1)`` of the simulated E36312A, sequentially, from one pyvisa
+client, and reports queries per second and latency p50/p99, as a ratio to the relay floor:
+
+  direct        pyvisa-sim in this process: no socket at all (the floor of the floor)
+  relay         a minimal asyncio byte relay in front of the SimBench raw-socket PSU
+  gateway       the gateway's socket door (Gateway + SQLite journal + lane + pyvisa-py)
+  pyvisa-proxy  the PyPI package pyvisa-proxy serving the same YAML (a peer)
+
+It also prints where the gateway's time goes: one ``Gateway.submit`` in-process, one journal
+append (SQLite, WAL, synchronous=FULL) and the lane round trip alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyvisa
+
+from bench_gate.auth import Tokens
+from bench_gate.config import default_config
+from bench_gate.gateway import Gateway
+from bench_gate.models import Event, EventType, Principal, Role
+from bench_gate.proxy import start_doors
+from bench_gate.store import SqliteStore
+from sim_instruments import (
+    PSU_RESOURCE,
+    SimBenchThread,
+    bench_yaml_path,
+    open_fresh_resource_manager,
+)
+
+T = TypeVar("T")
+QUERY = "VOLT? (@1)"
+PROXY_START_ATTEMPTS = 20
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread, for the servers under test."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def start_relay(upstream: tuple[str, int]) -> asyncio.Server:
+    """The minimal relay: bytes in, bytes out, one upstream connection per client."""
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*upstream)
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer),
+                             return_exceptions=True)
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def measure(query: Callable[[], str], n: int) -> dict[str, float]:
+    for _ in range(min(100, n)):
+        query()
+    lat = []
+    start = time.perf_counter()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        query()
+        lat.append(time.perf_counter() - t0)
+    total = time.perf_counter() - start
+    lat.sort()
+    return {"qps": n / total, "p50": statistics.median(lat) * 1e3,
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3}
+
+
+def socket_client(rm: pyvisa.ResourceManager, port: int) -> Any:
+    return rm.open_resource(f"TCPIP0::127.0.0.1::{port}::SOCKET", read_termination="\n",
+                            write_termination="\n", timeout=5000)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_pyvisa_proxy(tmp: Path) -> tuple[subprocess.Popen[bytes] | None, Any, str]:
+    """pyvisa-proxy's server in a subprocess serving a copy of the same YAML, and a client."""
+    try:
+        import pyvisa_proxy  # noqa: F401
+    except ImportError:
+        return None, None, "not installed (pip install pyvisa-proxy)"
+    yaml = tmp / "bench.yaml"
+    shutil.copyfile(bench_yaml_path(), yaml)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyvisa_proxy", "--port", str(port), "--backend", f"{yaml}@sim"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    last = ""
+    for _ in range(PROXY_START_ATTEMPTS):
+        if proc.poll() is not None:
+            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")
+            return None, None, f"server exited: {err.strip().splitlines()[-1:]}"
+        try:
+            rm = pyvisa.ResourceManager(f"127.0.0.1:{port}@proxy")
+            res = rm.open_resource(PSU_RESOURCE, read_termination="\n",
+                                   write_termination="\n", timeout=5000)
+            res.query(QUERY)
+            return proc, res, ""
+        except Exception as exc:  # any failure to come up is reported, not raised
+            last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.5)
+    proc.terminate()
+    return None, None, f"could not connect: {last}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="queries per path")
+    args = parser.parse_args()
+    n = args.n
+    results: dict[str, dict[str, float] | str] = {}
+    notes: list[str] = []
+
+    direct_rm = open_fresh_resource_manager()
+    direct = direct_rm.open_resource(PSU_RESOURCE, read_termination="\n",
+                                     write_termination="\n")
+    results["direct (pyvisa-sim)"] = measure(lambda: direct.query(QUERY), n)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    loop = LoopThread()
+    rm = pyvisa.ResourceManager("@py")
+    with SimBenchThread() as sim:
+        relay = loop.run(start_relay(("127.0.0.1", sim.psu_port)))
+        relay_port = relay.sockets[0].getsockname()[1]
+        rc = socket_client(rm, relay_port)
+        results["relay (asyncio)"] = measure(lambda: rc.query(QUERY), n)
+        rc.close()
+
+        config = default_config(sim.psu_port, sim.dmm_port)
+        for ic in config.instruments:
+            ic.socket_port = 0
+        store = SqliteStore(tmp / "bench.db")
+        gateway = Gateway(config, store)
+
+        async def up() -> Any:
+            await gateway.start()
+            return await start_doors(gateway, Tokens(store), config)
+
+        doors = loop.run(up())
+        gc = socket_client(rm, doors.addresses["psu"][1])
+        results["gateway (socket door)"] = measure(lambda: gc.query(QUERY), n)
+        gc.close()
+
+        # Where the gateway's time goes, in-process on the same loop.
+        principal = Principal(name="bench", role=Role.REQUESTER)
+        run = gateway.create_run(principal, "script")
+
+        async def timed(fn: Callable[[], Coroutine[Any, Any, Any]], count: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(count):
+                await fn()
+            return (time.perf_counter() - t0) / count * 1e6
+
+        inst = gateway.instrument("psu")
+        k = min(n, 1000)
+        submit_us = loop.run(timed(lambda: gateway.submit(run.id, "psu", QUERY), k))
+        lane_us = loop.run(timed(lambda: inst.lane.run(lambda link: link.query(QUERY)), k))
+        t0 = time.perf_counter()
+        for _ in range(k):
+            store.append([Event(run_id=run.id, type=EventType.COMMAND_RECEIVED,
+                                data={"message": QUERY}),
+                          Event(run_id=run.id, type=EventType.READ_EXECUTED,
+                                data={"message": QUERY, "response": "+0"})])
+        append_us = (time.perf_counter() - t0) / k * 1e6
+        notes.append(f"in-process: Gateway.submit {submit_us:.0f} µs, lane round trip alone "
+                     f"{lane_us:.0f} µs, journal append (2 events, one fsync'd commit) "
+                     f"{append_us:.0f} µs")
+
+        async def down() -> None:
+            await doors.close()
+            await gateway.close()
+
+        loop.run(down())
+        store.close()
+        relay.close()
+
+    proc, proxy_res, why = start_pyvisa_proxy(tmp)
+    if proxy_res is not None:
+        try:
+            results["pyvisa-proxy"] = measure(lambda: proxy_res.query(QUERY), n)
+        except Exception as exc:  # report, don't crash the whole benchmark
+            results["pyvisa-proxy"] = f"failed while measuring: {type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):
+            proxy_res.close()
+    else:
+        results["pyvisa-proxy"] = f"not measured: {why}"
+    if proc is not None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+    loop.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    floor = results["relay (asyncio)"]
+    assert isinstance(floor, dict)
+    print(f"{n} sequential {QUERY!r} queries per path (python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} cpus)\n")
+    print(f"{'path':24} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p50/relay':>10} "
+          f"{'q/s relay/path':>15}")
+    for name, r in results.items():
+        if isinstance(r, str):
+            print(f"{name:24} {r}")
+            continue
+        print(f"{name:24} {r['qps']:8.0f} {r['p50']:8.3f} {r['p99']:8.3f} "
+              f"{r['p50'] / floor['p50']:9.2f}x {floor['qps'] / r['qps']:14.2f}x")
+    print()
+    for note in notes:
+        print(note)
+    gw = results["gateway (socket door)"]
+    px = results["pyvisa-proxy"]
+    if isinstance(gw, dict):
+        ratio = floor["qps"] / gw["qps"]
+        print(f"goal: gateway within 1.3x of the relay floor: {ratio:.2f}x -> "
+              f"{'met' if ratio <= 1.3 else 'NOT met'}")
+        if isinstance(px, dict):
+            print(f"goal: gateway faster than pyvisa-proxy: {gw['qps']:.0f} vs {px['qps']:.0f} "
+                  f"q/s -> {'met' if gw['qps'] > px['qps'] else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
