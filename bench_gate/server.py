@@ -95,6 +95,7 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted
         sock.bind((host, port))
         sock.listen(1024)
         bound = sock.getsockname()[1]
