@@ -82,7 +82,11 @@ class PgCluster:
         if bindir is None:
             raise FileNotFoundError("no PostgreSQL binaries (initdb, pg_ctl)")
         cluster = cls(bindir)
-        cluster.start()
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.destroy()
+            raise
         return cluster
 
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -119,7 +123,9 @@ class PgCluster:
         """Create an empty database and return its URL."""
         name = "t_" + uuid.uuid4().hex[:12]
         with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"'.encode())
+            # FILE_COPY (PostgreSQL 15+) is much quicker than WAL_LOG for a tiny database.
+            fast = " STRATEGY = FILE_COPY" if conn.info.server_version >= 150000 else ""
+            conn.execute(f'CREATE DATABASE "{name}"{fast}'.encode())
         return self.url_for(name)
 
     def destroy(self) -> None:
