@@ -46,7 +46,7 @@ def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
 
 @router.get("", response_model=list[RunOut])
 def list_runs(who: Caller, gw: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-              offset: Annotated[int, Query(ge=0)] = 0) -> list[RunOut]:
+              offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[RunOut]:
     runs = gw.store.list_runs(limit=limit, offset=offset)
     return [run_out(r) for r in runs if can_operate(who) or r.principal == who.name]
 
@@ -58,7 +58,7 @@ def get_run(run_id: str, who: Caller, gw: GatewayDep) -> RunOut:
 
 @router.get("/{run_id}/journal")
 def journal(run_id: str, who: Caller, gw: GatewayDep,
-            after: Annotated[int, Query(ge=0, description="events after this seq")] = 0,
+            after: Annotated[int, Query(ge=0, le=2**62, description="events after this seq")] = 0,
             limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
     """The run's journal, oldest first; pass ``next`` as ``after`` for the next page."""
     own_run(gw, run_id, who)
@@ -113,7 +113,7 @@ def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
 @router.get("/{run_id}/takeover", response_model=list[TakeoverOut])
 def run_requests(run_id: str, who: Caller, gw: GatewayDep, status: Status | None = None,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                 offset: Annotated[int, Query(ge=0)] = 0) -> list[TakeoverOut]:
+                 offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[TakeoverOut]:
     own_run(gw, run_id, who)
     return [takeover_out(r) for r in gw.list_requests(status, run_id, None, limit, offset)]
 

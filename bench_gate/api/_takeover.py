@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1/takeover", tags=["takeover"])
 def queue(who: Operator, gw: GatewayDep, status: Status | None = None,
           instrument: str | None = None,
           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-          offset: Annotated[int, Query(ge=0)] = 0) -> list[TakeoverOut]:
+          offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[TakeoverOut]:
     return [takeover_out(r) for r in gw.list_requests(status, None, instrument, limit, offset)]
 
 
