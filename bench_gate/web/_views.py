@@ -1,0 +1,283 @@
+"""What the console pages show, computed from the core's records: pure functions only.
+
+Diff rows (shown, live now, proposed), editable setpoints with their limits, badges,
+the journal as a waterfall, and the small SVG plots of measured values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ..config import ChannelLimits
+from ..models import ApprovalKind, Event, TakeoverRequest
+from ..scpi import Profile
+
+__all__ = [
+    "DiffRow",
+    "EditField",
+    "Waterfall",
+    "badges",
+    "check_edit",
+    "diff_rows",
+    "edit_fields",
+    "flatten",
+    "relevant",
+    "show",
+    "sparkline",
+    "waterfall",
+]
+
+KIND_WORDS = {
+    ApprovalKind.SETPOINT: "the setpoint",
+    ApprovalKind.OUTPUT_ENABLE: "the output enable",
+    ApprovalKind.STATE: "the state change",
+}
+
+
+def show(profile: Profile | None, key: str, value: str | None) -> str:
+    """A stored value as a person reads it: ``3.300 V``, ``ON``."""
+    if value is None:
+        return "—"
+    name = key.split(".", 1)[-1]
+    spec = profile.fields.get(name) if profile is not None else None
+    if spec is None:
+        return value
+    if spec.type == "boolean":
+        return "ON" if value in ("1", "ON", "True", "true") else "OFF"
+    if spec.type == "number":
+        try:
+            return f"{Decimal(value):.3f} {spec.unit}".strip()
+        except InvalidOperation:
+            return value
+    return value
+
+
+def label(profile: Profile | None, key: str) -> str:
+    ch, _, name = key.partition(".")
+    if not name:
+        ch, name = "", key
+    spec = profile.fields.get(name) if profile is not None else None
+    words = spec.label if spec is not None else name
+    return f"{ch.upper()} {words}".strip()
+
+
+def flatten(state: dict[str, Any]) -> dict[str, str]:
+    """``live_state`` output as snapshot keys: ``{"ch1.voltage": "3.3", ...}``."""
+    out: dict[str, str] = {}
+    for ch, fields in state.get("channels", {}).items():
+        for name, value in fields.items():
+            if value is None:
+                continue
+            out[name if ch == "-" else f"ch{ch}.{name}"] = str(value)
+    return out
+
+
+def relevant(req: TakeoverRequest, live: dict[str, str]) -> dict[str, str]:
+    """The live values of the fields this request was judged against."""
+    return {k: live[k] for k in req.snapshot.values if k in live}
+
+
+@dataclass(frozen=True, slots=True)
+class DiffRow:
+    key: str
+    label: str
+    shown: str  # at the time of the request (the snapshot the approval binds to)
+    live: str  # read live when this page was rendered
+    proposed: str
+    changes: bool  # the request changes this field
+    drifted: bool  # the instrument changed since the request was made
+
+
+def diff_rows(req: TakeoverRequest, profile: Profile | None,
+              live: dict[str, str] | None) -> list[DiffRow]:
+    proposed: dict[str, str] = dict(req.handoff.get("proposed") or {})
+    snap = req.snapshot.values
+    keys = sorted(set(snap) | set(proposed))
+    rows = []
+    for key in keys:
+        old = snap.get(key)
+        new = proposed.get(key, old)
+        now_value = live.get(key) if live is not None else None
+        rows.append(DiffRow(
+            key=key, label=label(profile, key), shown=show(profile, key, old),
+            live=show(profile, key, now_value) if live is not None else "(not read)",
+            proposed=show(profile, key, new), changes=new != old,
+            drifted=live is not None and now_value != old))
+    rows.sort(key=lambda r: (not r.changes, r.key))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class EditField:
+    key: str  # "CH1.voltage", the core's edit key
+    label: str
+    value: str
+    unit: str
+    low: Decimal
+    high: Decimal
+    limit_note: str
+
+
+def _limits(profile: Profile | None, limits: dict[int, ChannelLimits], channel: int,
+            name: str) -> tuple[Decimal, Decimal, str]:
+    low, high, note = Decimal(0), Decimal("1e9"), "no limit known"
+    hard = profile.range_of(name, channel) if profile is not None else None
+    if hard is not None:
+        low, high, note = hard[0], hard[1], f"instrument range {hard[0]}–{hard[1]}"
+    bench = getattr(limits.get(channel), name, None) if channel in limits else None
+    if isinstance(bench, Decimal) and bench < high:
+        high, note = bench, f"bench envelope ≤ {bench}"
+    return low, high, note
+
+
+def edit_fields(req: TakeoverRequest, profile: Profile | None,
+                limits: dict[int, ChannelLimits]) -> list[EditField]:
+    """The setpoints a decider may change in place before approving."""
+    out: list[EditField] = []
+    seen: set[str] = set()
+    for a in req.actions:
+        if a.effect != "setpoint" or a.channel is None or a.field not in ("voltage", "current") \
+                or a.new is None:
+            continue
+        key = f"CH{a.channel}.{a.field}"
+        if key in seen:
+            continue
+        seen.add(key)
+        low, high, note = _limits(profile, limits, a.channel, a.field)
+        spec = profile.fields.get(a.field) if profile is not None else None
+        out.append(EditField(key=key, label=label(profile, f"ch{a.channel}.{a.field}"),
+                             value=a.new, unit=spec.unit if spec is not None else "",
+                             low=low, high=high, limit_note=note))
+    return out
+
+
+def check_edit(field: EditField, raw: str) -> tuple[str | None, str | None]:
+    """(the value to send, or None if unchanged; an error in words, or None)."""
+    text = raw.strip()
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None, f"{field.label}: {text!r} is not a number"
+    if not value.is_finite():
+        return None, f"{field.label}: {text!r} is not a number"
+    if value < field.low or value > field.high:
+        return None, (f"{field.label}: {value} {field.unit} is outside {field.low}–"
+                      f"{field.high} {field.unit} ({field.limit_note})")
+    try:
+        unchanged = value == Decimal(field.value)
+    except InvalidOperation:
+        unchanged = False
+    return (None if unchanged else text), None
+
+
+def badges(req: TakeoverRequest) -> list[tuple[str, str]]:
+    """(css class, words) for the queue and the request page."""
+    out: list[tuple[str, str]] = []
+    if any(a.approval is ApprovalKind.OUTPUT_ENABLE for a in req.actions):
+        out.append(("energize", "TURNS OUTPUT ON"))
+    touched = {a.channel for a in req.actions if a.channel is not None}
+    live = sorted(int(k[2:].split(".")[0]) for k, v in req.snapshot.values.items()
+                  if k.startswith("ch") and k.endswith(".output") and v == "1")
+    live_touched = [c for c in live if c in touched or not touched]
+    if live_touched:
+        out.append(("live", "OUTPUT LIVE: " + ", ".join(f"CH{c}" for c in live_touched)))
+    if req.handoff.get("plan"):
+        out.append(("plan", "STANDING PLAN"))
+    if req.handoff.get("stale_diff"):
+        out.append(("stale", "RESUBMITTED AFTER A CHANGE"))
+    return out
+
+
+def what_changes(req: TakeoverRequest) -> str:
+    words = [a.words or a.canonical for a in req.actions if a.effect not in ("read", "select")]
+    return "; ".join(words) or req.message
+
+
+@dataclass(frozen=True, slots=True)
+class Waterfall:
+    at: datetime
+    offset: float  # seconds since the first row
+    left: float  # percent
+    kind: str
+    who: str
+    text: str
+    request_id: str | None
+    data: dict[str, Any]
+
+
+def _event_text(e: Event) -> str:
+    d = e.data
+    if e.type.value == "command_received":
+        return str(d.get("message"))
+    if e.type.value == "takeover_requested":
+        return f"held for approval: {d.get('command')} (needs {', '.join(d.get('required', []))})"
+    if e.type.value == "approval_granted":
+        kinds = d.get("kind") or ", ".join(d.get("kinds", []))
+        return f"approved {kinds}" + (f": {d['notes']}" if d.get("notes") else "")
+    if e.type.value == "takeover_denied":
+        return f"denied: {d.get('notes')}"
+    if e.type.value == "proposal_edited":
+        return (f"edited {d.get('edits')}: {'; '.join(d.get('old_commands', []))} → "
+                f"{'; '.join(d.get('new_commands', []))}")
+    if e.type.value == "step_completed":
+        receipt = d.get("receipt") or {}
+        return "executed: " + "; ".join(receipt.get("sent", [])) if receipt else "completed"
+    if e.type.value in ("step_failed", "write_refused"):
+        return str(d.get("reason"))
+    if e.type.value == "takeover_stale":
+        diff = d.get("diff") or {}
+        return "stale: " + ", ".join(f"{k} {v.get('shown')} → {v.get('live')}"
+                                     for k, v in diff.items())
+    if e.type.value == "read_executed":
+        return f"{d.get('message')} → {d.get('response')}"
+    return ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("status",) and v)[:200]
+
+
+def waterfall(events: Iterable[Event], principal: str,
+              views: Iterable[dict[str, Any]] = ()) -> list[Waterfall]:
+    """The run's journal, plus the console's record of what was shown to whom, in time."""
+    rows: list[tuple[datetime, str, str, str, str | None, dict[str, Any]]] = []
+    for e in events:
+        who = str(e.data.get("by") or (principal if e.type.value in (
+            "command_received", "run_created", "goal_set") else "gateway"))
+        rows.append((e.at, e.type.value, who, _event_text(e), e.request_id, e.data))
+    for v in views:
+        rows.append((datetime.fromisoformat(str(v["at"])), "console_" + str(v["action"]),
+                     str(v["who"]), f"console showed {v['request_id']} to {v['who']}: "
+                     f"{v.get('summary', '')}", str(v["request_id"]), v))
+    rows.sort(key=lambda r: r[0])
+    if not rows:
+        return []
+    start, end = rows[0][0], rows[-1][0]
+    span = max((end - start).total_seconds(), 1e-3)
+    return [Waterfall(at=at, offset=(at - start).total_seconds(),
+                      left=round((at - start).total_seconds() / span * 92, 2), kind=kind,
+                      who=who, text=text, request_id=rid, data=data)
+            for at, kind, who, text, rid, data in rows]
+
+
+def sparkline(points: list[float], width: int = 260, height: int = 60,
+              color: str = "#0a6") -> str:
+    """A small inline SVG line plot with its min and max, drawn by hand."""
+    if not points:
+        return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
+                'aria-label="no samples yet"><text x="4" y="14">no samples yet</text></svg>')
+    lo, hi = min(points), max(points)
+    span = (hi - lo) or 1.0
+    n = max(len(points) - 1, 1)
+    pad = 14
+    coords = " ".join(
+        f"{i / n * (width - 2):.1f},{pad + (1 - (p - lo) / span) * (height - pad - 4):.1f}"
+        for i, p in enumerate(points))
+    return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="recent values from {lo:.3f} to {hi:.3f}">'
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="none" stroke="#ccc"/>'
+            f'<text x="3" y="11">max {hi:.3f}</text>'
+            f'<text x="{width - 3}" y="11" text-anchor="end">min {lo:.3f} · '
+            f'{len(points)} samples</text>'
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{coords}"/>'
+            '</svg>')
