@@ -24,6 +24,7 @@ from .config import BenchConfig
 from .gateway import Gateway
 from .models import now
 from .store import Store
+from .web import create_console
 
 __all__ = ["Running", "ServerThread", "data_dir", "default_db", "run"]
 
@@ -92,6 +93,7 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         doors, note = await _start_doors(gateway, tokens, config)
         addresses: dict[str, tuple[str, int]] = dict(doors.addresses) if doors else {}
         app = create_app(gateway, tokens, doors_info=addresses)
+        app.mount("/", create_console(gateway, tokens, app.state.stopping))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
