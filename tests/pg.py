@@ -36,7 +36,7 @@ def find_bin() -> Path | None:
     """The directory holding ``initdb`` and ``pg_ctl``: ``$PG_BIN``, else the newest
     ``/usr/lib/postgresql/<major>/bin``, else ``$PATH``."""
     if env := os.environ.get("PG_BIN"):
-        return Path(env)
+        return Path(env) if (Path(env) / "initdb").exists() else None
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                    key=lambda p: int(Path(p).parent.parent.name)
                    if Path(p).parent.parent.name.isdigit() else 0)
