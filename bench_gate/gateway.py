@@ -357,7 +357,7 @@ class Gateway:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.READ_EXECUTED,
                 data={"message": message, "canonical": list(c.canonical),
-                      "response": response})])
+                      "response": response})], durable=False)
             return SubmitResult("executed", response=response)
         required = list(decision.required) or [ApprovalKind.STATE]
         gate_note: dict[str, Any] | None = None

@@ -50,6 +50,9 @@ class PyvisaLink:
                 res.read_termination = self.config.read_termination
                 res.write_termination = self.config.write_termination
             except (pyvisa.errors.Error, OSError, ValueError) as exc:
+                # pyvisa shares one manager per backend in a process; if someone closed it,
+                # a fresh one is needed on the next attempt.
+                self._rm = None
                 raise InstrumentError(
                     f"{self.config.name}: cannot open {self.config.resource}: {exc}"
                 ) from exc

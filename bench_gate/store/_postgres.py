@@ -339,8 +339,10 @@ class PostgresStore:
             row = cur.fetchone()
             ev.seq = int(row[0]) if row else 0
 
-    def append(self, events: list[Event]) -> list[Event]:
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         with self._tx() as cur:
+            if not durable:  # reads: committed, but without waiting for the WAL flush
+                cur.execute("SET LOCAL synchronous_commit TO OFF")
             self._append(cur, events)
         return events
 

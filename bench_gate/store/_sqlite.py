@@ -211,9 +211,19 @@ class SqliteStore:
                  json.dumps(ev.data, default=str)))
             ev.seq = int(cur.lastrowid or 0)
 
-    def append(self, events: list[Event]) -> list[Event]:
-        with self._tx() as db:
-            self._append(db, events)
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        """Journal events. ``durable=False`` (reads, which change nothing) skips the fsync:
+        the events survive a crash of the process, and reach the disk for good with the
+        next durable commit, so a busy read path does not pay an fsync per query."""
+        with self._lock:
+            if not durable:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._tx() as db:
+                    self._append(db, events)
+            finally:
+                if not durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
         return events
 
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
