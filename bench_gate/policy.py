@@ -46,14 +46,23 @@ def approval_for(unit: Unit, policy: PolicyConfig) -> ApprovalKind | None:
 
 
 def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
-    """Why ``unit`` breaks the bench's hard limits, or None."""
-    if unit.channel is None or unit.field is None or not isinstance(unit.value, Decimal):
+    """Why ``unit`` breaks the bench's hard limits, or None.
+
+    A unit whose channel is not known is held to the strictest limit of any channel.
+    """
+    if unit.field is None or not isinstance(unit.value, Decimal):
         return None
-    channel = limits.get(unit.channel)
-    limit = getattr(channel, unit.field, None) if channel is not None else None
+    if unit.channel is None:
+        found = [v for c in limits.values()
+                 if isinstance(v := getattr(c, unit.field, None), Decimal)]
+        limit = min(found) if found else None
+    else:
+        channel = limits.get(unit.channel)
+        limit = getattr(channel, unit.field, None) if channel is not None else None
     if isinstance(limit, Decimal) and unit.value > limit:
         unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(unit.field, "")
-        return (f"CH{unit.channel} {unit.field} {format_number(unit.value)} {unit_name} is above "
+        where = f"CH{unit.channel}" if unit.channel is not None else "the selected channel's"
+        return (f"{where} {unit.field} {format_number(unit.value)} {unit_name} is above "
                 f"the bench limit of {format_number(limit)} {unit_name}")
     return None
 

@@ -429,3 +429,15 @@ async def test_waiting_holds_no_thread(gateway: Gateway, script: Principal) -> N
     assert threading.active_count() == before
     done = await asyncio.gather(*waits)
     assert all(r.status is Status.PENDING for r in done)
+
+
+def test_envelope_holds_an_unknown_channel_to_the_strictest_limit() -> None:
+    from bench_gate.config import default_config
+    from bench_gate.policy import envelope_breach
+    from bench_gate.scpi import classify
+
+    limits = default_config().envelope["psu"]
+    unit = classify("VOLT 10", "e36312a").units[0]
+    assert unit.channel is None
+    assert "above the bench limit of 6.0 V" in (envelope_breach(unit, limits) or "")
+    assert envelope_breach(classify("VOLT 10,(@2)", "e36312a").units[0], limits) is None
