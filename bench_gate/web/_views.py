@@ -129,7 +129,7 @@ def _limits(profile: Profile | None, limits: dict[int, ChannelLimits], channel: 
     if hard is not None:
         low, high, note = hard[0], hard[1], f"instrument range {hard[0]}–{hard[1]}"
     bench = getattr(limits.get(channel), name, None) if channel in limits else None
-    if isinstance(bench, Decimal) and bench < high:
+    if isinstance(bench, Decimal) and bench <= high:
         high, note = bench, f"bench envelope ≤ {bench}"
     return low, high, note
 
@@ -246,9 +246,12 @@ def waterfall(events: Iterable[Event], principal: str,
             "command_received", "run_created", "goal_set") else "gateway"))
         rows.append((e.at, e.type.value, who, _event_text(e), e.request_id, e.data))
     for v in views:
-        rows.append((datetime.fromisoformat(str(v["at"])), "console_" + str(v["action"]),
-                     str(v["who"]), f"console showed {v['request_id']} to {v['who']}: "
-                     f"{v.get('summary', '')}", str(v["request_id"]), v))
+        action = str(v["action"])
+        text = (f"shown to {v['who']} on the console: {v.get('summary', '')}"
+                if action == "viewed" else
+                f"{v['who']} on the console: {v.get('summary', '')}")
+        rows.append((datetime.fromisoformat(str(v["at"])), "console_" + action,
+                     str(v["who"]), text, str(v["request_id"]), v))
     rows.sort(key=lambda r: r[0])
     if not rows:
         return []
@@ -267,7 +270,9 @@ def sparkline(points: list[float], width: int = 260, height: int = 60,
         return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
                 'aria-label="no samples yet"><text x="4" y="14">no samples yet</text></svg>')
     lo, hi = min(points), max(points)
-    span = (hi - lo) or 1.0
+    span = hi - lo
+    if not span:  # a flat trace sits in the middle, not on the frame
+        lo, span = lo - 0.5, 1.0
     n = max(len(points) - 1, 1)
     pad = 14
     coords = " ".join(
@@ -276,8 +281,8 @@ def sparkline(points: list[float], width: int = 260, height: int = 60,
     return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
             f'aria-label="recent values from {lo:.3f} to {hi:.3f}">'
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="none" stroke="#ccc"/>'
-            f'<text x="3" y="11">max {hi:.3f}</text>'
-            f'<text x="{width - 3}" y="11" text-anchor="end">min {lo:.3f} · '
+            f'<text x="3" y="11">max {max(points):.3f}</text>'
+            f'<text x="{width - 3}" y="11" text-anchor="end">min {min(points):.3f} · '
             f'{len(points)} samples</text>'
             f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{coords}"/>'
             '</svg>')
