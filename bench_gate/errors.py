@@ -40,6 +40,11 @@ class NotFound(GatewayError):
 class InvalidInput(GatewayError):
     """An argument is not acceptable; the message says which and why."""
 
+    def __init__(self, message: str, field: str | None = None) -> None:
+        #: The argument at fault (``voltage``, ``current_max``...), when there is one.
+        self.field = field
+        super().__init__(message)
+
 
 class Refused(GatewayError):
     """A message is refused outright, with its SCPI error number (-203, -222, -102...)."""

@@ -1015,6 +1015,9 @@ class Gateway:
             if run is not None and run.denials_in_a_row:
                 run.denials_in_a_row = 0
                 self.store.save_run(run, [])
+        if dst is Status.CANCELLED and req.plan_id is not None and \
+                all(a.effect == "plan" for a in req.actions):
+            self._close_plan(req.plan_id, PlanStatus.DENIED)  # a cancelled plan never starts
         auto = req.handoff.get("auto_step")
         if auto and dst in TERMINAL:
             record = self.store.kv_get("auto_steps", req.id)
@@ -1066,14 +1069,16 @@ class Gateway:
         try:
             scope = PlanScope.model_validate(scope)
         except ValidationError as exc:
+            first = exc.errors()[0]["loc"] if exc.errors() else ()
             raise InvalidInput("plan scope: " + "; ".join(
-                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-            ) from exc
+                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()),
+                field=str(first[0]) if first else None) from exc
         inst = self.instrument(scope.instrument)
         limits = self.config.envelope.get(scope.instrument, {})
         for ch in scope.channels:
             if ch not in inst.profile.channels:
-                raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}")
+                raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}",
+                                   field="channels")
             bounds = limits.get(ch)
             hard_v = inst.profile.range_of("voltage", ch)
             hard_i = inst.profile.range_of("current", ch)
@@ -1083,10 +1088,10 @@ class Gateway:
                 hard_i[1] if hard_i else None)
             if vmax is not None and scope.voltage[1] > vmax:
                 raise InvalidInput(f"plan scope: CH{ch} voltage up to {scope.voltage[1]} V is "
-                                   f"above the bench limit of {vmax} V")
+                                   f"above the bench limit of {vmax} V", field="voltage")
             if imax is not None and scope.current_max > imax:
                 raise InvalidInput(f"plan scope: CH{ch} current {scope.current_max} A is above "
-                                   f"the bench limit of {imax} A")
+                                   f"the bench limit of {imax} A", field="current_max")
         snap = await self._snapshot(inst, [(ch, f) for ch in scope.channels
                                            for f, spec in inst.profile.fields.items()
                                            if not spec.measured])
