@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 from ..auth import Tokens
 from ..config import BenchConfig, InstrumentConfig
-from ..errors import GatewayError, InstrumentError, TransitionError
+from ..errors import GatewayError, InstrumentError, InvalidInput, TransitionError
 from ..gateway import Gateway
 from ..models import Principal, Role, RunKind, Status, TakeoverRequest
+from ..plans import PlanStatus
 from ..scpi import ERROR_NAMES, MAX_MESSAGE_LENGTH, ScpiError, is_read_only
 from ..states import TERMINAL
 from ._gate import GateCommand, GateOp, error_text, is_gate_message, parse_gate, quote
@@ -86,6 +87,7 @@ class Connection:
         self.rationale: str | None = None
         self.confidence: float | None = None
         self.last_request: str | None = None
+        self.last_plan: str | None = None
         self.errors: collections.deque[str] = collections.deque()
         self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=MAX_QUEUED)
         self.gone = asyncio.Event()
@@ -187,17 +189,22 @@ class Connection:
         await self.queue.put(text)
 
     def _answer_now(self, text: str) -> bool:
-        """GATE:STAT? jumps the queue while a held write blocks the stream and no answer is
-        owed before it, so a script can ask about the write it is waiting behind."""
+        """GATE:STAT? (or GATE:PLAN?) jumps the queue while a held write blocks the stream
+        and no answer is owed before it, so a script can ask about what it is waiting
+        behind."""
         if self._queued_queries or self._owing or not self._holding:
             return False
         try:
             commands = parse_gate(text)
         except ScpiError:
             return False
-        if [c.op for c in commands] != [GateOp.STATUS_QUERY]:
+        ops = [c.op for c in commands]
+        if ops == [GateOp.STATUS_QUERY]:
+            self._send(self._status())
+        elif ops == [GateOp.PLAN_QUERY]:
+            self._send(self._plan_status())
+        else:
             return False
-        self._send(self._status())
         return True
 
     _busy = False
@@ -380,7 +387,46 @@ class Connection:
             return self._status()
         elif op is GateOp.RUN_QUERY:
             return quote(self._ensure_run())
+        elif op is GateOp.PLAN:
+            await self._plan(cmd)
+        elif op is GateOp.PLAN_QUERY:
+            return self._plan_status()
         return None
+
+    async def _plan(self, cmd: GateCommand) -> None:
+        """Ask for a standing plan, then hold the stream until it is decided, like a held
+        write: ``*OPC?`` after ``GATE:PLAN`` answers once the plan is active or refused."""
+        scope = dict(cmd.scope or {})
+        named = scope.setdefault("instrument", self.instrument)
+        if named != self.instrument:
+            await self._push_error(-221, f"Settings conflict; this door is {self.instrument}'s: "
+                                   f"ask for a plan on {named!r} through its own door")
+            return
+        run_id = self._ensure_run()
+        rationale, self.rationale = self.rationale, None
+        try:
+            req = await self.gateway.request_plan(run_id, scope, rationale)
+        except InvalidInput as exc:
+            await self._push_error(-222, exc.message)
+            return
+        self.last_plan = req.plan_id
+        final = await self._decision(req)
+        if final.status is not Status.EXECUTED:
+            await self._report(final)
+
+    def _plan_status(self) -> str:
+        """``ACTIVE,"plan-...",17,1795``: status, id, writes left, seconds left (0 unless
+        active); ``NONE,"",0,0`` before any plan."""
+        if self.last_plan is None:
+            return 'NONE,"",0,0'
+        try:
+            plan = self.gateway.get_plan(self.last_plan)
+        except GatewayError:
+            return 'NONE,"",0,0'
+        seconds = 0
+        if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None:
+            seconds = max(0, int((plan.expires_at - self.gateway.clock()).total_seconds()))
+        return f"{plan.status.value.upper()},{quote(plan.id)},{plan.writes_left},{seconds}"
 
     def _status(self) -> str:
         """``PENDING,"tk-...","still needs: setpoint"``; ``NONE,"",""`` before any hold."""

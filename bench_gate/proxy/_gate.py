@@ -8,15 +8,20 @@ They are parsed with the project's lexer and never forwarded to an instrument::
     GATE:CONFidence 0.8     attach a confidence (0..1) to the next write
     GATE:STATus?            the connection's latest held request: STATUS,"tk-...","text"
     GATE:RUN?               this connection's run id, quoted
+    GATE:PLAN ["psu",](@1),<vmin>,<vmax>,<imax>,<step|NONE>,<ON|OFF>,<writes>,<minutes>
+                            ask for a standing plan; the connection waits until it is decided
+    GATE:PLAN?              the connection's latest plan: STATUS,"plan-...",writes left,seconds
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
 
 from ..scpi import RawUnit, ScpiExecutionError, ScpiSyntaxError, lex
-from ..scpi._lexer import Number, QuotedString
+from ..scpi._lexer import ChannelList, CharData, Data, Number, QuotedString
 
 __all__ = ["GateCommand", "GateOp", "error_text", "is_gate_message", "parse_gate", "quote"]
 
@@ -32,6 +37,8 @@ class GateOp(enum.Enum):
     CONFIDENCE = "CONF"
     STATUS_QUERY = "STAT?"
     RUN_QUERY = "RUN?"
+    PLAN = "PLAN"
+    PLAN_QUERY = "PLAN?"
 
 
 #: (long form, short form) of each leaf, as in a SCPI command tree.
@@ -42,12 +49,20 @@ _LEAVES: dict[str, tuple[str, str]] = {
     "CONFIDENCE": ("CONFIDENCE", "CONF"),
     "STATUS": ("STATUS", "STAT"),
     "RUN": ("RUN", "RUN"),
+    "PLAN": ("PLAN", "PLAN"),
 }
 
 _SETS = {"TOKEN": GateOp.TOKEN, "GOAL": GateOp.GOAL, "RATIONALE": GateOp.RATIONALE,
-         "CONFIDENCE": GateOp.CONFIDENCE}
+         "CONFIDENCE": GateOp.CONFIDENCE, "PLAN": GateOp.PLAN}
 _QUERIES = {"GOAL": GateOp.GOAL_QUERY, "RATIONALE": GateOp.RATIONALE_QUERY,
-            "STATUS": GateOp.STATUS_QUERY, "RUN": GateOp.RUN_QUERY}
+            "STATUS": GateOp.STATUS_QUERY, "RUN": GateOp.RUN_QUERY,
+            "PLAN": GateOp.PLAN_QUERY}
+#: GATE:PLAN's positional parameters after the optional quoted instrument, in order.
+PLAN_FIELDS = ("channels", "voltage_min", "voltage_max", "current_max", "max_step",
+               "output_enable", "max_writes", "timeout_minutes")
+_PLAN_SYNTAX = ('GATE:PLAN ["psu",](@1),<vmin>,<vmax>,<imax>,<max step|NONE>,<ON|OFF>,'
+                "<max writes>,<minutes>")
+_BOOLEANS = {"ON": True, "OFF": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +70,8 @@ class GateCommand:
     op: GateOp
     text: str | None = None
     number: float | None = None
+    #: GATE:PLAN's scope, in the core's names (``instrument`` only when the message named it).
+    scope: dict[str, Any] | None = None
 
     @property
     def query(self) -> bool:
@@ -72,7 +89,7 @@ def _leaf(word: str, src: str, pos: int) -> str:
         if word == long or word == short:
             return name
     raise ScpiSyntaxError(-113, f"GATE has no command {word!r}; it has "
-                          "TOK, GOAL, RAT, CONF, STAT?, RUN?", src, pos)
+                          "TOK, GOAL, RAT, CONF, STAT?, RUN?, PLAN", src, pos)
 
 
 def _unit(unit: RawUnit, src: str) -> GateCommand:
@@ -91,10 +108,12 @@ def _unit(unit: RawUnit, src: str) -> GateCommand:
     if op is None:
         raise ScpiSyntaxError(-113, f"GATE:{leaf} is a query only: send GATE:{leaf}?",
                               src, unit.start)
-    if len(unit.params) != 1:
+    if len(unit.params) != 1 and op is not GateOp.PLAN:
         raise ScpiSyntaxError(-109, f"GATE:{leaf} takes exactly one parameter, got "
                               f"{len(unit.params)}", src, unit.start)
     param = unit.params[0]
+    if op is GateOp.PLAN:
+        return GateCommand(op, scope=_plan_scope(unit, src))
     if op is GateOp.CONFIDENCE:
         if not isinstance(param, Number) or param.suffix:
             raise ScpiSyntaxError(-104, "GATE:CONF takes a number from 0 to 1", src, param.pos)
@@ -106,6 +125,63 @@ def _unit(unit: RawUnit, src: str) -> GateCommand:
         raise ScpiSyntaxError(-104, f'GATE:{leaf} takes a quoted string: GATE:{leaf} "..."',
                               src, param.pos)
     return GateCommand(op, text=param.text)
+
+
+def _number(param: Data, name: str, src: str, suffix: str = "") -> Decimal:
+    """A plain number, or one with the field's own unit (``5V``, ``0.5A``)."""
+    if not isinstance(param, Number):
+        raise ScpiSyntaxError(-104, f"GATE:PLAN {name} must be a number, got {param!r}",
+                              src, param.pos)
+    if param.suffix and param.suffix.upper() != suffix:
+        raise ScpiSyntaxError(-131, f"GATE:PLAN {name} takes "
+                              + (f"no suffix or {suffix}" if suffix else "no suffix")
+                              + f", not {param.suffix!r}", src, param.pos)
+    return param.value
+
+
+def _integer(param: Data, name: str, src: str) -> int:
+    value = _number(param, name, src)
+    if value != value.to_integral_value():
+        raise ScpiSyntaxError(-104, f"GATE:PLAN {name} must be a whole number, got {value}",
+                              src, param.pos)
+    return int(value)
+
+
+def _plan_scope(unit: RawUnit, src: str) -> dict[str, Any]:
+    """``GATE:PLAN ["psu",](@1),0,5,0.5,0.25,ON,40,30`` as the core's plan scope."""
+    params = list(unit.params)
+    scope: dict[str, Any] = {}
+    first = params[0] if params else None
+    if isinstance(first, QuotedString):
+        scope["instrument"] = first.text
+        params.pop(0)
+    if len(params) != len(PLAN_FIELDS):
+        code = -109 if len(params) < len(PLAN_FIELDS) else -108
+        raise ScpiSyntaxError(code, f"GATE:PLAN takes {len(PLAN_FIELDS)} parameters after "
+                              f"the instrument, got {len(params)}: {_PLAN_SYNTAX}",
+                              src, unit.start)
+    chans, vmin, vmax, imax, step, enable, writes, minutes = params
+    if isinstance(chans, ChannelList):
+        scope["channels"] = list(chans.channels)
+    else:
+        scope["channels"] = [_integer(chans, "channels", src)]
+    scope["voltage"] = [_number(vmin, "voltage_min", src, "V"),
+                        _number(vmax, "voltage_max", src, "V")]
+    scope["current_max"] = _number(imax, "current_max", src, "A")
+    if isinstance(step, CharData) and step.text == "NONE":
+        scope["max_step"] = None
+    else:
+        scope["max_step"] = _number(step, "max_step", src, "V")
+    if isinstance(enable, CharData) and enable.text in _BOOLEANS:
+        scope["output_enable"] = _BOOLEANS[enable.text]
+    elif isinstance(enable, Number) and not enable.suffix and enable.value in (0, 1):
+        scope["output_enable"] = enable.value == 1
+    else:
+        raise ScpiSyntaxError(-104, "GATE:PLAN output_enable is ON, OFF, 1 or 0",
+                              src, enable.pos)
+    scope["max_writes"] = _integer(writes, "max_writes", src)
+    scope["timeout_minutes"] = _integer(minutes, "timeout_minutes", src)
+    return scope
 
 
 def parse_gate(message: str) -> list[GateCommand]:
