@@ -138,24 +138,68 @@ class Gateway:
         for ic in config.instruments:
             link = (links or {}).get(ic.name) or PyvisaLink(ic)
             self.instruments[ic.name] = Instrument(ic, get_profile(ic.profile), Lane(ic.name, link))
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, set[asyncio.Event]] = {}
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
         self._selected: dict[tuple[str, str], int] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._in_flight: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unlisten: Callable[[], None] | None = None
         self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
+
+    @property
+    def bench(self) -> str:
+        return self.config.bench
+
+    def _qualified(self, instrument: str) -> str:
+        """Instrument names are per bench; the shared store keys them by bench too."""
+        return f"{self.config.bench}/{instrument}"
+
+    def owns(self, req: TakeoverRequest) -> bool:
+        """Only the gateway whose bench owns the instrument ever executes a request."""
+        return req.bench in ("", self.config.bench) and req.instrument in self.instruments
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Recover from the store, then run the one expiry sweeper."""
+        self._loop = asyncio.get_running_loop()
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
-            await self._reconcile_interrupted(req)
-        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
-            self._spawn(self._execute(req.id))
+            if self.owns(req):
+                await self._reconcile_interrupted(req)
+        await self._run_approved()
+        # Other gateways on a shared store tell us of changes (PostgreSQL LISTEN/NOTIFY).
+        self._unlisten = self.store.listen(self._on_remote)
         self._sweeper = asyncio.create_task(self._sweep_forever())
 
+    async def _run_approved(self) -> None:
+        """Execute approved requests this bench owns that nobody is executing: after a
+        restart, and as the fallback when a notification from another gateway was lost."""
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            if self.owns(req) and req.id not in self._in_flight:
+                self._spawn(self._execute(req.id))
+
+    def _on_remote(self, message: dict[str, Any]) -> None:
+        """A change made by another gateway (called from the store's listener thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or message.get("origin") == id(self):
+            return
+        loop.call_soon_threadsafe(self._remote_change, message)
+
+    def _remote_change(self, message: dict[str, Any]) -> None:
+        request_id = str(message.get("id", ""))
+        self._wake(request_id)
+        self._publish(str(message.get("type", "request")), **{
+            k: v for k, v in message.items() if k not in ("type", "origin")})
+        if message.get("status") == Status.APPROVED.value and \
+                message.get("bench") == self.config.bench and request_id not in self._in_flight:
+            self._spawn(self._execute(request_id))
+
     async def close(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -176,6 +220,7 @@ class Gateway:
             await asyncio.sleep(SWEEP_SECONDS)
             with contextlib.suppress(GatewayError):
                 await self.sweep()
+                await self._run_approved()
 
     async def sweep(self) -> int:
         """Expire every pending request whose time is up (an expiry is a denial)."""
@@ -206,12 +251,17 @@ class Gateway:
         finally:
             self._subscribers.discard(queue)
 
+    def _wake(self, request_id: str) -> None:
+        for event in self._waiters.get(request_id, ()):
+            event.set()
+
     def _notify(self, req: TakeoverRequest) -> None:
-        waiter = self._waiters.get(req.id)
-        if waiter is not None:
-            waiter.set()
-        self._publish("request", id=req.id, run_id=req.run_id, status=req.status.value,
-                      instrument=req.instrument)
+        self._wake(req.id)
+        message = {"id": req.id, "run_id": req.run_id, "status": req.status.value,
+                   "instrument": req.instrument, "bench": req.bench or self.config.bench}
+        self._publish("request", **message)
+        with contextlib.suppress(GatewayError):  # a lost notification is caught by the sweep
+            self.store.notify({"type": "request", "origin": id(self), **message})
 
     # ------------------------------------------------------------------ runs
     def create_run(self, principal: Principal, kind: RunKind | str,
@@ -492,7 +542,7 @@ class Gateway:
         return missing
 
     def _setpoint_still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
-        stored = self.store.get_setpoint(inst.config.name, channel)
+        stored = self.store.get_setpoint(self._qualified(inst.config.name), channel)
         if stored is None:
             return False
         return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
@@ -521,7 +571,8 @@ class Gateway:
             timeout_minutes=timeout, created_at=created,
             expires_at=created + timedelta(minutes=timeout), snapshot=snap,
             proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
-            supersedes=supersedes.id if supersedes is not None else None)
+            supersedes=supersedes.id if supersedes is not None else None,
+            bench=self.config.bench)
         history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile,
                                     self.config.envelope.get(inst.config.name, {}), history,
@@ -676,6 +727,13 @@ class Gateway:
         if not complete:
             return GrantResult(req, req.missing(), self._missing_message(req))
         self._record_decision(req)
+        if not self.owns(req):
+            # Another bench owns the instrument: it rechecks and executes (told through the
+            # store); wait a little for its outcome so the approver sees it.
+            final = await self.wait(req.id, timeout=5, follow=False)
+            message = final.outcome or (f"approved; bench {req.bench!r} executes it after its "
+                                        "live recheck")
+            return GrantResult(final, [], message)
         final = await self._execute(req.id)
         return GrantResult(final, [], final.outcome or "")
 
@@ -756,34 +814,50 @@ class Gateway:
             raise TransitionError(req.id, req.status.value, "cancel")
         return req
 
-    async def wait(self, request_id: str, timeout: float) -> TakeoverRequest:
-        """Wait for a decision, holding no thread; follows a stale request to its fresh one."""
+    async def wait(self, request_id: str, timeout: float, *, follow: bool = True
+                   ) -> TakeoverRequest:
+        """Wait for a decision, holding no thread. With ``follow`` (a requester's view) a
+        stale request is followed to the fresh one that replaced it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         while True:
-            req = self.get_request(request_id)
-            if req.status is Status.STALE and req.superseded_by:
-                request_id = req.superseded_by
-                continue
-            # A stale request gets its fresh successor a moment after it turns stale.
-            if req.status in TERMINAL and req.status is not Status.STALE:
-                return req
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return req
-            waiter = self._waiters.setdefault(request_id, asyncio.Event())
+            # Registered before reading, so a change between the read and the wait wakes us.
+            event, key = asyncio.Event(), request_id
+            self._waiters.setdefault(key, set()).add(event)
             try:
-                await asyncio.wait_for(waiter.wait(), timeout=min(remaining, SWEEP_SECONDS * 2))
-            except TimeoutError:
-                pass
+                req = self.get_request(request_id)
+                if follow and req.status is Status.STALE and req.superseded_by:
+                    request_id = req.superseded_by
+                    continue
+                # A stale request gets its fresh successor a moment after it turns stale.
+                if req.status in TERMINAL and (req.status is not Status.STALE or not follow):
+                    return req
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return req
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(),
+                                           timeout=min(remaining, SWEEP_SECONDS * 2))
             finally:
-                waiter.clear()
-                self._waiters.pop(request_id, None)
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._waiters[key]
 
     # ------------------------------------------------------------------ execute
     async def _execute(self, request_id: str) -> TakeoverRequest:
+        if request_id in self._in_flight:
+            return await self.wait(request_id, timeout=30, follow=False)
+        self._in_flight.add(request_id)
+        try:
+            return await self._execute_owned(request_id)
+        finally:
+            self._in_flight.discard(request_id)
+
+    async def _execute_owned(self, request_id: str) -> TakeoverRequest:
         req = self.get_request(request_id)
-        if req.status is not Status.APPROVED:
+        if req.status is not Status.APPROVED or not self.owns(req):
             return req
         if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
             return self._activate_plan(req)
@@ -926,7 +1000,7 @@ class Gateway:
             a.approval is ApprovalKind.SETPOINT or a.approval is ApprovalKind.OUTPUT_ENABLE)}
         by = next((a.by for a in req.valid_approvals() if a.kind is ApprovalKind.SETPOINT), "")
         for ch in channels:
-            self.store.put_setpoint(inst.config.name, ch, {
+            self.store.put_setpoint(self._qualified(inst.config.name), ch, {
                 "voltage": after.get(snapshot_key(ch, "voltage")),
                 "current": after.get(snapshot_key(ch, "current")),
                 "request": req.id, "by": by, "at": self.clock().isoformat()})
@@ -1109,7 +1183,7 @@ class Gateway:
             rationale=rationale, timeout_minutes=self._timeout(None), created_at=created,
             expires_at=created + timedelta(minutes=self._timeout(None)), snapshot=snap,
             proposal_hash=proposal_hash(scope.instrument, [scope.digest(), *words], snap),
-            plan_id=plan_id)
+            plan_id=plan_id, bench=self.config.bench)
         history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile, limits, history, dict(snap.values))
         req.handoff["plan"] = {"id": plan_id, "scope": scope.model_dump(mode="json"),
@@ -1226,7 +1300,7 @@ class Gateway:
             reason=f"inside plan {plan.id}", step_id=step_id, rationale=rationale,
             confidence=confidence, idempotency_key=idempotency_key, timeout_minutes=1,
             created_at=created, expires_at=created + timedelta(minutes=1), snapshot=live,
-            proposal_hash="", plan_id=plan.id)
+            proposal_hash="", plan_id=plan.id, bench=self.config.bench)
         req.proposal_hash = proposal_hash(inst.config.name,
                                           [a.canonical for a in req.actions], live)
         by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"

@@ -107,6 +107,10 @@ class EventType(enum.StrEnum):
     PLAN_REVOKED = "plan_revoked"
     FEEDBACK_GIVEN = "feedback_given"
     GOAL_SET = "goal_set"
+    QUESTION_ASKED = "question_asked"
+    QUESTION_ANSWERED = "question_answered"
+    QUESTION_EXPIRED = "question_expired"
+    QUESTION_CANCELLED = "question_cancelled"
 
 
 class Run(BaseModel):
@@ -203,6 +207,8 @@ class TakeoverRequest(BaseModel):
     superseded_by: str | None = None
     #: A plan request's plan, or the plan that let this write through.
     plan_id: str | None = None
+    #: The bench (gateway) that owns the instrument; only it ever executes the request.
+    bench: str = ""
     version: int = 0
 
     def valid_approvals(self) -> list[Approval]:

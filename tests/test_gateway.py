@@ -441,3 +441,19 @@ def test_envelope_holds_an_unknown_channel_to_the_strictest_limit() -> None:
     assert unit.channel is None
     assert "above the bench limit of 6.0 V" in (envelope_breach(unit, limits) or "")
     assert envelope_breach(classify("VOLT 10,(@2)", "e36312a").units[0], limits) is None
+
+
+async def test_many_waiters_on_one_request_all_wake(gateway: Gateway, script: Principal,
+                                                    olga: Principal) -> None:
+    run = gateway.create_run(script, "script")
+    req = (await gateway.submit(run.id, "psu", "VOLT 0.5,(@1)")).request
+    assert req is not None
+    waits = [asyncio.create_task(gateway.wait(req.id, timeout=10)) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await gateway.deny(req.id, olga, "no")
+    done = await asyncio.gather(*waits)
+    assert all(r.status is Status.DENIED for r in done)
+    assert loop.time() - started < 0.5, "every waiter is woken, not left to time out"
+    assert gateway._waiters == {}

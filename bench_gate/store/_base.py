@@ -6,6 +6,7 @@ a change that lost a race is reported, never silently applied over the winner's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..models import Event, Run, Status, TakeoverRequest
@@ -47,5 +48,14 @@ class Store(Protocol):
     def kv_list(self, table: str) -> list[dict[str, Any]]: ...
     def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]: ...
     def unfinished(self) -> list[TakeoverRequest]: ...
+
+    def notify(self, message: dict[str, Any]) -> None:
+        """Tell other gateways sharing this store of a change (no-op where none can)."""
+        ...
+
+    def listen(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``callback`` (from another thread) with other gateways' notifications;
+        returns a function that stops listening."""
+        ...
 
     def close(self) -> None: ...

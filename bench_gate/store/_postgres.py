@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,11 @@ from ..models import Event, Run, Status, TakeoverRequest
 from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
+
+#: The LISTEN/NOTIFY channel gateways use to tell each other of changes.
+CHANNEL = "bench_gate"
+#: PostgreSQL refuses a NOTIFY payload of 8000 bytes or more.
+NOTIFY_LIMIT = 7900
 
 #: Each entry moves the schema one version up, entry for entry the same change as the SQLite
 #: store's ``MIGRATIONS`` (same length, same order). Never edit a released entry: append.
@@ -140,6 +146,7 @@ class PostgresStore:
             "keepalives_count": 2, "tcp_user_timeout": int(connect_timeout * 1000 + 5000),
         }
         self.last_connect_error = ""
+        self._connect_kwargs = kwargs
         store = self
 
         class _Connection(psycopg.Connection[TupleRow]):
@@ -389,6 +396,43 @@ class PostgresStore:
     def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
         rows = self._read("SELECT key, data FROM kv WHERE tbl = %s ORDER BY key", (table,))
         return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
+
+    # -- notifications between gateways sharing the database
+    def notify(self, message: dict[str, Any]) -> None:
+        payload = json.dumps(message, default=str, separators=(",", ":"))
+        if len(payload.encode()) >= NOTIFY_LIMIT:
+            return  # too big to announce; the others' periodic scan still finds the change
+        with self._tx() as cur:
+            cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+    def listen(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """LISTEN on its own connection in a daemon thread, reconnecting after a loss."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(self.url, autocommit=True,
+                                         **self._connect_kwargs) as conn:
+                        conn.execute(f"LISTEN {CHANNEL}")
+                        while not stop.is_set():
+                            for note in conn.notifies(timeout=0.5):
+                                try:
+                                    message = json.loads(note.payload)
+                                except ValueError:
+                                    continue
+                                if isinstance(message, dict):
+                                    callback(message)
+                except psycopg.Error:
+                    stop.wait(1.0)  # the database is away; the gateways' scans cover the gap
+
+        thread = threading.Thread(target=run, name="bench-gate-listen", daemon=True)
+        thread.start()
+
+        def unlisten() -> None:
+            stop.set()
+            thread.join(timeout=3)
+        return unlisten
 
     def close(self) -> None:
         self._pool.close(timeout=2.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -269,6 +269,12 @@ class SqliteStore:
     def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
         rows = self._read("SELECT key, data FROM kv WHERE tbl = ? ORDER BY key", (table,))
         return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
+
+    def notify(self, message: dict[str, Any]) -> None:
+        """One SQLite file serves one gateway: there is nobody else to tell."""
+
+    def listen(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        return lambda: None
 
     def close(self) -> None:
         with self._lock:
