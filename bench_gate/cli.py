@@ -307,6 +307,51 @@ def _wait(args: argparse.Namespace) -> int:
     return EXIT_CODES.get(tk["status"], ERROR)
 
 
+# ------------------------------------------------------------------------- plans
+def _plan_request(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        result = c.request_plan(
+            args.instrument, args.channels, (args.voltage[0], args.voltage[1]),
+            args.current_max, max_step=args.max_step, output_enable=args.output_enable,
+            max_writes=args.max_writes, timeout_minutes=args.timeout,
+            rationale=args.rationale, run_id=args.run)
+    tk, plan = result["takeover"], result["plan"]
+    _out(f"{plan['id']}: {plan['status']}, request {tk['id']} {tk['status']}")
+    for line in plan["words"]:
+        _out(f"  - {line}")
+    if tk["approvalsMissing"]:
+        _out(f"  needs         {', '.join(tk['approvalsMissing'])} "
+             f"(bench-gate approve {tk['id']} ...)")
+    return 0
+
+
+def _plans(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        plans = c.plans(args.run)
+    rows = []
+    for p in plans:
+        sc = p["scope"]
+        step = f", step {sc['maxStep']:g}" if sc.get("maxStep") is not None else ""
+        expires = _ago(p["expiresAt"]) if p.get("expiresAt") and p["status"] == "active" \
+            else "-"
+        rows.append([p["id"], p["status"], p["requestId"], sc["instrument"],
+                     ",".join(str(ch) for ch in sc["channels"]),
+                     f"{sc['voltage'][0]:g}-{sc['voltage'][1]:g} V, <= {sc['currentMax']:g} A"
+                     f"{step}{', output on' if sc['outputEnable'] else ''}",
+                     f"{p['writesLeft']}/{sc['maxWrites']}", expires])
+    _table(["PLAN", "STATUS", "REQUEST", "INSTR", "CH", "SCOPE", "WRITES LEFT",
+            "EXPIRES IN"], rows)
+    return 0
+
+
+def _plan_revoke(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        plan = c.revoke_plan(args.run, args.plan)
+    _out(f"{plan['id']}: {plan['status']} by {plan.get('revokedBy') or '-'}; the run's next "
+         "write is held")
+    return 0
+
+
 # ------------------------------------------------------------------------- parser
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench-gate", description=(
@@ -374,6 +419,30 @@ def _parser() -> argparse.ArgumentParser:
     w = cmd("wait", _wait, "wait for a request's decision; the exit code tells the outcome")
     w.add_argument("request")
     w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
+
+    pl = sub.add_parser("plan", help="ask for or revoke a standing plan (docs/plans.md)")
+    plsub = pl.add_subparsers(dest="plan_command", required=True, metavar="ACTION")
+    pr = plsub.add_parser("request", help="ask for a plan for a run; decided with `approve`")
+    pr.add_argument("run")
+    pr.add_argument("--instrument", required=True)
+    pr.add_argument("--channels", required=True, nargs="+", type=int, metavar="CH")
+    pr.add_argument("--voltage", required=True, nargs=2, type=float, metavar=("MIN", "MAX"))
+    pr.add_argument("--current-max", required=True, type=float, metavar="A")
+    pr.add_argument("--max-step", type=float, metavar="V",
+                    help="largest change from the live setpoint (default: no limit)")
+    pr.add_argument("--output-enable", action="store_true",
+                    help="include switching the channels on (needs its own approval)")
+    pr.add_argument("--max-writes", required=True, type=int)
+    pr.add_argument("--timeout", type=int, default=60, metavar="MINUTES",
+                    help="how long the plan lives once approved (default %(default)s)")
+    pr.add_argument("--rationale")
+    pr.set_defaults(fn=_plan_request)
+    pv = plsub.add_parser("revoke", help="end a plan now (operators): the next write is held")
+    pv.add_argument("run")
+    pv.add_argument("plan")
+    pv.set_defaults(fn=_plan_revoke)
+    ps = cmd("plans", _plans, "a run's plans with their status and writes left")
+    ps.add_argument("run")
     return p
 
 

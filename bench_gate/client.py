@@ -177,6 +177,42 @@ class Client:
                 answer = (tk.get("receipt") or {}).get("detail") or None
                 return Outcome.from_takeover(tk, answer)
 
+    def request_plan(self, instrument: str, channels: list[int],
+                     voltage: tuple[float, float], current_max: float, *, max_writes: int,
+                     max_step: float | None = None, output_enable: bool = False,
+                     timeout_minutes: int = 60, rationale: str | None = None,
+                     run_id: str | None = None, wait: float = 0) -> dict[str, Any]:
+        """Ask for a standing plan (``docs/plans.md``); returns ``{status, takeover, plan}``.
+
+        The request is decided like a held write; ``wait`` long-polls up to 60 s for it.
+        """
+        body: dict[str, Any] = {
+            "instrument": instrument, "channels": list(channels), "voltage": list(voltage),
+            "currentMax": current_max, "outputEnable": output_enable,
+            "maxWrites": max_writes, "timeoutMinutes": timeout_minutes}
+        if max_step is not None:
+            body["maxStep"] = max_step
+        if rationale is not None:
+            body["rationale"] = rationale
+        params = {"wait": min(wait, MAX_WAIT_PER_CALL)} if wait else {}
+        result: dict[str, Any] = self.request("POST", f"/v1/runs/{self._run(run_id)}/plans",
+                                              json=body, params=params)
+        return result
+
+    def plans(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The run's plans, oldest first, each with ``status`` and ``writesLeft``."""
+        result: list[dict[str, Any]] = self.request("GET",
+                                                    f"/v1/runs/{self._run(run_id)}/plans")
+        return result
+
+    def feedback(self, step_id: str, score: int, notes: str = "", *,
+                 run_id: str | None = None) -> dict[str, Any]:
+        """Score an unattended step 1 to 5 (2 or less counts as regret)."""
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/runs/{self._run(run_id)}/feedback",
+            json={"stepId": step_id, "score": score, "notes": notes})
+        return result
+
     # --------------------------------------------------------------- operators
     def pending(self, instrument: str | None = None) -> list[dict[str, Any]]:
         params: dict[str, str] = {"status": "pending"}
@@ -209,4 +245,10 @@ class Client:
 
     def release(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", f"/v1/runs/{run_id}/release")
+        return result
+
+    def revoke_plan(self, run_id: str, plan_id: str) -> dict[str, Any]:
+        """End a plan now (operators); the run's next write is held."""
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/runs/{run_id}/plans/{plan_id}/revoke")
         return result

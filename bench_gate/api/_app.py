@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from ..auth import Tokens
 from ..gateway import Gateway
-from . import _bench, _problems, _runs, _takeover
+from . import _bench, _plans, _problems, _runs, _takeover
 
 __all__ = ["create_app"]
 
@@ -33,6 +33,7 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.state.stopping = stopping
     _problems.install(app)
     app.include_router(_runs.router)
+    app.include_router(_plans.router)
     app.include_router(_takeover.router)
     app.include_router(_bench.router)
     return app

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
 from ..errors import (
@@ -59,6 +60,9 @@ def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
             extra: dict[str, Any] = {}
             if isinstance(exc, Refused):
                 extra["scpiCode"] = exc.code
+            if isinstance(exc, InvalidInput) and exc.field:
+                extra["errors"] = [{"loc": ["body", to_camel(exc.field)], "msg": exc.message,
+                                    "type": "value_error"}]
             return problem(status, exc.message, kind=kind, **extra)
     return problem(500, exc.message, kind="gateway-error")
 

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from ..models import ApprovalKind, Run, RunKind, RunStatus, Status, TakeoverRequest
+from ..plans import Plan, PlanStatus, scope_words
 
 __all__ = [
     "DenyBody",
+    "FeedbackBody",
     "GrantBody",
     "GrantOut",
     "InstrumentOut",
+    "PlanCreate",
+    "PlanOut",
+    "PlanRequested",
     "RunCreate",
     "RunOut",
     "ScpiBody",
     "ScpiOut",
     "TakeoverAsk",
     "TakeoverOut",
+    "plan_out",
     "run_out",
     "takeover_out",
 ]
@@ -110,6 +117,8 @@ class TakeoverOut(_Out):
     supersedes: str | None = None
     superseded_by: str | None = None
     proposal_hash: str
+    #: The plan this request asks for (a plan request) or ran inside (an unattended step).
+    plan_id: str | None = None
     #: The full handoff; only on ``GET /v1/takeover/{tkId}`` and after a submit.
     handoff: dict[str, Any] | None = None
 
@@ -151,4 +160,88 @@ def takeover_out(req: TakeoverRequest, *, handoff: bool = False) -> TakeoverOut:
         outcome=req.outcome, notes=req.notes,
         receipt=req.receipt.model_dump(mode="json") if req.receipt is not None else None,
         supersedes=req.supersedes, superseded_by=req.superseded_by,
-        proposal_hash=req.proposal_hash, handoff=req.handoff if handoff else None)
+        proposal_hash=req.proposal_hash, plan_id=req.plan_id,
+        handoff=req.handoff if handoff else None)
+
+
+# --------------------------------------------------------------------------- plans
+Channel = Annotated[int, Field(ge=1, le=9999)]
+
+
+class PlanCreate(_Camel):
+    """A standing plan's scope (``docs/plans.md``); the bench envelope is checked too."""
+
+    instrument: str = Field(min_length=1, max_length=64)
+    channels: list[Channel] = Field(min_length=1, max_length=64)
+    voltage: tuple[Decimal, Decimal] = Field(description="[min, max] in V")
+    current_max: Decimal = Field(ge=0, le=10_000, description="A")
+    max_step: Decimal | None = Field(default=None, gt=0, le=10_000, description="V")
+    output_enable: bool = False
+    max_writes: int = Field(ge=1, le=100_000)
+    timeout_minutes: int = Field(default=60, ge=1, le=1440)
+    rationale: str | None = Field(default=None, max_length=4000)
+
+    @field_validator("voltage")
+    @classmethod
+    def _range(cls, value: tuple[Decimal, Decimal]) -> tuple[Decimal, Decimal]:
+        lo, hi = value
+        if lo < 0:
+            raise ValueError(f"voltage range cannot go below 0 (got min {lo})")
+        if lo > hi:
+            raise ValueError(f"voltage must be [min, max] with min <= max (got [{lo}, {hi}])")
+        if hi > 10_000:
+            raise ValueError(f"voltage max {hi} is not a bench voltage")
+        return value
+
+    def scope(self) -> dict[str, Any]:
+        """The core's PlanScope fields."""
+        return self.model_dump(exclude={"rationale"})
+
+
+class PlanScopeOut(_Out):
+    instrument: str
+    channels: list[int]
+    voltage: tuple[float, float]
+    current_max: float
+    max_step: float | None
+    output_enable: bool
+    max_writes: int
+    timeout_minutes: int
+
+
+class PlanOut(_Out):
+    id: str
+    run_id: str
+    request_id: str
+    status: PlanStatus
+    scope: PlanScopeOut
+    words: list[str]
+    writes_used: int
+    writes_left: int
+    created_at: datetime
+    expires_at: datetime | None = None
+    approved_by: list[str]
+    revoked_by: str | None = None
+
+
+class PlanRequested(_Out):
+    """The plan request: decided through the ordinary grant and deny."""
+
+    status: Status
+    takeover: TakeoverOut
+    plan: PlanOut
+
+
+class FeedbackBody(_Camel):
+    step_id: str = Field(min_length=1, max_length=200)
+    score: int = Field(ge=1, le=5, description="1 (wrong) to 5 (right); 2 or less is regret")
+    notes: str = Field(default="", max_length=4000)
+
+
+def plan_out(plan: Plan) -> PlanOut:
+    return PlanOut(
+        id=plan.id, run_id=plan.run_id, request_id=plan.request_id, status=plan.status,
+        scope=PlanScopeOut.model_validate(plan.scope.model_dump()),
+        words=scope_words(plan.scope), writes_used=plan.writes_used,
+        writes_left=plan.writes_left, created_at=plan.created_at,
+        expires_at=plan.expires_at, approved_by=plan.approved_by, revoked_by=plan.revoked_by)
