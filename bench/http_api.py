@@ -1,21 +1,13 @@
-# ruff: noqa: E402
 """Read-only queries per second over HTTP (1 and 8 concurrent clients), beside the same
-queries on the in-process core. Run: ``python bench/http.py [--seconds 5]``."""
+queries on the in-process core. Run: ``python bench/http_api.py [--seconds 5]``."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# Run as a script, this file's folder comes first on sys.path and its name would shadow
-# the standard library's ``http``; take that folder off.
-_HERE = Path(__file__).parent.resolve()
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse
 import asyncio
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
