@@ -49,6 +49,7 @@ from .models import (
 )
 from .plans import Plan, PlanScope, PlanStatus, covers, scope_words
 from .policy import Verdict, approval_for, decide, envelope_breach
+from .questions import QuestionDesk
 from .scpi import (
     Classification,
     Effect,
@@ -147,6 +148,9 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
         self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
+        #: Questions agents ask the operator (same queue, same expiry, same journal).
+        self.questions = QuestionDesk(store, clock=lambda: self.clock(), publish=self._publish,
+                                      policy=config.policy)
 
     @property
     def bench(self) -> str:
@@ -232,6 +236,7 @@ class Gateway:
                                   f"{req.expires_at.isoformat()}; nothing was written"):
                 count += 1
                 self._after_denial(req, "expired")
+        self.questions.sweep()
         return count
 
     # ------------------------------------------------------------------ events
@@ -323,6 +328,7 @@ class Gateway:
             self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
                        {"reason": "the requester disconnected"},
                        outcome="cancelled: the requester is gone; nothing was written")
+        self.questions.cancel_run(run_id)
         run.status = RunStatus.CLOSED
         self.store.save_run(run, [])
 
@@ -861,6 +867,17 @@ class Gateway:
             return req
         if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
             return self._activate_plan(req)
+        refusal = self._unfit_to_run(req)
+        if refusal is not None:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
+                       outcome=f"failed: {refusal}; nothing was written")
+            return req
+        if req.expires_at <= self.clock():
+            self._move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                       {"expires_at": req.expires_at.isoformat()},
+                       outcome="expired before it could run (its bench was away); nothing "
+                               "was written")
+            return req
         inst = self.instrument(req.instrument)
         fields = self._fields(inst, req.actions)
         try:
@@ -884,6 +901,19 @@ class Gateway:
                           {"commands": [a.canonical for a in req.actions]}):
             return self.get_request(request_id)
         return await self._write(req, inst, fields)
+
+    @staticmethod
+    def _unfit_to_run(req: TakeoverRequest) -> str | None:
+        """Invariant 3, checked again at the last moment: the approvals are bound to exactly
+        this proposal (its commands and the snapshot shown), and none is missing."""
+        expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
+                                 req.snapshot)
+        if expected != req.proposal_hash:
+            return "the proposal does not match its hash"
+        if req.missing():
+            return "approvals missing for this exact proposal: " + ", ".join(
+                k.value for k in req.missing())
+        return None
 
     async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
                         diff: dict[str, tuple[str | None, str | None]]) -> TakeoverRequest:

@@ -41,6 +41,8 @@ TRANSITIONS: dict[tuple[Status, Event], Status] = {
     (Status.APPROVED, Event.GO_STALE): Status.STALE,
     (Status.APPROVED, Event.CANCEL): Status.CANCELLED,
     (Status.APPROVED, Event.FAIL): Status.FAILED,
+    # Approved, but its bench was away until after the expiry: never run late.
+    (Status.APPROVED, Event.EXPIRE): Status.EXPIRED,
     (Status.EXECUTING, Event.FINISH): Status.EXECUTED,
     (Status.EXECUTING, Event.FAIL): Status.FAILED,
     (Status.EXECUTING, Event.LOSE_TRACK): Status.AMBIGUOUS,

@@ -171,3 +171,46 @@ async def test_decided_requests_stay_decided(config: BenchConfig, db_path: Path,
         assert _completions(gw, run.id) == 1
     finally:
         await _stop(gw)
+
+
+async def test_approved_request_that_expired_while_down_never_runs(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        front_panel: Any) -> None:
+    gw = await _gateway(config, db_path, clock)
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)", timeout_minutes=2)).request
+    assert req is not None
+    _force(gw, req.id, Status.APPROVED)
+    await _stop(gw)
+    clock.advance(minutes=5)
+    gw = await _gateway(config, db_path, clock)
+    try:
+        done = await gw.wait(req.id, timeout=5)
+        assert done.status is Status.EXPIRED
+        assert "expired before it could run" in (done.outcome or "")
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+    finally:
+        await _stop(gw)
+
+
+async def test_a_tampered_proposal_never_runs(config: BenchConfig, db_path: Path,
+                                              clock: Clock, script: Principal,
+                                              front_panel: Any) -> None:
+    gw = await _gateway(config, db_path, clock)
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    _force(gw, req.id, Status.APPROVED)
+    stored = gw.store.get_request(req.id)
+    assert stored is not None
+    stored.actions[0].canonical = "VOLT 5.9,(@1)"  # changed in the store behind our back
+    assert gw.store.save_request(stored, stored.version, [])
+    await _stop(gw)
+    gw = await _gateway(config, db_path, clock)
+    try:
+        done = await gw.wait(req.id, timeout=5)
+        assert done.status is Status.FAILED
+        assert "does not match its hash" in (done.outcome or "")
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+    finally:
+        await _stop(gw)
