@@ -309,7 +309,7 @@ def test_socket_sweep_inside_one_plan(bench: Bench, pool: ThreadPoolExecutor) ->
     assert final["status"] == "cancelled"
 
 
-def test_socket_plan_refused_and_denied(bench: Bench, pool: ThreadPoolExecutor) -> None:
+def test_socket_plan_refused_and_denied(bench: Bench) -> None:
     psu = door(bench)
     try:
         psu.write("GATE:PLAN (@2),0,50,0.2,NONE,OFF,5,10")  # above CH2's 12 V
@@ -320,12 +320,16 @@ def test_socket_plan_refused_and_denied(bench: Bench, pool: ThreadPoolExecutor) 
         assert psu.query("GATE:PLAN?") == 'NONE,"",0,0'
         run = psu.query("GATE:RUN?").strip('"')
         psu.write("GATE:PLAN (@2),0,3,0.2,NONE,OFF,5,10")
-        opc: Future[str] = pool.submit(psu.query, "*OPC?")
         tk = wait_for(lambda: pending_of(bench, run))[0]
+        # nothing is owed before it, so GATE:PLAN? jumps the line behind the undecided plan
+        status, plan_id, left, seconds = psu.query("GATE:PLAN?").split(",")
+        assert (status, left, seconds) == ("PENDING", "5", "0") and plan_id == \
+            f'"{tk["planId"]}"'
+        assert psu.query("GATE:STAT?").startswith(f'PENDING,"{tk["id"]}"')
         with bench.http("olga") as h:
             assert [p["status"] for p in h.get(f"/v1/runs/{run}/plans").json()] == ["pending"]
             h.post(f"/v1/runs/{run}/takeover/{tk['id']}/deny", json={"notes": "not today"})
-        assert opc.result(timeout=15) == "1"
+        assert psu.query("*OPC?") == "1"
         err = psu.query("SYST:ERR?")
         assert err.startswith('-203,"Command protected;') and "not today" in err
         assert psu.query("GATE:PLAN?").startswith("DENIED,")
