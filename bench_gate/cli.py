@@ -268,6 +268,9 @@ def _watch(args: argparse.Namespace) -> int:
                 if m["type"] == "request":
                     _out(f"{stamp}  request  {m['id']}  {m['status']:<10} {m['instrument']} "
                          f"(run {m['run_id']})")
+                elif m["type"] == "question":
+                    _out(f"{stamp}  question {m['id']}  {m['status']:<10} asked by "
+                         f"{m['asked_by']} (run {m['run_id']})")
                 else:
                     _out(f"{stamp}  run      {m['id']}  {m['status']}")
     except httpx.HTTPError as exc:
@@ -352,6 +355,77 @@ def _plan_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- agents
+def _mcp(args: argparse.Namespace) -> int:
+    """The MCP server on stdio, acting for the token's requester against --url."""
+    import anyio
+
+    from .mcp import AgentSession, HttpBench, build_server
+
+    client = _client(args)
+    try:
+        client.request("GET", "/v1/instruments")  # fail here, not in the agent's first call
+    except ApiError:
+        client.close()
+        raise
+    session = AgentSession(HttpBench(client))
+
+    async def session_for(ctx: Any) -> AgentSession:
+        return session
+
+    async def serve() -> None:
+        try:
+            await build_server(session_for).run_stdio_async()
+        finally:
+            await session.close()
+
+    try:
+        anyio.run(serve)
+    finally:
+        client.close()
+    return 0
+
+
+def _questions(args: argparse.Namespace) -> int:
+    params = {} if args.all else {"status": "open"}
+    with _client(args) as c:
+        asks = c.request("GET", "/v1/questions", params=params)
+    if args.json:
+        _out(json.dumps(asks, indent=2))
+        return 0
+    if not asks:
+        _out("(none)")
+    for q in asks:
+        _out(f"{q['id']}  {q['status'].upper()}  asked by {q['askedBy']} (run {q['runId']}), "
+             f"expires in {_ago(q['expiresAt'])}")
+        for i, item in enumerate(q["questions"], start=1):
+            _out(f"  {i}. {item['text']}")
+            for o in item["options"]:
+                _out(f"     - {o['label']}" + (f": {o['description']}" if o["description"]
+                                               else ""))
+            if item["allowFreeText"]:
+                _out("     - (or a free-text answer)")
+        if q.get("outcome") and q["status"] != "open":
+            _out(f"  outcome {q['outcome']}")
+    return 0
+
+
+def _answer(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        q = c.request("GET", f"/v1/questions/{args.question}")
+        if len(args.answers) != len(q["questions"]):
+            raise CliError(f"{q['id']} has {len(q['questions'])} question(s): give one answer "
+                           f"each, in order, not {len(args.answers)}")
+        answers = []
+        for item, given in zip(q["questions"], args.answers, strict=True):
+            labels = {o["label"].casefold() for o in item["options"]}
+            answers.append({"choice": given} if given.casefold() in labels else {"text": given})
+        done = c.request("POST", f"/v1/questions/{args.question}/answer",
+                         json={"answers": answers, "notes": args.notes or ""})
+    _out(f"{done['id']}: {done['status']} — {done.get('outcome') or ''}")
+    return 0
+
+
 # ------------------------------------------------------------------------- parser
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench-gate", description=(
@@ -419,6 +493,20 @@ def _parser() -> argparse.ArgumentParser:
     w = cmd("wait", _wait, "wait for a request's decision; the exit code tells the outcome")
     w.add_argument("request")
     w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
+    m = cmd("mcp", _mcp, "serve MCP on stdio for an agent, acting for the token's requester "
+                         "(BENCH_GATE_TOKEN) against --url")
+    qs = cmd("questions", _questions, "questions agents asked the operator (open ones)")
+    qs.add_argument("--all", action="store_true", help="answered and expired ones too")
+    qs.add_argument("--json", action="store_true")
+    an = cmd("answer", _answer, "answer an agent's questions, one answer each in order (an "
+                                "option's label, or free text)")
+    an.add_argument("question")
+    an.add_argument("answers", nargs="+", metavar="ANSWER")
+    an.add_argument("--notes")
+    for sp in (m, qs, an):  # `bench-gate mcp --url URL` reads as well as `--url URL mcp`
+        sp.add_argument("--url", default=argparse.SUPPRESS, help="the server (as above)")
+        sp.add_argument("--token", default=argparse.SUPPRESS,
+                        help="bearer token (default: BENCH_GATE_TOKEN)")
 
     pl = sub.add_parser("plan", help="ask for or revoke a standing plan (docs/plans.md)")
     plsub = pl.add_subparsers(dest="plan_command", required=True, metavar="ACTION")

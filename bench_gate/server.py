@@ -1,4 +1,5 @@
-"""The composition root for ``bench-gate serve``: store, gateway, HTTP API and socket doors.
+"""The composition root for ``bench-gate serve``: store, gateway, HTTP API, MCP (``/mcp``),
+the console and the socket doors.
 
 Only this module puts the doors together; no door imports another.
 """
@@ -17,11 +18,13 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from .api import create_app
 from .auth import Tokens
 from .config import BenchConfig
 from .gateway import Gateway
+from .mcp import McpDoor
 from .models import now
 from .store import Store
 from .web import create_console
@@ -93,6 +96,8 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         doors, note = await _start_doors(gateway, tokens, config)
         addresses: dict[str, tuple[str, int]] = dict(doors.addresses) if doors else {}
         app = create_app(gateway, tokens, doors_info=addresses)
+        mcp_door = McpDoor(gateway, tokens, host=host)
+        app.router.routes.append(Route("/mcp", endpoint=mcp_door))  # streamable HTTP MCP
         app.mount("/", create_console(gateway, tokens, app.state.stopping))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -110,7 +115,8 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         if on_ready is not None:
             on_ready(running)
         try:
-            await server.serve(sockets=[sock])
+            async with mcp_door.running():
+                await server.serve(sockets=[sock])
         finally:
             app.state.stopping.set()
             sock.close()

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from ..auth import Tokens
 from ..gateway import Gateway
-from . import _bench, _plans, _problems, _runs, _takeover
+from . import _bench, _plans, _problems, _questions, _runs, _takeover
 
 __all__ = ["create_app"]
 
@@ -35,5 +35,6 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.include_router(_runs.router)
     app.include_router(_plans.router)
     app.include_router(_takeover.router)
+    app.include_router(_questions.router)
     app.include_router(_bench.router)
     return app

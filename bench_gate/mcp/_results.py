@@ -1,0 +1,99 @@
+"""What the tools return: pydantic models (each tool's output schema) in snake_case."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "Answers",
+    "GoalSet",
+    "InstrumentInfo",
+    "InstrumentState",
+    "Instruments",
+    "Pending",
+    "Problem",
+    "QueryResult",
+    "WriteOutcome",
+]
+
+
+class Problem(BaseModel):
+    """A tool error: what kind, why, and the SCPI error number when there is one."""
+
+    error: str  # refused | not_found | invalid_input | forbidden | conflict | ...
+    reason: str
+    scpi_code: int | None = None
+    hint: str | None = None
+
+
+class InstrumentInfo(BaseModel):
+    name: str
+    profile: str
+    resource: str
+
+
+class Instruments(BaseModel):
+    instruments: list[InstrumentInfo]
+
+
+class InstrumentState(BaseModel):
+    """Every field of every channel, read live (``"-"`` is a channel-less instrument)."""
+
+    instrument: str
+    idn: str
+    at: str
+    channels: dict[str, dict[str, str | None]]
+
+
+class GoalSet(BaseModel):
+    run_id: str
+    goal: str
+    status: str
+
+
+class QueryResult(BaseModel):
+    instrument: str
+    command: str
+    response: str
+    run_id: str
+
+
+class Pending(BaseModel):
+    """A held write: what the operator sees and must approve before anything is sent."""
+
+    takeover_id: str
+    required_approvals: list[str]
+    approvals_missing: list[str]
+    expires_at: str
+    commands: list[str]
+    operator_sees: dict[str, Any] = Field(
+        default_factory=dict, description="the handoff: command, effects in words, risk, "
+        "reversibility, the live values it was judged against")
+
+
+class WriteOutcome(BaseModel):
+    """A write's outcome now: executed (with its receipt), pending, denied (with the
+    operator's notes), expired, stale, failed, ambiguous or cancelled."""
+
+    status: str
+    takeover_id: str | None = None
+    response: str | None = None
+    receipt: dict[str, Any] | None = None
+    notes: str | None = None
+    outcome: str | None = None
+    pending: Pending | None = None
+    plan_id: str | None = None
+
+
+class Answers(BaseModel):
+    """An ask and, once the operator answered, the answers (in the order asked)."""
+
+    question_id: str
+    status: str  # open | answered | expired | cancelled
+    answers: list[dict[str, str | None]] | None = None
+    answered_by: str | None = None
+    notes: str = ""
+    outcome: str | None = None
+    expires_at: str
