@@ -102,8 +102,9 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
 
-def _normalize(profile: Profile, fld: str, raw: str) -> str:
-    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``)."""
+def _normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
+    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``).
+    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value."""
     spec = profile.fields.get(fld)
     text = raw.strip().strip('"')
     if spec is None or spec.type == "text":
@@ -111,7 +112,9 @@ def _normalize(profile: Profile, fld: str, raw: str) -> str:
     try:
         number = Decimal(text)
     except InvalidOperation:
-        return text
+        number = Decimal("NaN")
+    if not number.is_finite():
+        raise InstrumentError(f"{where or fld}: answer {raw!r} is not a number")
     if spec.type == "boolean":
         return "1" if number != 0 else "0"
     return format_number(number)
@@ -505,7 +508,8 @@ class Gateway:
 
         def job(link: Link) -> Snapshot:
             idn = link.query("*IDN?")
-            values = {key: _normalize(profile, f, link.query(q)) for key, f, q in queries}
+            values = {key: _normalize(profile, f, link.query(q), f"{inst.config.name}: {q!r}")
+                      for key, f, q in queries}
             return Snapshot(idn=idn, values=values)
         return await inst.lane.run(job)
 
@@ -964,9 +968,11 @@ class Gateway:
                 error = exc.message
             # Read back whatever happened; never retry the write blindly.
             try:
-                after = {key: _normalize(profile, f, link.query(q)) for key, f, q in queries}
-            except InstrumentError:
-                return answers, error, None, []
+                after = {key: _normalize(profile, f, link.query(q),
+                                         f"{inst.config.name}: {q!r}")
+                         for key, f, q in queries}
+            except InstrumentError as exc:
+                return answers, error, None, [exc.message]
             errors: list[str] = []
             if profile.lookup(False, ("SYSTEM", "ERROR")) is not None:
                 with contextlib.suppress(InstrumentError):
@@ -986,11 +992,11 @@ class Gateway:
         changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
         if after is None:
             req.receipt = receipt
+            why = "; ".join(filter(None, [error, *instrument_errors])) or "read-back failed"
             self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"reason": error or "read-back failed", "receipt": receipt.model_dump(
-                           mode="json")},
+                       {"reason": why, "receipt": receipt.model_dump(mode="json")},
                        outcome="ambiguous: the instrument could not be read back after the "
-                               f"write ({error or 'read-back failed'}); a person must check it")
+                               f"write ({why}); a person must check it")
             return req
         took = [k for k in changed if after.get(k) == expected[k]]
         if error is None and len(took) == len(changed) and not instrument_errors:
