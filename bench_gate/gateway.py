@@ -120,6 +120,12 @@ def _normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
     return format_number(number)
 
 
+def _unverifiable(actions: list[Action]) -> list[str]:
+    """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
+    return [a.canonical for a in actions
+            if a.effect not in ("read", "select", "harmless") and (a.field is None or a.new is None)]
+
+
 def _join(units: list[Unit], answers: dict[int, str]) -> str:
     """IEEE 488.2 §8.4.1: ',' joins the parts of one unit's answer, ';' joins units."""
     groups: dict[int, list[str]] = {}
@@ -998,6 +1004,15 @@ class Gateway:
                        outcome="ambiguous: the instrument could not be read back after the "
                                f"write ({why}); a person must check it")
             return req
+        unverifiable = _unverifiable(req.actions)
+        if error is not None and unverifiable:
+            req.receipt = receipt
+            why = (f"the write failed ({error}) and {', '.join(unverifiable)} cannot be "
+                   "confirmed by a read-back")
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                       {"reason": why, "receipt": receipt.model_dump(mode="json")},
+                       outcome=f"ambiguous: {why}; a person must check the instrument")
+            return req
         took = [k for k in changed if after.get(k) == expected[k]]
         if error is None and len(took) == len(changed) and not instrument_errors:
             req.receipt = receipt
@@ -1054,12 +1069,19 @@ class Gateway:
         expected = self._proposed(req.actions, req.snapshot)
         changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
         took = [k for k in changed if after.values.get(k) == expected[k]]
+        unverifiable = _unverifiable(req.actions)
         receipt = Receipt(sent=[], before=req.snapshot.values, after=after.values,
                           approvals=req.valid_approvals(), started_at=self.clock(),
                           finished_at=self.clock(), reconciled=True,
                           detail="interrupted by a restart; reconciled from read-back")
         req.receipt = receipt
-        if changed and len(took) == len(changed):
+        if unverifiable:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                       {"reason": "interrupted", "receipt": receipt.model_dump(mode="json")},
+                       outcome="ambiguous: interrupted by a restart, and "
+                               f"{', '.join(unverifiable)} cannot be confirmed by a "
+                               "read-back; a person must check the instrument")
+        elif changed and len(took) == len(changed):
             self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
                        {"receipt": receipt.model_dump(mode="json"), "reconciled": True},
                        outcome="executed (reconciled after a restart)")

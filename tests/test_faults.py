@@ -138,6 +138,19 @@ async def test_write_timeout_after_it_landed_is_reconciled(
     assert sum(c.startswith("VOLT 2") for c in link.calls) == 1, "never retried"
 
 
+async def test_write_timeout_of_an_unverifiable_command_is_ambiguous(
+        faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal) -> None:
+    """``*RST`` changes nothing a read-back can tell from "not sent" when the bench is
+    already at its defaults: a failed send is neither executed nor failed, a person checks."""
+    gw, link = faulty
+    req = await held(gw, script, "*RST")
+    link.arm(Fault.WRITE_TIMEOUT, match="*RST")
+    done = (await gw.grant(req.id, olga, list(req.required))).request
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    assert "cannot be confirmed by a read-back" in (done.outcome or "")
+    assert last(gw, done)[0] == "step_failed"
+
+
 # ---------------------------------------------------------------- dropped connection
 async def test_dropped_connection_fails_then_the_lane_reconnects(
         faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal,

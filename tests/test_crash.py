@@ -1,0 +1,56 @@
+"""Crash and restart.
+
+In process: what a restart finds in the store is reconciled from a read-back, never
+re-sent. For real: ``bench-gate serve`` (a subprocess, against a separately running
+``python -m sim_instruments serve``) is SIGKILLed at random points with requests in every
+status and a write in flight, and restarted on the same store; ``bench/crash.py`` runs the
+same rounds (``--rounds 50``) and prints the counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench_gate.config import BenchConfig
+from bench_gate.gateway import Gateway
+from bench_gate.models import Approval, Principal, Status
+from bench_gate.store import SqliteStore
+from tests.conftest import Clock
+
+
+def _force_executing(gw: Gateway, request_id: str) -> None:
+    """Leave a request where a crash in the middle of its write leaves it."""
+    req = gw.store.get_request(request_id)
+    assert req is not None
+    for kind in req.missing():
+        req.approvals.append(Approval(kind=kind, by="olga", proposal_hash=req.proposal_hash))
+    version = req.version
+    req.status = Status.EXECUTING
+    assert gw.store.save_request(req, version, [])
+
+
+async def test_interrupted_unverifiable_write_is_ambiguous(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        front_panel: Any) -> None:
+    """A ``*RST`` cut off by a crash may or may not have run, and a read-back of a bench at
+    its defaults cannot tell: a person decides, the gateway never says "failed"."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "*RST")).request
+    assert req is not None
+    _force_executing(gw, req.id)
+    await gw.close()
+    gw.store.close()
+
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        after = gw.get_request(req.id)
+        assert after.status is Status.AMBIGUOUS, after.outcome
+        assert "cannot be confirmed by a read-back" in (after.outcome or "")
+        assert front_panel.query("*IDN?"), "still reachable; nothing was re-sent"
+    finally:
+        await gw.close()
+        gw.store.close()
