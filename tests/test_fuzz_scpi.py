@@ -1,0 +1,51 @@
+"""The short CI version of ``bench/fuzz_scpi.py``: the SCPI core under hostile input.
+
+A few seconds of the same strategies and invariants as the long run (see docs/reliability.md
+section 3): no crash but ScpiError, no non-read unit in a read-only message, and every
+canonical unit re-classifies to itself. Plus the regressions the long run found.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bench.fuzz_scpi import PROFILES, check_message, scpi_property
+from bench_gate.scpi import classify
+
+
+def test_fuzz_scpi_short() -> None:
+    """About 1500 generated messages (near-valid, mutated and raw), every invariant."""
+    start = time.monotonic()
+    scpi_property(1500)()
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("text", [
+    "MEAS:VOLT? (@1);:OUTP ON,(@1)",
+    "INST:NSEL 2;:VOLT?",
+    "INST:NSEL 2",
+    "*IDN?;*CLS",
+    "*ESE 5;*ESE?",
+    "VOLT? (@1);VOLT 5",
+    "SYST:ERR?;:GATE:TOK \"bg_x\"",
+    "MEAS:VOLT? (@1);" * 511 + "*RST",
+    "\x00*IDN?",
+    "*IDN?\r\n",
+    "#15abcde",
+    "VOLT #0 5,(@1)",
+    "APPL CH1,5,1;:APPL? CH1",
+    "OUTP2 ON",
+    "VOLT 5,(@1:3)",
+])
+def test_known_hostile_messages(profile: str, text: str) -> None:
+    check_message(profile, text)
+    for selected in (None, 1, 2, 3, 4):
+        check_message(profile, text, selected)
+
+
+def test_write_after_reads_is_never_read_only() -> None:
+    c = classify("MEAS:VOLT? (@1);:VOLT 5,(@1)", "e36312a")
+    assert not c.read_only
