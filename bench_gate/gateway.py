@@ -972,8 +972,12 @@ class Gateway:
                         link.write(a.canonical)
             except InstrumentError as exc:
                 error = exc.message
-            # Read back whatever happened; never retry the write blindly.
+            # Read back whatever happened; never retry the write blindly. Only the instrument
+            # that was judged may answer: another one's values say nothing about ours.
             try:
+                idn = link.query("*IDN?")
+                if idn != req.snapshot.idn:
+                    return answers, error, None, [f"another instrument answered: {idn!r}"]
                 after = {key: _normalize(profile, f, link.query(q),
                                          f"{inst.config.name}: {q!r}")
                          for key, f, q in queries}
@@ -1065,6 +1069,12 @@ class Gateway:
             self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {"reason": exc.message},
                        outcome="ambiguous: interrupted by a restart and the instrument cannot "
                                "be read; a person must check it")
+            return
+        if after.idn != req.snapshot.idn:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                       {"reason": f"another instrument answered: {after.idn!r}"},
+                       outcome="ambiguous: interrupted by a restart, and another instrument "
+                               f"answers now ({after.idn!r}); a person must check it")
             return
         expected = self._proposed(req.actions, req.snapshot)
         changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]

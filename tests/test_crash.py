@@ -14,9 +14,11 @@ from typing import Any
 
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
+from bench_gate.instruments import PyvisaLink
 from bench_gate.models import Approval, Principal, Status
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
+from tests.faults import OTHER_IDN, FaultLink
 
 
 def _force_executing(gw: Gateway, request_id: str) -> None:
@@ -51,6 +53,34 @@ async def test_interrupted_unverifiable_write_is_ambiguous(
         assert after.status is Status.AMBIGUOUS, after.outcome
         assert "cannot be confirmed by a read-back" in (after.outcome or "")
         assert front_panel.query("*IDN?"), "still reachable; nothing was re-sent"
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+async def test_interrupted_write_read_back_from_another_instrument_is_ambiguous(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        front_panel: Any) -> None:
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    _force_executing(gw, req.id)
+    await gw.close()
+    gw.store.close()
+
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = FaultLink(PyvisaLink(psu), "psu")
+    link.impersonate()  # another instrument took the address while the gateway was down
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        after = gw.get_request(req.id)
+        assert after.status is Status.AMBIGUOUS, after.outcome
+        assert OTHER_IDN in (after.outcome or "")
+        assert not any(c.startswith("VOLT 2") for c in link.calls), "never re-sent"
     finally:
         await gw.close()
         gw.store.close()

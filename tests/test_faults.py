@@ -231,6 +231,18 @@ async def test_wrong_idn_after_reconnect_goes_stale(
     assert fresh.snapshot.idn == OTHER_IDN and fresh.status is Status.PENDING
 
 
+async def test_wrong_idn_answering_the_read_back_is_ambiguous(
+        faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal) -> None:
+    """The connection drops during the write and another instrument answers the reconnect:
+    its values say nothing about ours, so the outcome is for a person, never "failed"."""
+    gw, link = faulty
+    req = await held(gw, script, "VOLT 2,(@1)")
+    link.arm(Fault.WRONG_IDN, match="VOLT 2")
+    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    assert "another instrument answered" in (done.outcome or "")
+
+
 # ---------------------------------------------------------------- lanes are independent
 async def test_dmm_answers_while_the_psu_lane_is_faulted(
         faulty: tuple[Gateway, FaultLink], script: Principal) -> None:
