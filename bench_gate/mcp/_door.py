@@ -6,7 +6,9 @@ When the session ends (the client's DELETE, the idle timeout, shutdown) its run 
 pending requests are cancelled and open questions get no answer.
 
 The endpoint serves the session-based protocol: it answers ``server/discover`` with
-"method not found", so an ``auto`` client falls back to the ``initialize`` handshake.
+"method not found", so an ``auto`` client falls back to the ``initialize`` handshake. It
+answers each POST with one JSON body, not an SSE stream (the tools send no progress
+notifications; a query round trip takes about 7 ms instead of 18).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class McpDoor:
         self.sessions: dict[str, AgentSession] = {}
         self.server = build_server(self._session_for)
         self.server.middleware.append(_session_protocol_only)
-        self.server.streamable_http_app(host=host)  # builds the session manager
+        self.server.streamable_http_app(host=host, json_response=True)  # the session manager
         self.manager = self.server.session_manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
