@@ -245,3 +245,29 @@ async def test_http_session_end_closes_its_run(bench: Bench) -> None:
     assert q["status"] == "cancelled"
     run = await operator(bench, "GET", f"/v1/runs/{run_id}")
     assert run["status"] == "closed"
+
+
+async def test_http_session_belongs_to_its_token(bench: Bench) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(base_url=bench.url, timeout=30) as h:
+        r = await h.post("/mcp", json=init, headers={
+            **accept, "Authorization": f"Bearer {bench.tokens['bot']}"})
+        assert r.status_code == 200, r.text
+        sid = r.headers["mcp-session-id"]
+        other = await h.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                             headers={**accept, "Mcp-Session-Id": sid,
+                                      "MCP-Protocol-Version": "2025-11-25",
+                                      "Authorization": f"Bearer {bench.tokens['bot2']}"})
+        assert other.status_code == 404
+
+
+async def test_http_stateless_client_gets_no_session(bench: Bench) -> None:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bench.tokens['bot']}"},
+                              timeout=httpx2.Timeout(30, read=300))
+    async with http, Client(streamable_http_client(f"{bench.url}/mcp", http_client=http),
+                            mode="2026-07-28") as client:
+        r = await call(client, "set_goal", goal="stateless")
+        assert r.is_error and data(r)["error"] == "no_session"
