@@ -60,8 +60,9 @@ def _serve(args: argparse.Namespace) -> int:
                            "with --sim-psu-port/--sim-dmm-port)") from exc
         if config is None:
             config = default_config(bench.psu_port, bench.dmm_port)
-    db = Path(args.db) if args.db else server.default_db()
-    db.parent.mkdir(parents=True, exist_ok=True)
+    if args.bench:
+        config.bench = args.bench
+    db, shown = _db(args.db)
     store = open_store(db)
     tokens = Tokens(store)
     first = None if tokens.any() else tokens.create("admin", "admin")[1]
@@ -69,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
     def ready(r: server.Running) -> None:
         _out(f"bench-gate: serving bench {config.bench!r}")
         _out(f"  HTTP API      {r.url}   (OpenAPI {r.url}/openapi.json, docs {r.url}/docs)")
-        _out(f"  store         {db}")
+        _out(f"  store         {shown}")
         if bench is not None:
             _out(f"  simulated     PSU {bench.psu_resource_name}, DMM {bench.dmm_resource_name}")
         _out("  instruments")
@@ -84,8 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
             _out(f"    export BENCH_GATE_TOKEN={first}")
         else:
             _out("  tokens        already issued; list them with "
-                 f"`bench-gate token list --db {db}`")
-        _out(f"  more tokens   bench-gate token create --name alice --role operator --db {db}")
+                 f"`bench-gate token list --db {shown}`")
+        _out("  more tokens   bench-gate token create --name alice --role operator "
+             f"--db {shown}")
         _out("  Ctrl-C stops.")
 
     try:
@@ -104,14 +106,29 @@ def _serve(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- local: token
 def _tokens(args: argparse.Namespace) -> Any:
-    from . import server
     from .auth import Tokens
     from .store import open_store
 
-    db = Path(args.db) if args.db else server.default_db()
-    if not db.exists():
+    db, _ = _db(args.db)
+    if isinstance(db, Path) and not db.exists():
         raise CliError(f"no store at {db}: run `bench-gate serve` once, or pass --db")
     return Tokens(open_store(db))
+
+
+def _db(arg: str | None) -> tuple[str | Path, str]:
+    """What to open (a SQLite path, or a PostgreSQL URL kept as it is) and how to show it:
+    never with its password."""
+    from . import server
+
+    if arg and arg.startswith(("postgresql://", "postgres://")):
+        from .store._postgres import describe
+
+        return arg, describe(arg)
+    if arg and arg.startswith("sqlite:///"):
+        arg = arg[len("sqlite:///"):]
+    db = Path(arg) if arg else server.default_db()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return db, str(db)
 
 
 def _token_create(args: argparse.Namespace) -> int:
@@ -445,7 +462,10 @@ def _parser() -> argparse.ArgumentParser:
     s = cmd("serve", _serve, "serve the bench (the simulated one unless --config says "
                              "otherwise)")
     s.add_argument("--config", help="a bench.toml (instruments, envelope, policy, server)")
-    s.add_argument("--db", help="the SQLite store (default: in the data directory)")
+    s.add_argument("--db", help="the store: a SQLite file (default: in the data directory) "
+                                "or a postgresql:// URL shared by several benches")
+    s.add_argument("--bench", help="this gateway's bench name (default: from --config, or "
+                                   "sim-bench)")
     s.add_argument("--host", help="HTTP address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="HTTP port (default 8000)")
     s.add_argument("--sim", action="store_true", help="start the simulated bench with --config")
@@ -454,7 +474,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
 
     t = sub.add_parser("token", help="create, list and revoke tokens (on the local store)")
-    t.add_argument("--db", help="the SQLite store (default: in the data directory)")
+    t.add_argument("--db", help="the store: a SQLite file or a postgresql:// URL")
     tsub = t.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     tc = tsub.add_parser("create", help="print a new token (shown once)")
     tc.add_argument("--name", required=True)
