@@ -171,12 +171,12 @@ def test_racing_decisions_over_http(lab: dict[str, Any]) -> None:
     for i in range(3):
         run, tk = held_write(b, lab["script"], f"VOLT {i + 1},(@3)")
 
-        def grant() -> int:
+        def grant(run: str = run, tk: str = tk) -> int:
             with api(a, lab["olga"]) as h:
                 return h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
                               json={"approve": ["setpoint"]}).status_code
 
-        def deny() -> int:
+        def deny(run: str = run, tk: str = tk) -> int:
             with api(b, lab["pete"]) as h:
                 return h.post(f"/v1/runs/{run}/takeover/{tk}/deny",
                               json={"notes": "no"}).status_code
