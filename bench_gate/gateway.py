@@ -54,6 +54,7 @@ from .scpi import (
     Classification,
     Effect,
     Profile,
+    ProfileError,
     ScpiError,
     Unit,
     classify,
@@ -164,6 +165,15 @@ class Gateway:
     @property
     def bench(self) -> str:
         return self.config.bench
+
+    def profile_for(self, req: TakeoverRequest) -> Profile:
+        """The profile a request was judged with, also for another bench's request."""
+        if self.owns(req):
+            return self.instruments[req.instrument].profile
+        try:
+            return get_profile(str(req.handoff.get("profile") or "generic"))
+        except ProfileError:
+            return get_profile("generic")
 
     def _qualified(self, instrument: str) -> str:
         """Instrument names are per bench; the shared store keys them by bench too."""

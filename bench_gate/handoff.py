@@ -115,6 +115,8 @@ def build_handoff(
     return {
         "command": req.message,
         "instrument": req.instrument,
+        "bench": req.bench,
+        "profile": profile.name,
         "idn": snap.idn,
         "actions": [a.model_dump(mode="json") for a in req.actions],
         "goal": run.goal,

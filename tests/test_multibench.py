@@ -163,3 +163,15 @@ async def test_remote_changes_reach_the_other_consoles(benches: tuple[str, Gatew
         while seen.get("id") != req.id:
             seen = await asyncio.wait_for(events.get(), timeout=5)
         assert seen["bench"] == "bench-b" and seen["status"] == "pending"
+
+
+async def test_a_console_judges_another_benchs_request_with_its_profile(
+        benches: tuple[str, Gateway, Gateway]) -> None:
+    _, a, b = benches
+    run = b.create_run(SCRIPT, "script")
+    req = (await b.submit(run.id, "psu", "VOLT 1,(@1)")).request
+    assert req is not None
+    seen_from_a = a.get_request(req.id)
+    assert not a.owns(seen_from_a) and b.owns(seen_from_a)
+    assert a.profile_for(seen_from_a).name == "e36312a"
+    assert seen_from_a.handoff["bench"] == "bench-b"

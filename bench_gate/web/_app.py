@@ -263,9 +263,10 @@ def create_console(gateway: Gateway, tokens: Tokens,
                            refusal: str | None = None,
                            changed: list[tuple[str, str, str]] | None = None,
                            status_code: int = 200) -> Response:
-        inst = gateway.instruments.get(req.instrument)
-        profile = inst.profile if inst is not None else None
-        live = await console.live(req.instrument) if req.status is Status.PENDING else None
+        profile = gateway.profile_for(req)
+        # Another bench's instrument is read (and rechecked) by that bench's gateway only.
+        live = await console.live(req.instrument) if (
+            req.status is Status.PENDING and gateway.owns(req)) else None
         shown_live = views.relevant(req, live) if live is not None else {}
         run = gateway.store.get_run(req.run_id)
         own = run is not None and run.principal == me.name
@@ -314,8 +315,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
                 request, req, me, status_code=409,
                 refusal="The request changed since this page was loaded (someone edited "
                         "it). Nothing was approved: read it again and decide.")
-        inst = gateway.instrument(req.instrument)
-        live = await console.live(req.instrument)
+        profile = gateway.profile_for(req)
+        remote = not gateway.owns(req)
+        live = {} if remote else await console.live(req.instrument)
         if live is None:
             return await request_page(request, req, me, status_code=502,
                                       refusal="The instrument cannot be read right now, so "
@@ -326,9 +328,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
         except json.JSONDecodeError:
             shown = {}
         now_live = views.relevant(req, live)
-        if now_live != shown:
-            changed = [(views.label(inst.profile, k), views.show(inst.profile, k, shown.get(k)),
-                        views.show(inst.profile, k, now_live.get(k)))
+        if not remote and now_live != shown:
+            changed = [(views.label(profile, k), views.show(profile, k, shown.get(k)),
+                        views.show(profile, k, now_live.get(k)))
                        for k in sorted(set(shown) | set(now_live))
                        if shown.get(k) != now_live.get(k)]
             console.record(req, me, "refused_stale", now_live,
@@ -342,7 +344,7 @@ def create_console(gateway: Gateway, tokens: Tokens,
                                       refusal="Tick what you approve: nothing is approved "
                                               "by default.")
         edits: dict[str, str] = {}
-        for fld in views.edit_fields(req, inst.profile,
+        for fld in views.edit_fields(req, profile,
                                      gateway.config.envelope.get(req.instrument, {})):
             raw = first(form, f"edit:{fld.key}", fld.value)
             value, error = views.check_edit(fld, raw)
