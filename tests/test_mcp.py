@@ -271,3 +271,20 @@ async def test_http_stateless_client_gets_no_session(bench: Bench) -> None:
                             mode="2026-07-28") as client:
         r = await call(client, "set_goal", goal="stateless")
         assert r.is_error and data(r)["error"] == "no_session"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_request_plan_comes_back_pending(bench: Bench, transport: str) -> None:
+    async with SESSIONS[transport](bench) as client:
+        await call(client, "set_goal", goal="sweep CH1")
+        r = await call(client, "request_plan", instrument="psu", channels=[1], voltage_min=0,
+                       voltage_max=5, current_max=0.1, max_writes=10, max_step=0.5,
+                       rationale="a 0-5 V sweep in 0.5 V steps")
+        out = data(r)
+        assert out["status"] == "pending", text(r)
+        assert out["plan_id"] and out["pending"]["required_approvals"] == ["setpoint"]
+        assert "plan" in out["pending"]["operator_sees"]
+        wide = await call(client, "request_plan", instrument="psu", channels=[1],
+                          voltage_min=0, voltage_max=500, current_max=0.1, max_writes=10,
+                          rationale="too wide")
+        assert wide.is_error and data(wide)["error"] == "invalid_input", text(wide)
