@@ -50,7 +50,8 @@ async def state(name: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
 def _visible(gw: GatewayDep, who: Principal, message: dict[str, Any]) -> bool:
     if can_operate(who):
         return True
-    run_id = message.get("run_id") if message.get("type") == "request" else message.get("id")
+    # Requests, plans and questions name their run; a run event is the run itself.
+    run_id = message.get("id") if message.get("type") == "run" else message.get("run_id")
     run = gw.store.get_run(str(run_id)) if run_id else None
     return run is not None and run.principal == who.name
 

@@ -1,7 +1,7 @@
 """``scpi_query`` round trips, one at a time, in one run: bench-gate's MCP server over stdio
 (``bench-gate mcp --url``, through the HTTP API) and over streamable HTTP (``/mcp``,
 in-process), the same query over the HTTP API directly, and labmcp-scpi's ``scpi_query`` in
-its ``--simulate`` mode (stdio). Run: ``python bench/mcp.py [--count 300]``.
+its ``--simulate`` mode (stdio). Run: ``python bench/mcp_roundtrip.py [--count 300]``.
 
 bench-gate queries ``MEAS:VOLT? (@1)`` on the simulated E36312A (a TCP socket instrument
 through pyvisa-py, a journaled run, the policy); labmcp-scpi queries ``MEAS:VOLT?`` on its
@@ -10,31 +10,27 @@ built-in in-process simulator (no I/O at all), so its figure is the MCP floor.
 
 from __future__ import annotations
 
+import argparse
+import shutil
+import statistics
 import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-# This file is bench/mcp.py: drop bench/ from the path so `import mcp` finds the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+import anyio
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
-import argparse  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Awaitable, Callable  # noqa: E402
-
-import anyio  # noqa: E402
-import httpx  # noqa: E402
-import httpx2  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from bench_gate.auth import Tokens  # noqa: E402
-from bench_gate.config import default_config  # noqa: E402
-from bench_gate.server import ServerThread  # noqa: E402
-from bench_gate.store import open_store  # noqa: E402
-from sim_instruments import SimBenchThread  # noqa: E402
+from bench_gate.auth import Tokens
+from bench_gate.config import default_config
+from bench_gate.server import ServerThread
+from bench_gate.store import open_store
+from sim_instruments import SimBenchThread
 
 QUERY = "MEAS:VOLT? (@1)"
 BIN = Path(sys.executable).parent
