@@ -716,6 +716,7 @@ class Gateway:
                                f"{exc}") from exc
         if not wanted:
             raise InvalidInput("say which approvals you give: setpoint, output_enable, state")
+        seen: str | None = None  # the proposal this approver is deciding on
         for _ in range(MAX_RETRIES):
             req = self.get_request(request_id)
             run = self.get_run(req.run_id)
@@ -724,6 +725,13 @@ class Gateway:
                 req = self.get_request(request_id)
             if req.status is not Status.PENDING:
                 raise TransitionError(req.id, req.status.value, "grant")
+            if seen is not None and req.proposal_hash != seen:
+                # Someone edited it between our read and our write: never bind this
+                # approval to a proposal its approver has not seen.
+                raise TransitionError(req.id, req.status.value, "grant",
+                                      "the proposal changed while you approved it; "
+                                      "review it again")
+            seen = req.proposal_hash
             unknown = [k.value for k in wanted if k not in req.required]
             if unknown:
                 raise InvalidInput(f"{req.id} does not need {', '.join(unknown)} approval; it "
