@@ -173,3 +173,33 @@ def test_history_and_timeline_render(bench: Bench, tmp_path: Path) -> None:
     assert "takeover requested" in timeline and "denied: not now" in timeline
     assert "console_denied" in timeline or "console denied" in timeline
     c.close()
+
+
+def test_an_agents_question_waits_in_the_queue_and_gets_its_answer(bench: Bench) -> None:
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "agent", "goal": "pick a rail"}).json()["id"]
+        asked = h.post(f"/v1/runs/{run}/questions", json={"questions": [{
+            "text": "Which rail feeds the DUT?",
+            "options": [{"label": "3V3"}, {"label": "5V"}], "allowFreeText": True}]})
+        assert asked.status_code in (200, 201, 202), asked.text
+        qid = asked.json()["id"]
+    c, csrf = sign_in(bench, "olga")
+    try:
+        queue = c.get("/fragments/queue").text
+        assert f"/questions/{qid}" in queue and "AGENT ASKS" in queue
+        page = c.get(f"/questions/{qid}")
+        assert "Which rail feeds the DUT?" in page.text and 'value="3V3"' in page.text
+        forged = c.post(f"/questions/{qid}/answer", data={"csrf": "x", "choice-0": "3V3"})
+        assert forged.status_code == 403
+        r = c.post(f"/questions/{qid}/answer",
+                   data={"csrf": csrf, "choice-0": "3V3", "text-0": "the left one"},
+                   headers={"origin": bench.url})
+        assert r.status_code == 303, r.text
+        assert f"/questions/{qid}" not in c.get("/fragments/queue").text
+    finally:
+        c.close()
+    with bench.http("bot") as h:
+        done = h.get(f"/v1/questions/{qid}").json()
+    assert done["status"] == "answered"
+    assert done["answers"][0]["choice"] == "3V3"
+    assert done["answeredBy"] == "olga"

@@ -27,6 +27,7 @@ from ..auth import Tokens
 from ..errors import GatewayError, InstrumentError, NotFound
 from ..gateway import Gateway
 from ..models import ApprovalKind, Principal, RunKind, RunStatus, Status, TakeoverRequest, now
+from ..questions import QuestionSet, QuestionStatus
 from ..states import TERMINAL
 from . import _views as views
 from ._session import COOKIE, LOGIN_CSRF_COOKIE, Session, Sessions, can_decide, new_token
@@ -223,17 +224,61 @@ def create_console(gateway: Gateway, tokens: Tokens,
         return response
 
     # ------------------------------------------------------------------ queue
+    def open_questions(me: Principal) -> list[QuestionSet]:
+        asks = gateway.questions.find(QuestionStatus.OPEN, limit=200)
+        return [q for q in reversed(asks) if console.visible(me, q.run_id)]
+
     @app.get("/", response_class=HTMLResponse)
     async def queue(request: Request) -> Response:
         _, me = console.who(request)
         return console.page(request, "queue.html", {"pending": console.queue(me),
+                                                    "questions": open_questions(me),
                                                     "now": gateway.clock()})
 
     @app.get("/fragments/queue", response_class=HTMLResponse)
     async def queue_rows(request: Request) -> Response:
         _, me = console.who(request)
         return console.page(request, "_queue_rows.html", {"pending": console.queue(me),
+                                                          "questions": open_questions(me),
                                                           "now": gateway.clock()})
+
+    def one_question(me: Principal, question_id: str) -> QuestionSet:
+        try:
+            ask = gateway.questions.get(question_id)
+        except NotFound as exc:
+            raise HTTPException(404, exc.message) from exc
+        if not console.visible(me, ask.run_id):
+            raise HTTPException(403, f"{question_id} belongs to another requester's run")
+        return ask
+
+    async def question_page(request: Request, ask: QuestionSet, *,
+                            refusal: str | None = None, status_code: int = 200) -> Response:
+        return console.page(request, "question.html", {
+            "q": ask, "run": gateway.store.get_run(ask.run_id), "refusal": refusal,
+            "now": gateway.clock()}, status_code=status_code)
+
+    @app.get("/questions/{question_id}", response_class=HTMLResponse)
+    async def question(request: Request, question_id: str) -> Response:
+        _, me = console.who(request)
+        return await question_page(request, one_question(me, question_id))
+
+    @app.post("/questions/{question_id}/answer", response_class=HTMLResponse)
+    async def answer(request: Request, question_id: str) -> Response:
+        session, me, form = await checked_form(console, request)
+        if not can_decide(me):
+            raise HTTPException(403, f"{me.name} is a {me.role.value}: answering needs an "
+                                     "operator or admin token")
+        ask = one_question(me, question_id)
+        answers = [{"choice": first(form, f"choice-{i}") or None,
+                    "text": first(form, f"text-{i}").strip() or None}
+                   for i in range(len(ask.questions))]
+        try:
+            done = gateway.questions.answer(ask.id, me, answers, first(form, "notes").strip())
+        except GatewayError as exc:
+            return await question_page(request, gateway.questions.get(ask.id),
+                                       refusal=f"Not sent: {exc.message}", status_code=422)
+        console.say(session, "ok", f"Answered {done.id}; the agent has your answers.")
+        return RedirectResponse("/", status_code=303)
 
     @app.get("/events")
     async def events(request: Request) -> StreamingResponse:
@@ -250,8 +295,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
                             return
                         yield ": tick\n\n"
                         continue
-                    run_id = message.get("run_id") if message.get("type") == "request" \
-                        else message.get("id")
+                    # Requests, plans and questions name their run; a run event is the run.
+                    run_id = message.get("id") if message.get("type") == "run" \
+                        else message.get("run_id")
                     if console.visible(me, run_id):
                         yield f"event: {message['type']}\ndata: {json.dumps(message)}\n\n"
 

@@ -63,6 +63,11 @@ function liveEvents() {
         "This request is now " + msg.status + ". "; }
     }
   });
+  // An agent's questions wait in the same queue as approvals.
+  es.addEventListener("question", (ev) => {
+    const msg = JSON.parse(ev.data);
+    if (page === "queue") refreshQueue(msg.status === "open");
+  });
 }
 
 function livePanel() {
