@@ -27,7 +27,7 @@ from ..auth import Tokens
 from ..errors import GatewayError, InstrumentError, NotFound
 from ..gateway import Gateway
 from ..models import ApprovalKind, Principal, RunKind, RunStatus, Status, TakeoverRequest, now
-from ..questions import QuestionSet, QuestionStatus
+from ..questions import Answer, QuestionSet, QuestionStatus
 from ..states import TERMINAL
 from . import _views as views
 from ._session import COOKIE, LOGIN_CSRF_COOKIE, Session, Sessions, can_decide, new_token
@@ -269,7 +269,8 @@ def create_console(gateway: Gateway, tokens: Tokens,
             raise HTTPException(403, f"{me.name} is a {me.role.value}: answering needs an "
                                      "operator or admin token")
         ask = one_question(me, question_id)
-        answers = [{"choice": first(form, f"choice-{i}") or None,
+        answers: list[Answer | dict[str, Any]] = [
+                   {"choice": first(form, f"choice-{i}") or None,
                     "text": first(form, f"text-{i}").strip() or None}
                    for i in range(len(ask.questions))]
         try:
