@@ -12,7 +12,7 @@ import time
 import pytest
 
 from bench.fuzz_scpi import PROFILES, check_message, scpi_property
-from bench_gate.scpi import classify
+from bench_gate.scpi import ScpiError, classify
 
 
 def test_fuzz_scpi_short() -> None:
@@ -49,3 +49,19 @@ def test_known_hostile_messages(profile: str, text: str) -> None:
 def test_write_after_reads_is_never_read_only() -> None:
     c = classify("MEAS:VOLT? (@1);:VOLT 5,(@1)", "e36312a")
     assert not c.read_only
+
+
+@pytest.mark.parametrize("text", [
+    "GATE:TOK bg_{secret}",          # an unquoted token: character data too long (-144)
+    "GATE:TOK:bg_{secret}",          # a token as a header node (-112)
+    "bg_{secret}",                   # a token pasted on its own
+    "VOLT 5bg_{secret},(@1)",        # a token as a unit suffix (-134)
+])
+def test_errors_never_echo_an_overlong_word(text: str) -> None:
+    """Regression: the lexer's -112/-134/-144 errors echoed the whole word, so a token sent
+    by mistake came back in SYST:ERR? (and an 8 KB word made an 8 KB error)."""
+    secret = "Zq7" * 14
+    with pytest.raises(ScpiError) as caught:
+        classify(text.format(secret=secret), "e36312a")
+    assert secret[:12] not in str(caught.value) and secret[:12] not in caught.value.message
+    assert len(caught.value.message) < 200

@@ -118,6 +118,11 @@ class RawUnit:
     params: tuple[Data, ...]
 
 
+def _clip(word: str) -> str:
+    """An over-long word as shown in an error: never echo a pasted secret or 8 KB back."""
+    return repr(word) if len(word) <= MAX_MNEMONIC else repr(word[:MAX_MNEMONIC]) + "..."
+
+
 def _normalize(src: str) -> str:
     """Strip one terminator, then refuse anything that is not one printable ASCII message."""
     if src.endswith("\r\n"):
@@ -226,7 +231,8 @@ def _mnemonic(src: str, pos: int) -> tuple[int, str]:
     word = src[pos:end]
     stem = word.rstrip("0123456789")
     if len(stem) > MAX_MNEMONIC:
-        raise ScpiSyntaxError(-112, f"mnemonic {word!r} is longer than 12 characters", src, pos)
+        raise ScpiSyntaxError(-112, f"mnemonic {_clip(word)} is longer than 12 characters",
+                              src, pos)
     return end, word.upper()
 
 
@@ -246,7 +252,8 @@ def _data(src: str, pos: int) -> tuple[int, Data]:
             end += 1
         word = src[pos:end]
         if len(word) > MAX_MNEMONIC:
-            raise ScpiSyntaxError(-144, f"character data {word!r} is longer than 12", src, pos)
+            raise ScpiSyntaxError(-144, f"character data {_clip(word)} is longer than 12",
+                                  src, pos)
         return end, CharData(word.upper(), pos)
     raise ScpiSyntaxError(-101, f"unexpected {ch!r} where a parameter should start", src, pos)
 
@@ -287,7 +294,7 @@ def _decimal(src: str, pos: int) -> tuple[int, Number]:
         assert sm is not None
         suffix = sm.group()
         if len(suffix) > MAX_MNEMONIC:
-            raise ScpiSyntaxError(-134, f"suffix {suffix!r} is too long", src, probe)
+            raise ScpiSyntaxError(-134, f"suffix {_clip(suffix)} is too long", src, probe)
         end = sm.end()
     if end < len(src) and src[end] not in WHITESPACE and src[end] not in ",;":
         raise ScpiSyntaxError(-121, f"unexpected {src[end]!r} in a number", src, end)
