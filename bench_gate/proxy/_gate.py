@@ -16,6 +16,7 @@ They are parsed with the project's lexer and never forwarded to an instrument::
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -78,10 +79,15 @@ class GateCommand:
         return self.op.value.endswith("?")
 
 
+#: A unit of the GATE namespace anywhere in a message: at its start or after a ';'.
+_GATE_UNIT = re.compile(r"(?:^|;)[ \t]*:?[ \t]*GATE(?![A-Za-z0-9_])", re.IGNORECASE)
+
+
 def is_gate_message(message: str) -> bool:
-    """A cheap test, before any lexing: does the message address the GATE namespace?"""
-    head = message.lstrip(" \t:")
-    return head[:4].upper() == ROOT
+    """A cheap test, before any lexing: does any unit address the GATE namespace? Such a
+    message is the door's own: it is never journaled nor sent on, even when mixed with
+    instrument commands (``*IDN?;:GATE:TOK "bg_..."`` is refused, token unrecorded)."""
+    return _GATE_UNIT.search(message) is not None
 
 
 def _leaf(word: str, src: str, pos: int) -> str:
@@ -94,8 +100,9 @@ def _leaf(word: str, src: str, pos: int) -> str:
 
 def _unit(unit: RawUnit, src: str) -> GateCommand:
     if unit.common or len(unit.mnemonics) != 2 or unit.mnemonics[0] != ROOT:
-        raise ScpiSyntaxError(-113, "a GATE message holds only GATE:<command> units "
-                              f"(found {unit.text!r})", src, unit.start)
+        raise ScpiSyntaxError(-113, "a GATE message holds only GATE:<command> units; send "
+                              f"GATE commands in their own message (unit {unit.index + 1} "
+                              "is not one)", src, unit.start)
     leaf = _leaf(unit.mnemonics[1], src, unit.start)
     if unit.query:
         op = _QUERIES.get(leaf)
