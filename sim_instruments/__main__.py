@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from . import _server
 from ._server import SimBench
 
 
@@ -25,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _serve(host: str, psu_port: int, dmm_port: int) -> None:
+    _server.install_crash_hooks()  # test-only, from SIM_WRITE_DELAY/SIM_HANGUP_DROP/SIM_LOG
     bench = SimBench()
     await bench.start(host, psu_port, dmm_port)
     print(f"E36312A  {bench.psu_resource_name}", flush=True)

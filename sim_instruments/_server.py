@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import enum
 import logging
+import os
 import pathlib
+import random
 import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -152,6 +154,45 @@ class SimBench:
         return handle
 
 
+class _CrashHooks:
+    """Test-only hooks for crash tests, read from the environment by the served bench only:
+
+    SIM_WRITE_DELAY=S   hold each write S seconds before the instrument acts on it, so the
+                        gateway is killed with a write in flight (the read-back waits behind)
+    SIM_HANGUP_DROP=P   a held write whose client hung up meanwhile is dropped with
+                        probability P (the bytes never made it), else applied late
+    SIM_LOG=PATH        append every message the instrument acted on to PATH
+    """
+
+    def __init__(self) -> None:
+        self.write_delay = float(os.environ.get("SIM_WRITE_DELAY", "0") or 0)
+        self.hangup_drop = float(os.environ.get("SIM_HANGUP_DROP", "0") or 0)
+        self.log = os.environ.get("SIM_LOG") or None
+
+    async def deliver(self, instrument: SimInstrument, reader: asyncio.StreamReader,
+                      message: str) -> bool:
+        """Whether the instrument gets ``message`` at all (after any delay)."""
+        if self.write_delay and "?" not in message:
+            await asyncio.sleep(self.write_delay)
+            if getattr(reader, "_eof", False) and random.random() < self.hangup_drop:
+                logger.info("dropped %r: the client hung up while it was in flight", message)
+                return False
+        if self.log:
+            with open(self.log, "a", encoding="ascii", errors="replace") as fp:
+                fp.write(f"{instrument.profile}\t{message}\n")
+        return True
+
+
+_HOOKS: _CrashHooks | None = None
+
+
+def install_crash_hooks() -> None:
+    """Turn on the SIM_* hooks for this process (``python -m sim_instruments serve``)."""
+    global _HOOKS
+    hooks = _CrashHooks()
+    _HOOKS = hooks if hooks.write_delay or hooks.log else None
+
+
 async def _converse(
     instrument: SimInstrument, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
@@ -165,6 +206,8 @@ async def _converse(
             return
         message = line.decode("ascii", errors="replace").rstrip("\n").rstrip("\r")
         if not message.strip():
+            continue
+        if _HOOKS is not None and not await _HOOKS.deliver(instrument, reader, message):
             continue
         try:
             # The instrument's lock serializes connections; a thread keeps the loop free.

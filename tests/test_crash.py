@@ -84,3 +84,14 @@ async def test_interrupted_write_read_back_from_another_instrument_is_ambiguous(
     finally:
         await gw.close()
         gw.store.close()
+
+
+def test_sigkill_at_random_points_then_restart(tmp_path: Path) -> None:
+    """The short version of ``python bench/crash.py --rounds 50``: a real ``bench-gate
+    serve`` SIGKILLed five times at random moments, restarted on the same store."""
+    from bench.crash import run_rounds
+
+    tally = run_rounds(5, seed=20, workdir=tmp_path)
+    assert tally.violations == [], tally.report()
+    assert tally.rounds == 5 and sum(tally.checks.values()) > 100
+    assert tally.at_kill["pending"] >= 10, tally.report()  # A and B, every round
