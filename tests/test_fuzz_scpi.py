@@ -65,3 +65,18 @@ def test_errors_never_echo_an_overlong_word(text: str) -> None:
         classify(text.format(secret=secret), "e36312a")
     assert secret[:12] not in str(caught.value) and secret[:12] not in caught.value.message
     assert len(caught.value.message) < 200
+
+
+def test_long_messages_do_not_fill_the_classification_cache() -> None:
+    """Regression: every distinct message was cached (16384 entries), and an 8 KB message of
+    500 units is about 110 KiB classified, so a client sending distinct long messages grew
+    the gateway by up to ~1.8 GB. Long messages are now classified afresh."""
+    from bench_gate.scpi._classify import _classify_cached
+
+    before = _classify_cached.cache_info().currsize
+    for i in range(200):
+        message = ";".join(["MEAS:VOLT? (@1)"] * 500) + " " * (i % 50) + ";*CAL?" * (i // 50)
+        assert len(classify(message, "e36312a").units) >= 500
+    assert _classify_cached.cache_info().currsize <= before + 1
+    short = "MEAS:VOLT? (@2)"
+    assert classify(short, "e36312a") is classify(short, "e36312a")  # short ones still cached

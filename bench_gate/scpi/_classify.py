@@ -413,6 +413,11 @@ def _pos(datum: Data, raw: RawUnit | None) -> int:
     return datum.pos
 
 
+#: Only messages up to this long are cached. A long message can expand to hundreds of units
+#: (about 110 KiB for 500), so caching every distinct one let a client grow the cache to GBs.
+CACHE_MAX_MESSAGE = 256
+
+
 @functools.lru_cache(maxsize=16384)
 def _classify_cached(message: str, profile: str, selected: int | None) -> Classification:
     return _Resolver(message, get_profile(profile), selected).run()
@@ -424,9 +429,12 @@ def classify(message: str, profile: str = "generic", *, selected: int | None = N
 
     ``selected`` is the channel selected on the instrument (or on the connection) before
     this message. Raises :class:`ScpiError` for a message that is not legal SCPI for the
-    profile, and :class:`ProfileError` for an unknown profile. Results are cached per
-    (message, profile, selection): a repeated message costs one dictionary lookup.
+    profile, and :class:`ProfileError` for an unknown profile. Results for messages up to
+    CACHE_MAX_MESSAGE characters are cached per (message, profile, selection): a repeated
+    message costs one dictionary lookup.
     """
+    if len(message) > CACHE_MAX_MESSAGE:
+        return _Resolver(message, get_profile(profile), selected).run()
     return _classify_cached(message, profile, selected)
 
 
