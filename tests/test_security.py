@@ -242,6 +242,23 @@ def test_two_person_rule_across_doors(bench: Bench) -> None:
         h.post(f"/v1/runs/{run2}/takeover/{tk2}/grant", json={"approve": ["state"]})
 
 
+def test_mcp_door_needs_a_live_token(bench: Bench, errors: list[str]) -> None:
+    """The MCP door (/mcp): no token, a wrong one or a revoked one gets 401 before any
+    session; a requester's MCP run cannot approve (MCP has no decision tools at all)."""
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    for who in (NONE, BAD, REVOKED):
+        with client(bench, who) as h:
+            r = h.post("/mcp", json=ping, headers={"Accept": "application/json, "
+                                                   "text/event-stream"})
+        assert r.status_code == 401, (who, r.status_code)
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        errors.append(r.text)
+    from bench_gate.mcp import _server
+    source = open(_server.__file__).read()
+    tools = set(re.findall(r"async def (\w+)\(", source))
+    assert not {t for t in tools if re.search(r"grant|approve|deny|decide", t)}, tools
+
+
 # --- the console ---------------------------------------------------------------------------
 
 
