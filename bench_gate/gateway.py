@@ -155,6 +155,10 @@ class Gateway:
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flight: set[str] = set()
+        #: One execution at a time per instrument, from the recheck to the read-back: the
+        #: recheck and the write are two lane jobs, and another write between them would
+        #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
+        self._executing: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
         self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
@@ -906,6 +910,14 @@ class Gateway:
                        outcome="expired before it could run (its bench was away); nothing "
                                "was written")
             return req
+        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
+        async with lock:
+            return await self._recheck_and_write(req)
+
+    async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
+        req = self.get_request(req.id)  # it may have moved while this waited for the lock
+        if req.status is not Status.APPROVED:
+            return req
         inst = self.instrument(req.instrument)
         fields = self._fields(inst, req.actions)
         try:
@@ -927,7 +939,7 @@ class Gateway:
             return await self._go_stale(req, inst, diff)
         if not self._move(req, Move.START, EventType.STEP_STARTED,
                           {"commands": [a.canonical for a in req.actions]}):
-            return self.get_request(request_id)
+            return self.get_request(req.id)
         return await self._write(req, inst, fields)
 
     @staticmethod
