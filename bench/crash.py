@@ -59,6 +59,7 @@ class Tally:
     after: Counter[str] = field(default_factory=Counter)
     checks: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
+    final: Counter[str] = field(default_factory=Counter)
     rounds: int = 0
     kills_with_write_in_flight: int = 0
 
@@ -72,6 +73,7 @@ class Tally:
                  f"{self.kills_with_write_in_flight}",
                  "status at the kill:     " + _fmt(self.at_kill),
                  "outcome after restart:  " + _fmt(self.after),
+                 "whole store at the end: " + _fmt(self.final),
                  f"invariant checks: {sum(self.checks.values())}, "
                  f"violations: {len(self.violations)}"]
         lines += [f"  VIOLATION {v}" for v in self.violations[:20]]
@@ -357,6 +359,7 @@ def run_rounds(rounds: int, seed: int = 1, workdir: Path | None = None) -> Tally
             bench.start()
             if previous is not None:
                 verify(bench, previous, tally)
+            tally.final = Counter(r["status"] for r in bench.rows().values())
         finally:
             bench.close()
     return tally
