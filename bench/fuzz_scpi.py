@@ -33,7 +33,7 @@ import socket
 import string
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -578,11 +578,6 @@ def main(argv: list[str] | None = None) -> int:
               f"writes executed {r['executed']}; RSS {r['rss_before']:.1f} -> "
               f"{r['rss_after']:.1f} MiB")
     return 0
-
-
-def _iter_forms() -> Iterator[Form]:  # pragma: no cover - for interactive use
-    for forms in FORMS.values():
-        yield from forms
 
 
 if __name__ == "__main__":
