@@ -6,6 +6,7 @@ Identity always comes from a token, never from a request body.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import uuid
 from typing import Any
@@ -14,10 +15,21 @@ from .errors import InvalidInput, NotFound
 from .models import Principal, Role, now
 from .store import Store
 
-__all__ = ["TOKEN_PREFIX", "Tokens"]
+__all__ = ["TOKEN_PREFIX", "Tokens", "carries_token", "redact"]
 
 TOKEN_PREFIX = "bg_"
+RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
 TABLE = "tokens"
+
+
+def carries_token(text: str | None) -> bool:
+    """Whether a text holds something shaped like a bench-gate token."""
+    return bool(text) and RE_TOKEN.search(text or "") is not None
+
+
+def redact(text: str | None) -> str | None:
+    """The text with every token-shaped word withheld, for journals and messages."""
+    return RE_TOKEN.sub(TOKEN_PREFIX + "…(withheld)", text) if text else text
 
 
 def _digest(token: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .auth import carries_token, redact
 from .confidence import apply_env, score, threshold_for
 from .config import BenchConfig, InstrumentConfig
 from .errors import (
@@ -60,6 +61,7 @@ from .scpi import (
     classify,
     format_number,
     get_profile,
+    lex,
     render_value,
 )
 from .states import TERMINAL, target
@@ -124,7 +126,25 @@ def _normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
 def _unverifiable(actions: list[Action]) -> list[str]:
     """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
     return [a.canonical for a in actions
-            if a.effect not in ("read", "select", "harmless") and (a.field is None or a.new is None)]
+            if a.effect not in ("read", "select", "harmless")
+            and (a.field is None or a.new is None)]
+
+
+def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
+    """Refuse what must never be journaled or reach an instrument: a token, or the socket
+    door's own GATE commands sent through another door."""
+    if carries_token(message) or carries_token(rationale):
+        return (-203, "the message carries a bench-gate token; a token is never journaled "
+                      "or sent to an instrument: present it in the Authorization header "
+                      "(HTTP) or with GATE:TOK on the socket door")
+    try:
+        units = lex(message)
+    except ScpiError:
+        return None  # the classifier reports the syntax error
+    if any(not u.common and u.mnemonics[0] == "GATE" for u in units):
+        return (-113, "GATE commands belong to the socket door; they are never sent to an "
+                      "instrument")
+    return None
 
 
 def _join(units: list[Unit], answers: dict[int, str]) -> str:
@@ -397,6 +417,16 @@ class Gateway:
         if confidence is not None and not 0 <= confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
         timeout = self._timeout(timeout_minutes)
+        refusal = _door_only(message, rationale)
+        if refusal is not None:
+            code, reason = refusal
+            self.store.append([
+                Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
+                      data={"instrument": instrument, "message": redact(message),
+                            "rationale": redact(rationale), "step_id": step_id}),
+                Event(run_id=run_id, type=EventType.WRITE_REFUSED,
+                      data={"message": redact(message), "code": code, "reason": reason})])
+            return SubmitResult("refused", code=code, reason=reason)
         received = Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
                          data={"instrument": instrument, "message": message,
                                "rationale": rationale, "confidence": confidence,

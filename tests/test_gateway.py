@@ -457,3 +457,18 @@ async def test_many_waiters_on_one_request_all_wake(gateway: Gateway, script: Pr
     assert all(r.status is Status.DENIED for r in done)
     assert loop.time() - started < 0.5, "every waiter is woken, not left to time out"
     assert gateway._waiters == {}
+
+
+@pytest.mark.parametrize("message", [
+    'GATE:TOK "bg_abcdefghijklmnopqrstuvwxyz0123"',
+    '*IDN?;:GATE:GOAL "x"',
+    'SYST:BEEP "bg_abcdefghijklmnopqrstuvwxyz0123"',
+])
+async def test_tokens_and_gate_commands_never_reach_the_journal_or_an_instrument(
+        gateway: Gateway, script: Principal, message: str) -> None:
+    run = gateway.create_run(script, "script")
+    result = await gateway.submit(run.id, "psu", message)
+    assert result.status == "refused" and result.code in (-113, -203)
+    assert gateway.list_requests(run_id=run.id) == []
+    journal = str([e.data for e in gateway.store.journal(run.id, limit=100)])
+    assert "abcdefghijklmnopqrstuvwxyz0123" not in journal

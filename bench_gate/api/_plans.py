@@ -57,27 +57,27 @@ async def request_plan(run_id: str, body: PlanCreate, who: Caller, gw: GatewayDe
 
 
 @router.get("/{run_id}/plans", response_model=list[PlanOut])
-def list_plans(run_id: str, who: Caller, gw: GatewayDep) -> list[PlanOut]:
+async def list_plans(run_id: str, who: Caller, gw: GatewayDep) -> list[PlanOut]:
     """The run's plans, oldest first, each with its status and writes left."""
     own_run(gw, run_id, who)
     return [plan_out(p) for p in gw.list_plans(run_id)]
 
 
 @router.get("/{run_id}/plans/{plan_id}", response_model=PlanOut)
-def get_plan(run_id: str, plan_id: str, who: Caller, gw: GatewayDep) -> PlanOut:
+async def get_plan(run_id: str, plan_id: str, who: Caller, gw: GatewayDep) -> PlanOut:
     own_run(gw, run_id, who)
     return plan_out(_plan_of(gw, run_id, plan_id))
 
 
 @router.post("/{run_id}/plans/{plan_id}/revoke", response_model=PlanOut)
-def revoke_plan(run_id: str, plan_id: str, who: Operator, gw: GatewayDep) -> PlanOut:
+async def revoke_plan(run_id: str, plan_id: str, who: Operator, gw: GatewayDep) -> PlanOut:
     """End a plan now (pending or active): the run's next write is held."""
     _plan_of(gw, run_id, plan_id)
     return plan_out(gw.revoke_plan(plan_id, who))
 
 
 @router.post("/{run_id}/feedback")
-def feedback(run_id: str, body: FeedbackBody, who: Caller, gw: GatewayDep) -> dict[str, Any]:
+async def feedback(run_id: str, body: FeedbackBody, who: Caller, gw: GatewayDep) -> dict[str, Any]:
     """Score an unattended step 1 to 5; 2 or less counts as regret for calibration."""
     own_run(gw, run_id, who)
     record = gw.feedback(run_id, body.step_id, body.score, body.notes, who)

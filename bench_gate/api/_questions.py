@@ -78,7 +78,7 @@ def question_out(ask: QuestionSet) -> QuestionSetOut:
 
 
 @router.post("/v1/runs/{run_id}/questions", status_code=201, response_model=QuestionSetOut)
-def ask(run_id: str, body: AskBody, who: Caller, gw: GatewayDep) -> QuestionSetOut:
+async def ask(run_id: str, body: AskBody, who: Caller, gw: GatewayDep) -> QuestionSetOut:
     """Ask the operator 1 to 4 questions (2 to 4 options each); they join the queue."""
     own_run(gw, run_id, who)
     questions = [Question(text=q.text, allow_free_text=q.allow_free_text,
@@ -88,7 +88,7 @@ def ask(run_id: str, body: AskBody, who: Caller, gw: GatewayDep) -> QuestionSetO
 
 
 @router.get("/v1/questions", response_model=list[QuestionSetOut])
-def questions(who: Caller, gw: GatewayDep, status: QuestionStatus | None = None,
+async def questions(who: Caller, gw: GatewayDep, status: QuestionStatus | None = None,
               run_id: Annotated[str | None, Query(alias="runId")] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[QuestionSetOut]:
@@ -115,7 +115,7 @@ async def one(question_id: str, who: Caller, gw: GatewayDep,
 
 
 @router.post("/v1/questions/{question_id}/answer", response_model=QuestionSetOut)
-def answer(question_id: str, body: AnswerBody, who: Operator,
+async def answer(question_id: str, body: AnswerBody, who: Operator,
            gw: GatewayDep) -> QuestionSetOut:
     """Answer every question of an open ask (one answer each, in order)."""
     answers = [Answer(choice=a.choice, text=a.text) for a in body.answers]

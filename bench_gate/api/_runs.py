@@ -40,7 +40,7 @@ def _event(e: Event) -> dict[str, Any]:
 
 
 @router.post("", status_code=201, response_model=RunOut)
-def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
+async def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
     return run_out(gw.create_run(who, body.kind, body.goal))
 
 
@@ -99,14 +99,14 @@ async def submit(run_id: str, body: ScpiBody, who: Caller, gw: GatewayDep, respo
 
 
 @router.post("/{run_id}/takeover/request", response_model=RunOut)
-def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDep) -> RunOut:
+async def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDep) -> RunOut:
     """An operator takes the run over: every later write of it is held until release."""
     reason = body.reason + (f" (step {body.step_id})" if body.step_id else "")
     return run_out(gw.take_over(run_id, who, reason))
 
 
 @router.post("/{run_id}/release", response_model=RunOut)
-def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
+async def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     return run_out(gw.release(run_id, who))
 
 
@@ -136,7 +136,7 @@ async def deny(run_id: str, tk_id: str, body: DenyBody, who: Operator,
 
 
 @router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut)
-def release_request(run_id: str, tk_id: str, who: Operator, gw: GatewayDep) -> RunOut:
+async def release_request(run_id: str, tk_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     """The run resumes (the request only names which takeover is being ended)."""
     own_request(gw, tk_id, who, run_id)
     return run_out(gw.release(run_id, who))
