@@ -551,17 +551,22 @@ class Gateway:
             channels = set(profile.channels) or {None}
         return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields]
 
+    @staticmethod
+    def _read_state(link: Link, inst: Instrument, fields: list[tuple[int | None, str]]
+                    ) -> Snapshot:
+        """``*IDN?`` and every field, read live on the lane (fresh queries, no cache)."""
+        profile = inst.profile
+        idn = link.query("*IDN?")
+        values = {}
+        for ch, f in fields:
+            query = profile.field_query(f, ch)
+            values[snapshot_key(ch, f)] = _normalize(profile, f, link.query(query),
+                                                     f"{inst.config.name}: {query!r}")
+        return Snapshot(idn=idn, values=values)
+
     async def _snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
                         ) -> Snapshot:
-        profile = inst.profile
-        queries = [(snapshot_key(ch, f), f, profile.field_query(f, ch)) for ch, f in fields]
-
-        def job(link: Link) -> Snapshot:
-            idn = link.query("*IDN?")
-            values = {key: _normalize(profile, f, link.query(q), f"{inst.config.name}: {q!r}")
-                      for key, f, q in queries}
-            return Snapshot(idn=idn, values=values)
-        return await inst.lane.run(job)
+        return await inst.lane.run(lambda link: self._read_state(link, inst, fields))
 
     def _actions(self, inst: Instrument, c: Classification, snap: Snapshot | None
                  ) -> list[Action]:
@@ -1016,7 +1021,6 @@ class Gateway:
         started = self.clock()
         commands = [a.canonical for a in req.actions]
         profile = inst.profile
-        queries = [(snapshot_key(ch, f), f, profile.field_query(f, ch)) for ch, f in fields]
 
         def job(link: Link) -> tuple[dict[int, str], str | None, dict[str, str] | None,
                                      list[str]]:
@@ -1035,12 +1039,11 @@ class Gateway:
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.
             try:
-                idn = link.query("*IDN?")
-                if idn != req.snapshot.idn:
-                    return answers, error, None, [f"another instrument answered: {idn!r}"]
-                after = {key: _normalize(profile, f, link.query(q),
-                                         f"{inst.config.name}: {q!r}")
-                         for key, f, q in queries}
+                state = self._read_state(link, inst, fields)
+                if state.idn != req.snapshot.idn:
+                    return answers, error, None, [
+                        f"another instrument answered: {state.idn!r}"]
+                after = state.values
             except InstrumentError as exc:
                 return answers, error, None, [exc.message]
             errors: list[str] = []
