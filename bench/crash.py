@@ -143,7 +143,8 @@ port = {self.port}
     def start(self) -> None:
         self.gateway = subprocess.Popen(
             [sys.executable, "-m", "bench_gate.cli", "serve", "--config", str(self.config),
-             "--db", str(self.db)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--db", str(self.db)], stdout=subprocess.DEVNULL,
+            stderr=self.db.with_suffix(".err").open("a"))  # kept for a failed round
         deadline = time.monotonic() + 30
         with self.client("olga") as c:
             while time.monotonic() < deadline:

@@ -41,6 +41,9 @@ class InstrumentConfig(_Strict):
     timeout_ms: int = Field(default=2000, ge=50, le=120_000)
     read_termination: str = "\n"
     write_termination: str = "\n"
+    #: How the gateway talks to it: "auto" reaches a raw-socket resource (``::SOCKET``) with
+    #: asyncio streams and everything else through pyvisa; "pyvisa" uses pyvisa for all.
+    io: Literal["auto", "pyvisa"] = "auto"
     #: The socket door's port for this instrument (raw SCPI), if any.
     socket_port: int | None = Field(default=None, ge=0, le=65535)
 

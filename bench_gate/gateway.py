@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from .errors import (
     TransitionError,
 )
 from .handoff import build_handoff, describe, snapshot_key
-from .instruments import Lane, Link, PyvisaLink
+from .instruments import AsyncLink, Lane, Link, open_link
 from .models import (
     Action,
     Approval,
@@ -130,6 +131,16 @@ def _unverifiable(actions: list[Action]) -> list[str]:
             and (a.field is None or a.new is None)]
 
 
+@functools.lru_cache(maxsize=1024)
+def _names_gate(message: str) -> bool:
+    """Whether the message holds a GATE command (a syntax error is the classifier's to tell)."""
+    try:
+        units = lex(message)
+    except ScpiError:
+        return False
+    return any(not u.common and u.mnemonics[0] == "GATE" for u in units)
+
+
 def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
     """Refuse what must never be journaled or reach an instrument: a token, or the socket
     door's own GATE commands sent through another door."""
@@ -137,11 +148,7 @@ def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
         return (-203, "the message carries a bench-gate token; a token is never journaled "
                       "or sent to an instrument: present it in the Authorization header "
                       "(HTTP) or with GATE:TOK on the socket door")
-    try:
-        units = lex(message)
-    except ScpiError:
-        return None  # the classifier reports the syntax error
-    if any(not u.common and u.mnemonics[0] == "GATE" for u in units):
+    if _names_gate(message) if len(message) <= 256 else _names_gate.__wrapped__(message):
         return (-113, "GATE commands belong to the socket door; they are never sent to an "
                       "instrument")
     return None
@@ -160,14 +167,14 @@ class Gateway:
     """The gateway core. Create it, ``await start()``, use it, ``await close()``."""
 
     def __init__(self, config: BenchConfig, store: Store,
-                 links: dict[str, Link] | None = None,
+                 links: dict[str, Link | AsyncLink] | None = None,
                  clock: Callable[[], Any] = now) -> None:
         self.config = config
         self.store = store
         self.clock = clock
         self.instruments: dict[str, Instrument] = {}
         for ic in config.instruments:
-            link = (links or {}).get(ic.name) or PyvisaLink(ic)
+            link = (links or {}).get(ic.name) or open_link(ic)
             self.instruments[ic.name] = Instrument(ic, get_profile(ic.profile), Lane(ic.name, link))
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
@@ -255,7 +262,7 @@ class Gateway:
             with contextlib.suppress(Exception):
                 await task
         for inst in self.instruments.values():
-            await asyncio.to_thread(inst.lane.close)
+            await inst.lane.close()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -515,7 +522,7 @@ class Gateway:
         so a selection query is answered from the run's selection, not the instrument's."""
         nsel = inst.profile.model.select_query
 
-        def job(link: Link) -> dict[int, str]:
+        async def job(link: AsyncLink) -> dict[int, str]:
             current = selected
             answers: dict[int, str] = {}
             for i, unit in enumerate(units):
@@ -528,9 +535,9 @@ class Gateway:
                     answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
                     continue
                 if unit.query:
-                    answers[i] = link.query(unit.canonical)
+                    answers[i] = await link.query(unit.canonical)
                 else:
-                    link.write(unit.canonical)
+                    await link.write(unit.canonical)
             return answers
         return _join(units, await inst.lane.run(job))
 
@@ -552,15 +559,15 @@ class Gateway:
         return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields]
 
     @staticmethod
-    def _read_state(link: Link, inst: Instrument, fields: list[tuple[int | None, str]]
-                    ) -> Snapshot:
+    async def _read_state(link: AsyncLink, inst: Instrument,
+                          fields: list[tuple[int | None, str]]) -> Snapshot:
         """``*IDN?`` and every field, read live on the lane (fresh queries, no cache)."""
         profile = inst.profile
-        idn = link.query("*IDN?")
+        idn = await link.query("*IDN?")
         values = {}
         for ch, f in fields:
             query = profile.field_query(f, ch)
-            values[snapshot_key(ch, f)] = _normalize(profile, f, link.query(query),
+            values[snapshot_key(ch, f)] = _normalize(profile, f, await link.query(query),
                                                      f"{inst.config.name}: {query!r}")
         return Snapshot(idn=idn, values=values)
 
@@ -1022,8 +1029,8 @@ class Gateway:
         commands = [a.canonical for a in req.actions]
         profile = inst.profile
 
-        def job(link: Link) -> tuple[dict[int, str], str | None, dict[str, str] | None,
-                                     list[str]]:
+        async def job(link: AsyncLink) -> tuple[dict[int, str], str | None,
+                                                dict[str, str] | None, list[str]]:
             answers: dict[int, str] = {}
             error: str | None = None
             try:
@@ -1031,15 +1038,15 @@ class Gateway:
                     if a.effect == "select":
                         continue
                     if a.canonical.split(" ")[0].endswith("?"):
-                        answers[i] = link.query(a.canonical)
+                        answers[i] = await link.query(a.canonical)
                     else:
-                        link.write(a.canonical)
+                        await link.write(a.canonical)
             except InstrumentError as exc:
                 error = exc.message
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.
             try:
-                state = self._read_state(link, inst, fields)
+                state = await self._read_state(link, inst, fields)
                 if state.idn != req.snapshot.idn:
                     return answers, error, None, [
                         f"another instrument answered: {state.idn!r}"]
@@ -1050,7 +1057,7 @@ class Gateway:
             if profile.lookup(False, ("SYSTEM", "ERROR")) is not None:
                 with contextlib.suppress(InstrumentError):
                     for _ in range(10):
-                        answer = link.query("SYST:ERR?")
+                        answer = await link.query("SYST:ERR?")
                         if answer.lstrip("+").startswith("0"):
                             break
                         errors.append(answer)

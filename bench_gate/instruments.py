@@ -1,35 +1,53 @@
-"""Instruments: one serialized I/O lane per instrument over pyvisa.
+"""Instruments: one serialized I/O lane per instrument.
 
-pyvisa calls block, so each lane owns one worker thread and runs every job there, in order:
-two commands never interleave on an instrument, and the event loop never blocks. pyvisa's
-errors are translated to :class:`InstrumentError` here and nowhere else.
+A lane runs one job at a time, in order, so two commands never interleave on an instrument.
+Jobs are coroutines over an :class:`AsyncLink`:
+
+- a raw-socket LAN instrument (``TCPIP0::<host>::<port>::SOCKET``) is reached with asyncio
+  streams on the event loop itself (:class:`SocketLink`): no thread hop per command;
+- every other resource (VXI-11, HiSLIP, USB, GPIB, serial, pyvisa-sim) goes through pyvisa
+  (:class:`PyvisaLink`), whose blocking calls run on the lane's own thread.
+
+Errors are translated to :class:`InstrumentError` here and nowhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar, cast
 
 import pyvisa
 import pyvisa.errors
+import pyvisa.rname
 
 from .config import InstrumentConfig
 from .errors import InstrumentError
 
-__all__ = ["Lane", "Link", "PyvisaLink"]
+__all__ = ["AsyncLink", "Lane", "Link", "PyvisaLink", "SocketLink", "open_link"]
 
 T = TypeVar("T")
 
+#: The longest answer a socket link accepts (a screenshot or a trace stays well below).
+MAX_ANSWER = 16 * 1024 * 1024
+
 
 class Link(Protocol):
-    """The one-method-per-direction interface a lane drives."""
+    """A blocking link (pyvisa, or an in-memory simulator); a lane runs it on its thread."""
 
     def write(self, command: str) -> None: ...
     def query(self, command: str) -> str: ...
     def close(self) -> None: ...
+
+
+class AsyncLink(Protocol):
+    """The link a lane's jobs drive: one coroutine per direction."""
+
+    async def write(self, command: str) -> None: ...
+    async def query(self, command: str) -> str: ...
+    async def close(self) -> None: ...
 
 
 class PyvisaLink:
@@ -88,34 +106,167 @@ class PyvisaLink:
                 pass
 
 
+class SocketLink:
+    """A raw-socket SCPI instrument over asyncio streams, opened lazily and reopened after
+    an I/O error. A timeout or a broken answer drops the connection, so a late answer can
+    never be read as the answer to the next query."""
+
+    def __init__(self, config: InstrumentConfig) -> None:
+        parsed = pyvisa.rname.parse_resource_name(config.resource)
+        if not isinstance(parsed, pyvisa.rname.TCPIPSocket):
+            raise ValueError(f"{config.resource!r} is not a raw-socket resource")
+        self.config = config
+        self.host = str(parsed.host_address)
+        self.port = int(parsed.port)
+        self._timeout = config.timeout_ms / 1000
+        self._term = config.read_termination.encode("ascii") or b"\n"
+        self._wterm = config.write_termination
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        loop = asyncio.get_running_loop()
+        if self._writer is not None and self._loop is not loop:
+            self._drop()  # streams belong to the loop that opened them
+        if self._reader is None or self._writer is None:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    self._reader, self._writer = await asyncio.open_connection(
+                        self.host, self.port, limit=MAX_ANSWER)
+            except (OSError, TimeoutError) as exc:
+                raise InstrumentError(
+                    f"{self.config.name}: cannot open {self.config.resource}: "
+                    f"{_describe(exc)}") from exc
+            self._loop = loop
+        return self._reader, self._writer
+
+    def _fail(self, what: str, exc: BaseException) -> InstrumentError:
+        self._drop()  # reconnect on the next call
+        kind = "timed out" if isinstance(exc, TimeoutError) else "failed"
+        return InstrumentError(f"{self.config.name}: {what} {kind}: {_describe(exc)}")
+
+    def _drop(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None and self._loop is asyncio.get_running_loop():
+            writer.transport.abort()
+
+    async def write(self, command: str) -> None:
+        _, writer = await self._open()
+        try:
+            async with asyncio.timeout(self._timeout):
+                writer.write((command + self._wterm).encode("ascii"))
+                await writer.drain()
+        except (OSError, TimeoutError, UnicodeEncodeError) as exc:
+            raise self._fail(f"write {command!r}", exc) from exc
+
+    async def query(self, command: str) -> str:
+        reader, writer = await self._open()
+        try:
+            async with asyncio.timeout(self._timeout):
+                writer.write((command + self._wterm).encode("ascii"))
+                await writer.drain()
+                answer = await reader.readuntil(self._term)
+            return answer.decode("ascii").strip()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                UnicodeError) as exc:
+            raise self._fail(f"query {command!r}", exc) from exc
+        except asyncio.CancelledError:
+            self._drop()  # the answer may still come; never read it as the next one's
+            raise
+
+    async def close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None and self._loop is asyncio.get_running_loop():
+            writer.close()
+            try:
+                async with asyncio.timeout(1):
+                    await writer.wait_closed()
+            except (OSError, TimeoutError):
+                pass
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer within the timeout"
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return "the connection closed before the answer ended"
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return f"the answer is longer than {MAX_ANSWER} bytes"
+    return str(exc) or type(exc).__name__
+
+
+class _Threaded:
+    """A blocking :class:`Link` run on one worker thread, seen as an :class:`AsyncLink`."""
+
+    def __init__(self, name: str, link: Link) -> None:
+        self.inner = link
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"lane-{name}")
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def write(self, command: str) -> None:
+        await self._call(self.inner.write, command)
+
+    async def query(self, command: str) -> str:
+        return await self._call(self.inner.query, command)
+
+    async def close(self) -> None:
+        try:
+            await self._call(self.inner.close)
+        finally:
+            self._pool.shutdown(wait=False)
+
+
+def open_link(config: InstrumentConfig) -> Link | AsyncLink:
+    """The link for an instrument: asyncio streams for a raw socket (unless the bench asks
+    for pyvisa), pyvisa for every other resource."""
+    if config.io != "pyvisa" and config.backend == "@py":
+        try:
+            return SocketLink(config)
+        except ValueError:
+            pass
+    return PyvisaLink(config)
+
+
 class Lane:
     """The single serialized I/O path to one instrument."""
 
-    def __init__(self, name: str, link: Link) -> None:
+    def __init__(self, name: str, link: Link | AsyncLink) -> None:
         self.name = name
-        self.link = link
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"lane-{name}"
-        )
-        self._lock = threading.Lock()
+        self.link: AsyncLink = (cast(AsyncLink, link)
+                                if inspect.iscoroutinefunction(link.query)
+                                else _Threaded(name, cast(Link, link)))
+        self._lock = asyncio.Lock()
         self.io_errors = 0
 
-    async def run(self, job: Callable[[Link], T]) -> T:
-        """Run ``job(link)`` on the lane's thread; jobs run one at a time, in order."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._guarded, job)
+    async def run(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
+        """Run ``job(link)``; jobs run one at a time, in order. A job that started runs to
+        its end even if its caller is cancelled: half a job could leave an answer unread
+        or a write without its read-back."""
+        await self._lock.acquire()
+        try:
+            task = asyncio.ensure_future(self._guarded(job))
+        except BaseException:
+            self._lock.release()
+            raise
+        task.add_done_callback(self._finished)
+        return await asyncio.shield(task)
 
-    def run_sync(self, job: Callable[[Link], T]) -> T:
-        return self._pool.submit(self._guarded, job).result()
+    def _finished(self, task: asyncio.Future[Any]) -> None:
+        self._lock.release()
+        if not task.cancelled():
+            task.exception()  # retrieved: a job whose caller left logs nothing spurious
 
-    def _guarded(self, job: Callable[[Link], T]) -> T:
-        with self._lock:
-            try:
-                return job(self.link)
-            except InstrumentError:
-                self.io_errors += 1
-                raise
+    async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
+        try:
+            return await job(self.link)
+        except InstrumentError:
+            self.io_errors += 1
+            raise
 
-    def close(self) -> None:
-        self._pool.submit(self.link.close).result()
-        self._pool.shutdown(wait=True)
+    async def close(self) -> None:
+        async with self._lock:
+            await self.link.close()

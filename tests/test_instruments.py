@@ -12,7 +12,7 @@ import pytest
 from bench_gate.config import default_config
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
-from bench_gate.instruments import Lane
+from bench_gate.instruments import AsyncLink, Lane
 from bench_gate.models import Principal
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
@@ -80,13 +80,13 @@ async def test_lane_never_interleaves_jobs() -> None:
     lane = Lane("psu", link)
 
     def job(n: int):  # type: ignore[no-untyped-def]
-        def run(l: SlowLink) -> None:  # noqa: E741
-            l.write(f"A{n}")
-            l.query(f"B{n}")
+        async def run(l: AsyncLink) -> None:  # noqa: E741
+            await l.write(f"A{n}")
+            await l.query(f"B{n}")
         return run
 
     await asyncio.gather(*(lane.run(job(n)) for n in range(40)))
-    lane.close()
+    await lane.close()
     assert not link.overlap
     for i in range(0, len(link.log), 2):
         assert link.log[i][1:] == link.log[i + 1][1:], "a job's commands stay together"
