@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 import uuid
 from typing import Any
 
@@ -20,6 +21,10 @@ __all__ = ["TOKEN_PREFIX", "Tokens", "carries_token", "redact"]
 TOKEN_PREFIX = "bg_"
 RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
 TABLE = "tokens"
+#: How long a verified token is trusted without a store lookup. A revocation made in this
+#: process takes effect at once; one made elsewhere (the CLI, another gateway) within this.
+VERIFIED_SECONDS = 2.0
+_CACHE_MAX = 4096
 
 
 def carries_token(text: str | None) -> bool:
@@ -39,6 +44,9 @@ def _digest(token: str) -> str:
 class Tokens:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # digest -> (trusted until, monotonic; principal). Only valid tokens are kept, so
+        # guessing gets no cache and a new token works at once.
+        self._verified: dict[str, tuple[float, Principal]] = {}
 
     def create(self, name: str, role: Role | str) -> tuple[dict[str, Any], str]:
         """A new token for ``name``: returns (its record, the secret to hand over once)."""
@@ -53,15 +61,26 @@ class Tokens:
         record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": name, "role": role.value,
                   "created_at": now().isoformat(), "revoked_at": None}
         self.store.kv_put(TABLE, _digest(secret), record)
+        self._verified.clear()
         return record, secret
 
     def verify(self, token: str | None) -> Principal | None:
         if not token:
             return None
-        record = self.store.kv_get(TABLE, _digest(token))
+        digest = _digest(token)
+        clock = time.monotonic()
+        hit = self._verified.get(digest)
+        if hit is not None and hit[0] > clock:
+            return hit[1]
+        record = self.store.kv_get(TABLE, digest)
         if record is None or record.get("revoked_at"):
+            self._verified.pop(digest, None)
             return None
-        return Principal(name=record["name"], role=Role(record["role"]))
+        who = Principal(name=record["name"], role=Role(record["role"]))
+        if len(self._verified) >= _CACHE_MAX:
+            self._verified.clear()
+        self._verified[digest] = (clock + VERIFIED_SECONDS, who)
+        return who
 
     def all(self) -> list[dict[str, Any]]:
         return sorted(self.store.kv_list(TABLE), key=lambda r: str(r["created_at"]))
@@ -73,6 +92,7 @@ class Tokens:
             if id_or_name in (record["id"], record["name"]) and not record.get("revoked_at"):
                 record["revoked_at"] = now().isoformat()
                 self.store.kv_put(TABLE, digest, record)
+                self._verified.pop(digest, None)
                 count += 1
         if not count:
             raise NotFound(f"no active token {id_or_name!r}")

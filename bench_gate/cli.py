@@ -11,7 +11,6 @@ and 2 a usage error.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -91,8 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
         _out("  Ctrl-C stops.")
 
     try:
-        asyncio.run(server.run(config, store, host=args.host, port=args.port, on_ready=ready,
-                               log_level="info" if args.verbose else "warning"))
+        server.run_loop(server.run(config, store, host=args.host, port=args.port,
+                                   on_ready=ready,
+                                   log_level="info" if args.verbose else "warning"))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -31,6 +31,7 @@ from .errors import (
 )
 from .handoff import build_handoff, describe, snapshot_key
 from .instruments import AsyncLink, Lane, Link, open_link
+from .journal import ReadJournal
 from .models import (
     Action,
     Approval,
@@ -75,6 +76,8 @@ MAX_RETRIES = 8
 #: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
 SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
+#: Run ids remembered as existing; past this the memory starts over.
+RUNS_SEEN_MAX = 100_000
 
 
 @dataclass(slots=True)
@@ -182,6 +185,9 @@ class Gateway:
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flight: set[str] = set()
+        self._reads = ReadJournal(store)
+        #: Runs known to exist, so a read need not load its run.
+        self._runs_seen: set[str] = set()
         #: One execution at a time per instrument, from the recheck to the read-back: the
         #: recheck and the write are two lane jobs, and another write between them would
         #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
@@ -261,6 +267,7 @@ class Gateway:
         for task in list(self._tasks):
             with contextlib.suppress(Exception):
                 await task
+        await self._reads.close()
         for inst in self.instruments.values():
             await inst.lane.close()
 
@@ -390,8 +397,8 @@ class Gateway:
                            f"{', '.join(self.instruments) or 'none'}")
         return inst
 
-    async def _classify(self, run: Run, inst: Instrument, message: str) -> Classification:
-        key = (run.id, inst.config.name)
+    async def _classify(self, run_id: str, inst: Instrument, message: str) -> Classification:
+        key = (run_id, inst.config.name)
         selected = self._selected.get(key)
         c = classify(message, inst.profile.name, selected=selected)
         needs_channel = any(
@@ -414,8 +421,19 @@ class Gateway:
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None) -> SubmitResult:
-        run = self.get_run(run_id)
+                     timeout_minutes: int | None = None, run: Run | None = None
+                     ) -> SubmitResult:
+        """Submit one program message. ``run`` is the run as its caller just read it, which
+        saves reading it again."""
+        if run is not None and run.id == run_id:
+            pass
+        elif run_id in self._runs_seen:
+            run = None  # it exists (runs are never deleted); read it only if a write needs it
+        else:
+            run = self.get_run(run_id)
+        if len(self._runs_seen) >= RUNS_SEEN_MAX:
+            self._runs_seen.clear()
+        self._runs_seen.add(run_id)
         inst = self.instrument(instrument)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
@@ -438,9 +456,9 @@ class Gateway:
                          data={"instrument": instrument, "message": message,
                                "rationale": rationale, "confidence": confidence,
                                "step_id": step_id})
-        selected_before = self._selected.get((run.id, inst.config.name))
+        selected_before = self._selected.get((run_id, inst.config.name))
         try:
-            c = await self._classify(run, inst, message)
+            c = await self._classify(run_id, inst, message)
         except ScpiError as exc:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
@@ -453,7 +471,9 @@ class Gateway:
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": decision.code, "reason": decision.reason})])
             return SubmitResult("refused", code=decision.code, reason=decision.reason)
-        if run.status is RunStatus.SUSPENDED:
+        if run is None and (not c.read_only or decision.verdict is not Verdict.PASS):
+            run = self.get_run(run_id)  # fresh: a takeover or suspension decides a write
+        if run is not None and run.status is RunStatus.SUSPENDED:
             reason = "the run is suspended; an operator must release it"
             if not c.read_only:
                 self.store.append([received, Event(
@@ -461,20 +481,26 @@ class Gateway:
                     data={"message": message, "code": -203, "reason": reason})])
                 return SubmitResult("refused", code=-203, reason=reason)
         held = decision.verdict is Verdict.HOLD or (
-            run.status is RunStatus.TAKEN_OVER and not c.read_only)
+            run is not None and run.status is RunStatus.TAKEN_OVER and not c.read_only)
         if not held:
+            self._reads.reading += 1
             try:
-                response = await self._run_units(inst, list(c.units), selected_before)
-            except InstrumentError as exc:
-                self.store.append([received, Event(
-                    run_id=run_id, type=EventType.STEP_FAILED,
-                    data={"message": message, "reason": exc.message})])
-                raise
-            self.store.append([received, Event(
-                run_id=run_id, type=EventType.READ_EXECUTED,
-                data={"message": message, "canonical": list(c.canonical),
-                      "response": response})], durable=False)
+                try:
+                    response = await self._run_units(inst, list(c.units), selected_before)
+                except InstrumentError as exc:
+                    self.store.append([received, Event(
+                        run_id=run_id, type=EventType.STEP_FAILED,
+                        data={"message": message, "reason": exc.message})])
+                    raise
+                await self._reads.append([received, Event(
+                    run_id=run_id, type=EventType.READ_EXECUTED,
+                    data={"message": message, "canonical": list(c.canonical),
+                          "response": response})])
+            finally:
+                self._reads.reading -= 1
             return SubmitResult("executed", response=response)
+        if run is None:  # pragma: no cover - a held message always loaded its run above
+            run = self.get_run(run_id)
         required = list(decision.required) or [ApprovalKind.STATE]
         gate_note: dict[str, Any] | None = None
         unjournaled = [received]

@@ -11,10 +11,10 @@ import importlib
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI
@@ -29,7 +29,20 @@ from .models import now
 from .store import Store
 from .web import create_console
 
-__all__ = ["Running", "ServerThread", "data_dir", "default_db", "run"]
+__all__ = ["Running", "ServerThread", "data_dir", "default_db", "run", "run_loop"]
+
+T = TypeVar("T")
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to the end on a fresh event loop: uvloop where it is installed (its
+    loop halves the cost of each socket round trip), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 def data_dir() -> Path:
@@ -142,8 +155,8 @@ class ServerThread:
 
         def target() -> None:
             try:
-                asyncio.run(run(config, store, host=host, port=port, clock=clock,
-                                on_ready=ready))
+                run_loop(run(config, store, host=host, port=port, clock=clock,
+                             on_ready=ready))
             except BaseException as exc:  # reported to the starting thread
                 self._failure = exc
                 self._ready.set()

@@ -6,7 +6,7 @@ the token; 401 without a valid one, 403 with the wrong role.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from starlette.exceptions import HTTPException
@@ -37,10 +37,11 @@ def _principal(request: Request) -> Principal:
     return who
 
 
-def requires(role: Role) -> Callable[[Request], Principal]:
-    """A FastAPI dependency: the caller, if its role is at least ``role``."""
+def requires(role: Role) -> Callable[[Request], Awaitable[Principal]]:
+    """A FastAPI dependency: the caller, if its role is at least ``role``. A coroutine, so
+    FastAPI runs it on the loop rather than sending each request through a worker thread."""
 
-    def dependency(request: Request) -> Principal:
+    async def dependency(request: Request) -> Principal:
         who = _principal(request)
         if RANK[who.role] < RANK[role]:
             raise HTTPException(403, f"{who.name} is a {who.role.value}; this needs the "

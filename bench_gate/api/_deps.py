@@ -17,7 +17,7 @@ __all__ = ["Admin", "Caller", "GatewayDep", "Operator", "own_request", "own_run"
 MAX_WAIT = 60.0
 
 
-def _gateway(request: Request) -> Gateway:
+async def _gateway(request: Request) -> Gateway:  # async: no worker thread per request
     gateway: Gateway = request.app.state.gateway
     return gateway
 

@@ -82,12 +82,13 @@ async def submit(run_id: str, body: ScpiBody, who: Caller, gw: GatewayDep, respo
     result = await gw.submit(run_id, body.instrument, body.command, rationale=body.rationale,
                              confidence=body.confidence, step_id=body.step_id,
                              idempotency_key=idempotency_key,
-                             timeout_minutes=body.timeout_minutes)
+                             timeout_minutes=body.timeout_minutes, run=run)
     if result.status == "refused":
         return problem(422, result.reason, kind="refused", scpiCode=result.code)
     req = result.request
-    if req is None:
-        return ScpiOut(status=result.status, response=result.response)
+    if req is None:  # a read: the hot path, so no model to build and validate again
+        return JSONResponse({"status": result.status, "response": result.response,
+                             "takeover": None, "reason": None})
     seconds = wait_seconds(wait)
     if seconds and req.status in UNDECIDED:
         req = await gw.wait(req.id, seconds)

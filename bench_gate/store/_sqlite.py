@@ -18,6 +18,8 @@ __all__ = ["MIGRATIONS", "SqliteStore"]
 
 #: INSERT ... RETURNING (SQLite 3.35) journals a read in one statement.
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+#: Rows in one INSERT (five parameters each, well under SQLite's 32,766).
+_MAX_ROWS = 2000
 
 #: Each entry moves the schema one version up. Never edit a released entry: append.
 MIGRATIONS: tuple[str, ...] = (
@@ -87,6 +89,9 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {self.path!r}: {exc}") from exc
         self._lock = threading.RLock()
+        # Its own lock for its own connection: a read being journaled on the journal's
+        # thread never makes the loop wait to read a run (WAL lets the two overlap).
+        self._fast_lock = self._lock if self._fast is self._db else threading.Lock()
         self.migrate()
 
     @contextmanager
@@ -225,7 +230,8 @@ class SqliteStore:
         """Journal events. ``durable=False`` (reads, which change nothing) skips the fsync:
         the events survive a crash of the process, and reach the disk for good with the
         next durable commit, so a busy read path does not pay an fsync per query."""
-        if durable or not events or not _RETURNING or self._fast is self._db:
+        if durable or not events or not _RETURNING or self._fast is self._db \
+                or len(events) > _MAX_ROWS:
             with self._tx() as db:
                 self._append(db, events)
             return events
@@ -234,7 +240,7 @@ class SqliteStore:
         args = [a for ev in events for a in (
             ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
             json.dumps(ev.data, default=str))]
-        with self._lock:
+        with self._fast_lock:
             try:
                 seqs = sorted(r[0] for r in self._fast.execute(
                     "INSERT INTO journal (run_id, request_id, type, at, data) VALUES "
@@ -296,7 +302,7 @@ class SqliteStore:
         return lambda: None
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._fast_lock:
             if self._fast is not self._db:
                 self._fast.close()
             self._db.close()
