@@ -232,7 +232,7 @@ def main() -> None:
             relays.append(f"relay ({kind})")
             results[relays[-1]] = measure(functools.partial(rc.query, QUERY), n)
             rc.close()
-            relay.close()
+            loop.loop.call_soon_threadsafe(relay.close)  # the server is the loop's
             doors.append(f"gateway ({kind})")
             results[doors[-1]] = door_path(loop, sim, tmp, n, notes)
             loop.stop()

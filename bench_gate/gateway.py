@@ -76,7 +76,7 @@ MAX_RETRIES = 8
 #: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
 SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
-#: Run ids remembered as existing; past this the memory starts over.
+#: Runs remembered with their owner; past this the memory starts over.
 RUNS_SEEN_MAX = 100_000
 
 
@@ -186,8 +186,8 @@ class Gateway:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flight: set[str] = set()
         self._reads = ReadJournal(store)
-        #: Runs known to exist, so a read need not load its run.
-        self._runs_seen: set[str] = set()
+        #: Runs known to exist, and who made each, so a read need not load its run.
+        self._owners: dict[str, str] = {}
         #: One execution at a time per instrument, from the recheck to the read-back: the
         #: recheck and the write are two lane jobs, and another write between them would
         #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
@@ -337,6 +337,7 @@ class Gateway:
         self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
                                           data={"kind": kind.value, "principal": run.principal,
                                                 "goal": goal})])
+        self._remember(run)
         self._publish("run", id=run.id, status=run.status.value)
         return run
 
@@ -344,7 +345,19 @@ class Gateway:
         run = self.store.get_run(run_id)
         if run is None:
             raise NotFound(f"no run {run_id!r}")
+        self._remember(run)
         return run
+
+    def run_owner(self, run_id: str) -> str:
+        """Who made the run. Runs are never deleted and never change hands, so once known
+        this needs no store read."""
+        owner = self._owners.get(run_id)
+        return owner if owner is not None else self.get_run(run_id).principal
+
+    def _remember(self, run: Run) -> None:
+        if len(self._owners) >= RUNS_SEEN_MAX:
+            self._owners.clear()
+        self._owners[run.id] = run.principal
 
     def set_goal(self, run_id: str, goal: str) -> Run:
         run = self.get_run(run_id)
@@ -407,7 +420,7 @@ class Gateway:
         )
         if needs_channel and selected is None and inst.profile.model.select_query:
             answer = await inst.lane.run(lambda link: link.query(
-                str(inst.profile.model.select_query)))
+                str(inst.profile.model.select_query)), whole=False)
             try:
                 selected = int(Decimal(answer))
             except InvalidOperation as exc:
@@ -426,14 +439,11 @@ class Gateway:
         """Submit one program message. ``run`` is the run as its caller just read it, which
         saves reading it again."""
         if run is not None and run.id == run_id:
-            pass
-        elif run_id in self._runs_seen:
+            self._remember(run)
+        elif run_id in self._owners:
             run = None  # it exists (runs are never deleted); read it only if a write needs it
         else:
             run = self.get_run(run_id)
-        if len(self._runs_seen) >= RUNS_SEEN_MAX:
-            self._runs_seen.clear()
-        self._runs_seen.add(run_id)
         inst = self.instrument(instrument)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
@@ -486,7 +496,8 @@ class Gateway:
             self._reads.reading += 1
             try:
                 try:
-                    response = await self._run_units(inst, list(c.units), selected_before)
+                    response = await self._run_units(inst, list(c.units), selected_before,
+                                                     read_only=c.read_only)
                 except InstrumentError as exc:
                     self.store.append([received, Event(
                         run_id=run_id, type=EventType.STEP_FAILED,
@@ -543,7 +554,7 @@ class Gateway:
                             else -203, reason=reason)
 
     async def _run_units(self, inst: Instrument, units: list[Unit],
-                         selected: int | None = None) -> str:
+                         selected: int | None = None, *, read_only: bool = False) -> str:
         """Send canonical units in order on the lane; selections are per run, never sent,
         so a selection query is answered from the run's selection, not the instrument's."""
         nsel = inst.profile.model.select_query
@@ -565,7 +576,7 @@ class Gateway:
                 else:
                     await link.write(unit.canonical)
             return answers
-        return _join(units, await inst.lane.run(job))
+        return _join(units, await inst.lane.run(job, whole=not read_only))
 
     # ------------------------------------------------------------------ snapshots
     def _fields(self, inst: Instrument, actions: list[Action]) -> list[tuple[int | None, str]]:

@@ -242,10 +242,15 @@ class Lane:
         self._lock = asyncio.Lock()
         self.io_errors = 0
 
-    async def run(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
+    async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True) -> T:
         """Run ``job(link)``; jobs run one at a time, in order. A job that started runs to
-        its end even if its caller is cancelled: half a job could leave an answer unread
-        or a write without its read-back."""
+        its end even if its caller is cancelled: half a job could leave a write without
+        its read-back. A job that only reads may pass ``whole=False`` and run in its
+        caller's task (no task to start): cancelled, it stops, and the link drops the
+        answer it was waiting for, so the next job never reads it."""
+        if not whole:
+            async with self._lock:
+                return await self._guarded(job)
         await self._lock.acquire()
         try:
             task = asyncio.ensure_future(self._guarded(job))

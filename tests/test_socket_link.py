@@ -171,3 +171,19 @@ async def test_a_lane_counts_io_errors(fake: tuple[FakeInstrument, SocketLink]) 
         await lane.run(lambda link: link.query("MUTE?"))
     assert lane.io_errors == 1
     await lane.close()
+
+
+async def test_a_cancelled_read_in_its_callers_task_leaves_no_answer_behind(
+        fake: tuple[FakeInstrument, SocketLink]) -> None:
+    inst, link = fake
+    inst.delay["SLOW?"] = 0.1
+    lane = Lane("psu", link)
+    caller = asyncio.ensure_future(lane.run(lambda link: link.query("SLOW?"), whole=False))
+    await asyncio.sleep(0.03)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.sleep(0.15)  # the late answer arrives, on a connection already dropped
+    assert await lane.run(lambda link: link.query("NEXT?"), whole=False) == "answer to NEXT?"
+    assert inst.connections == 2
+    await lane.close()

@@ -75,14 +75,14 @@ async def submit(run_id: str, body: ScpiBody, who: Caller, gw: GatewayDep, respo
                  idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
                  ) -> ScpiOut | JSONResponse:
     """A read runs at once (200); a write is held for a person (202), or refused (422)."""
-    run = own_run(gw, run_id, who)
-    if run.principal != who.name:
-        raise HTTPException(403, f"{run_id} belongs to {run.principal}; only its requester "
+    owner = gw.run_owner(run_id)
+    if owner != who.name:
+        raise HTTPException(403, f"{run_id} belongs to {owner}; only its requester "
                                  "submits commands to it")
     result = await gw.submit(run_id, body.instrument, body.command, rationale=body.rationale,
                              confidence=body.confidence, step_id=body.step_id,
                              idempotency_key=idempotency_key,
-                             timeout_minutes=body.timeout_minutes, run=run)
+                             timeout_minutes=body.timeout_minutes)
     if result.status == "refused":
         return problem(422, result.reason, kind="refused", scpiCode=result.code)
     req = result.request
