@@ -187,3 +187,13 @@ async def test_a_cancelled_read_in_its_callers_task_leaves_no_answer_behind(
     assert await lane.run(lambda link: link.query("NEXT?"), whole=False) == "answer to NEXT?"
     assert inst.connections == 2
     await lane.close()
+
+
+def test_the_example_bench_reaches_each_instrument_the_right_way() -> None:
+    from pathlib import Path
+
+    from bench_gate.config import load_config
+
+    bench = load_config(Path(__file__).parent.parent / "docs" / "bench.toml")
+    links = {ic.name: type(open_link(ic)) for ic in bench.instruments}
+    assert links == {"psu": PyvisaLink, "dmm": SocketLink}

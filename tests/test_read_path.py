@@ -1,0 +1,144 @@
+"""The read path's shortcuts keep their promises: every read is journaled (alone or in a
+group) before its answer returns, in order; a token revoked anywhere stops working; a run's
+owner is checked without a store read only because runs never change hands."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_gate import auth
+from bench_gate.auth import Tokens
+from bench_gate.errors import NotFound, StoreError
+from bench_gate.gateway import Gateway
+from bench_gate.journal import ReadJournal
+from bench_gate.models import Event, EventType, Principal
+from bench_gate.store import SqliteStore
+
+
+def read_events(run: str, n: int) -> list[Event]:
+    return [Event(run_id=run, type=EventType.COMMAND_RECEIVED, data={"message": f"Q{n}?"}),
+            Event(run_id=run, type=EventType.READ_EXECUTED,
+                  data={"message": f"Q{n}?", "response": str(n)})]
+
+
+def test_a_reads_events_take_increasing_seqs_and_survive_a_reopen(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "j.db")
+    written = [store.append(read_events("run-a", n), durable=False) for n in range(50)]
+    seqs = [e.seq for pair in written for e in pair]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 100 and seqs[0] > 0
+    store.close()
+    again = SqliteStore(tmp_path / "j.db")
+    journal = again.journal("run-a", limit=1000)
+    assert [e.seq for e in journal] == seqs
+    assert [e.data["message"] for e in journal[::2]] == [f"Q{n}?" for n in range(50)]
+    assert all(e.type is EventType.READ_EXECUTED for e in journal[1::2])
+    again.close()
+
+
+async def test_overlapping_reads_are_committed_in_groups_before_each_returns(
+        tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "j.db")
+    journal = ReadJournal(store)
+    commits: list[int] = []
+    plain = store.append
+
+    def counting(events: list[Event], durable: bool = True) -> list[Event]:
+        commits.append(len(events))
+        return plain(events, durable)
+
+    store.append = counting  # type: ignore[method-assign]
+
+    async def read(n: int) -> None:
+        journal.reading += 1
+        try:
+            await asyncio.sleep(0)
+            await journal.append(read_events(f"run-{n % 4}", n))
+            # Committed before the read returns: visible to a fresh reader at once.
+            assert any(e.data.get("response") == str(n)
+                       for e in store.journal(f"run-{n % 4}", limit=1000))
+        finally:
+            journal.reading -= 1
+
+    await asyncio.gather(*(read(n) for n in range(200)))
+    await journal.close()
+    assert sum(commits) == 400
+    assert len(commits) < 200, "overlapping reads shared commits"
+    for r in range(4):
+        events = store.journal(f"run-{r}", limit=1000)
+        assert len(events) == 100
+        for first, second in zip(events[::2], events[1::2], strict=True):
+            assert second.seq > first.seq and first.data["message"] == second.data["message"]
+    store.close()
+
+
+async def test_a_store_failure_reaches_every_read_of_the_group(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "j.db")
+    journal = ReadJournal(store)
+
+    def broken(events: list[Event], durable: bool = True) -> list[Event]:
+        raise StoreError("store error: disk I/O error")
+
+    store.append = broken  # type: ignore[method-assign]
+    journal.reading = 5  # as if five reads overlapped: the group path
+    results = await asyncio.gather(*(journal.append(read_events("run-x", n)) for n in range(5)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, StoreError) for r in results)
+    await journal.close()
+    store.close()
+
+
+def test_a_token_revoked_here_fails_at_once_and_elsewhere_within_the_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    tokens = Tokens(store)
+    _, secret = tokens.create("alice", "operator")
+    assert tokens.verify(secret) == Principal(name="alice", role="operator")
+    tokens.revoke("alice")
+    assert tokens.verify(secret) is None
+
+    _, other = tokens.create("bob", "requester")
+    assert tokens.verify(other) is not None
+    Tokens(SqliteStore(tmp_path / "t.db")).revoke("bob")  # the CLI, in another process
+    clock = [time.monotonic()]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: clock[0])
+    clock[0] += auth.VERIFIED_SECONDS + 0.01
+    assert tokens.verify(other) is None
+    store.close()
+
+
+def test_an_unknown_token_is_never_remembered(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "t.db")
+    tokens = Tokens(store)
+    assert tokens.verify("bg_" + "x" * 43) is None
+    assert tokens._verified == {}
+    store.close()
+
+
+async def test_run_owner_knows_every_run_and_refuses_unknown_ones(
+        gateway: Gateway, script: Principal) -> None:
+    run = gateway.create_run(script, "script")
+    assert gateway.run_owner(run.id) == script.name
+    fresh = Gateway(gateway.config, gateway.store)  # knows nothing yet: reads the store
+    assert fresh.run_owner(run.id) == script.name
+    with pytest.raises(NotFound):
+        fresh.run_owner("run-nope")
+
+
+async def test_reads_from_many_tasks_all_reach_the_journal(
+        gateway: Gateway, script: Principal) -> None:
+    runs = [gateway.create_run(script, "script").id for _ in range(6)]
+
+    async def client(run: str) -> None:
+        for _ in range(10):
+            result = await gateway.submit(run, "psu", "VOLT? (@1)")
+            assert result.status == "executed"
+
+    await asyncio.gather(*(client(r) for r in runs))
+    for run in runs:
+        types = [e.type for e in gateway.store.journal(run, limit=1000)]
+        assert types.count(EventType.READ_EXECUTED) == 10
+        assert types.count(EventType.COMMAND_RECEIVED) == 10
