@@ -14,10 +14,12 @@ Errors are translated to :class:`InstrumentError` here and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import pyvisa
 import pyvisa.errors
@@ -232,38 +234,69 @@ def open_link(config: InstrumentConfig) -> Link | AsyncLink:
 
 
 class Lane:
-    """The single serialized I/O path to one instrument."""
+    """The single serialized I/O path to one instrument.
+
+    Jobs wait in one queue, in order. The lane's driver task runs them back to back, so
+    the instrument gets the next command as soon as it has answered the last one, however
+    busy the loop is with other work. A read that finds the lane idle runs at once in its
+    caller's task.
+    """
 
     def __init__(self, name: str, link: Link | AsyncLink) -> None:
         self.name = name
         self.link: AsyncLink = (cast(AsyncLink, link)
                                 if inspect.iscoroutinefunction(link.query)
                                 else _Threaded(name, cast(Link, link)))
-        self._lock = asyncio.Lock()
+        self._queue: collections.deque[_Job[Any]] = collections.deque()
+        self._busy = False
+        self._driver: asyncio.Task[None] | None = None
         self.io_errors = 0
 
     async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True) -> T:
         """Run ``job(link)``; jobs run one at a time, in order. A job that started runs to
-        its end even if its caller is cancelled: half a job could leave a write without
-        its read-back. A job that only reads may pass ``whole=False`` and run in its
-        caller's task (no task to start): cancelled, it stops, and the link drops the
-        answer it was waiting for, so the next job never reads it."""
-        if not whole:
-            async with self._lock:
+        its end even if its caller is cancelled (it runs in the driver's task): half a job
+        could leave a write without its read-back. A job that only reads may pass
+        ``whole=False``: if the lane is idle it runs in its caller's task, and cancelled
+        there it stops and the link drops the answer it was waiting for, so the next job
+        never reads it."""
+        if not whole and not self._busy and not self._queue:
+            self._busy = True
+            try:
                 return await self._guarded(job)
-        await self._lock.acquire()
-        try:
-            task = asyncio.ensure_future(self._guarded(job))
-        except BaseException:
-            self._lock.release()
-            raise
-        task.add_done_callback(self._finished)
-        return await asyncio.shield(task)
+            finally:
+                self._busy = False
+                self._kick()
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Job(job, done))
+        self._kick()
+        return await done  # cancelled before it starts, the job is skipped
 
-    def _finished(self, task: asyncio.Future[Any]) -> None:
-        self._lock.release()
-        if not task.cancelled():
-            task.exception()  # retrieved: a job whose caller left logs nothing spurious
+    def _kick(self) -> None:
+        if self._queue and not self._busy and self._driver is None:
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    async def _drive(self) -> None:
+        while self._queue and not self._busy:
+            item = self._queue.popleft()
+            if item.done.done():
+                continue  # its caller gave up before it started
+            self._busy = True
+            try:
+                result = await self._guarded(item.job)
+            except asyncio.CancelledError:  # the loop is shutting down
+                item.done.cancel()
+                self._driver = None
+                raise
+            except Exception as exc:
+                if not item.done.done():
+                    item.done.set_exception(exc)
+            else:
+                if not item.done.done():
+                    item.done.set_result(result)
+            finally:
+                self._busy = False
+        self._driver = None
+        self._kick()
 
     async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
         try:
@@ -273,5 +306,10 @@ class Lane:
             raise
 
     async def close(self) -> None:
-        async with self._lock:
-            await self.link.close()
+        await self.run(lambda link: link.close())
+
+
+@dataclass
+class _Job(Generic[T]):
+    job: Callable[[AsyncLink], Awaitable[T]]
+    done: asyncio.Future[T]
