@@ -154,13 +154,20 @@ def loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     return found
 
 
-def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: list[str]
-              ) -> dict[str, float]:
+class _NoReadJournal(SqliteStore):
+    """What-if only: reads are not journaled (the product always journals them)."""
+
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        return super().append(events, durable) if durable else events
+
+
+def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: list[str],
+              store_class: type[SqliteStore] = SqliteStore) -> dict[str, float]:
     """The socket door as ``bench-gate serve`` runs it, and where its time goes."""
     config = default_config(sim.psu_port, sim.dmm_port)
     for ic in config.instruments:
         ic.socket_port = 0
-    store = SqliteStore(tmp / f"bench-{id(loop)}.db")
+    store = store_class(tmp / f"bench-{id(loop)}-{store_class.__name__}.db")
     gateway = Gateway(config, store)
 
     async def up() -> Any:
@@ -210,6 +217,9 @@ def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=2000, help="queries per path")
+    parser.add_argument("--what-if-no-journal", action="store_true",
+                        help="also measure the door with reads not journaled (not the product: "
+                             "shows what the journal commit costs)")
     args = parser.parse_args()
     n = args.n
     results: dict[str, dict[str, float] | str] = {}
@@ -235,6 +245,9 @@ def main() -> None:
             loop.loop.call_soon_threadsafe(relay.close)  # the server is the loop's
             doors.append(f"gateway ({kind})")
             results[doors[-1]] = door_path(loop, sim, tmp, n, notes)
+            if args.what_if_no_journal:
+                results[f"what-if ({kind}, no read journal)"] = door_path(
+                    loop, sim, tmp, n, [], _NoReadJournal)
             loop.stop()
 
     proc, proxy_res, why = start_pyvisa_proxy(tmp)

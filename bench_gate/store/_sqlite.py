@@ -16,8 +16,6 @@ from ..models import Event, Run, Status, TakeoverRequest
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
-#: INSERT ... RETURNING (SQLite 3.35) journals a read in one statement.
-_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 #: Rows in one INSERT (five parameters each, well under SQLite's 32,766).
 _MAX_ROWS = 2000
 
@@ -230,8 +228,7 @@ class SqliteStore:
         """Journal events. ``durable=False`` (reads, which change nothing) skips the fsync:
         the events survive a crash of the process, and reach the disk for good with the
         next durable commit, so a busy read path does not pay an fsync per query."""
-        if durable or not events or not _RETURNING or self._fast is self._db \
-                or len(events) > _MAX_ROWS:
+        if durable or not events or self._fast is self._db or len(events) > _MAX_ROWS:
             with self._tx() as db:
                 self._append(db, events)
             return events
@@ -242,13 +239,16 @@ class SqliteStore:
             json.dumps(ev.data, default=str))]
         with self._fast_lock:
             try:
-                seqs = sorted(r[0] for r in self._fast.execute(
+                last = self._fast.execute(
                     "INSERT INTO journal (run_id, request_id, type, at, data) VALUES "
-                    f"{rows} RETURNING seq", args).fetchall())
+                    f"{rows}", args).lastrowid
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
-        for ev, seq in zip(events, seqs, strict=True):
-            ev.seq = int(seq)  # rows of one INSERT take increasing seqs in VALUES order
+        # One INSERT holds the write lock throughout: its rows take consecutive seqs in
+        # VALUES order, the last being lastrowid.
+        first = int(last or 0) - len(events) + 1
+        for i, ev in enumerate(events):
+            ev.seq = first + i
         return events
 
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
