@@ -119,8 +119,10 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         sock.bind((host, port))
         sock.listen(1024)
         bound = sock.getsockname()[1]
+        # No X-Forwarded-* rewriting: nothing in front of the gateway is trusted to set them.
         server = uvicorn.Server(uvicorn.Config(
-            app, log_level=log_level, timeout_graceful_shutdown=3, access_log=False))
+            app, log_level=log_level, timeout_graceful_shutdown=3, access_log=False,
+            proxy_headers=False))
         shown = f"[{host}]" if ":" in host else host
         running = Running(url=f"http://{shown}:{bound}", host=host, port=bound,
                           gateway=gateway, tokens=tokens, app=app, server=server,
