@@ -77,7 +77,7 @@ MAX_RETRIES = 8
 SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
 #: Runs remembered with their owner; past this the memory starts over.
-RUNS_SEEN_MAX = 100_000
+RUNS_REMEMBERED = 100_000
 
 
 @dataclass(slots=True)
@@ -151,6 +151,7 @@ def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
         return (-203, "the message carries a bench-gate token; a token is never journaled "
                       "or sent to an instrument: present it in the Authorization header "
                       "(HTTP) or with GATE:TOK on the socket door")
+    # Only short messages are cached, as the classifier does.
     if _names_gate(message) if len(message) <= 256 else _names_gate.__wrapped__(message):
         return (-113, "GATE commands belong to the socket door; they are never sent to an "
                       "instrument")
@@ -355,7 +356,7 @@ class Gateway:
         return owner if owner is not None else self.get_run(run_id).principal
 
     def _remember(self, run: Run) -> None:
-        if len(self._owners) >= RUNS_SEEN_MAX:
+        if len(self._owners) >= RUNS_REMEMBERED:
             self._owners.clear()
         self._owners[run.id] = run.principal
 
@@ -434,16 +435,9 @@ class Gateway:
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None, run: Run | None = None
-                     ) -> SubmitResult:
-        """Submit one program message. ``run`` is the run as its caller just read it, which
-        saves reading it again."""
-        if run is not None and run.id == run_id:
-            self._remember(run)
-        elif run_id in self._owners:
-            run = None  # it exists (runs are never deleted); read it only if a write needs it
-        else:
-            run = self.get_run(run_id)
+                     timeout_minutes: int | None = None) -> SubmitResult:
+        # A known run exists (runs are never deleted): it is read only if a write needs it.
+        run = None if run_id in self._owners else self.get_run(run_id)
         inst = self.instrument(instrument)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
@@ -503,10 +497,14 @@ class Gateway:
                         run_id=run_id, type=EventType.STEP_FAILED,
                         data={"message": message, "reason": exc.message})])
                     raise
-                await self._reads.append([received, Event(
+                executed = [received, Event(
                     run_id=run_id, type=EventType.READ_EXECUTED,
                     data={"message": message, "canonical": list(c.canonical),
-                          "response": response})])
+                          "response": response})]
+                if c.read_only:
+                    await self._reads.append(executed)
+                else:  # a write that runs unattended (the safe action): fsync'd like any
+                    self.store.append(executed)
             finally:
                 self._reads.reading -= 1
             return SubmitResult("executed", response=response)

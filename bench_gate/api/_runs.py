@@ -76,9 +76,9 @@ _SCPI_BODY = TypeAdapter(ScpiBody)
                         422: {"description": "refused: bad SCPI or outside the envelope"}})
 async def submit(run_id: str, request: Request) -> Response:
     """A read runs at once (200); a write is held for a person (202), or refused (422)."""
-    # First in the router, so it is the first route FastAPI tries.
-    # The busiest route: it checks the token, then parses body, query and header itself,
-    # which costs a third of what FastAPI's per-request dependency solving does.
+    # The busiest route, so first in the router (the first FastAPI tries). It checks the
+    # token first, then parses body, query and header itself: a third of the cost of
+    # FastAPI's per-request dependency solving.
     who = await _CALLER(request)
     gw: Gateway = request.app.state.gateway
     errors: list[Any] = []
