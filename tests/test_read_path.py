@@ -12,6 +12,7 @@ import pytest
 
 from bench_gate import auth
 from bench_gate.auth import Tokens
+from bench_gate.config import BenchConfig
 from bench_gate.errors import NotFound, StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.journal import ReadJournal
@@ -142,3 +143,27 @@ async def test_reads_from_many_tasks_all_reach_the_journal(
         types = [e.type for e in gateway.store.journal(run, limit=1000)]
         assert types.count(EventType.READ_EXECUTED) == 10
         assert types.count(EventType.COMMAND_RECEIVED) == 10
+
+
+async def test_reads_skip_the_fsync_and_an_unattended_write_does_not(
+        config: BenchConfig, db_path: Path, script: Principal) -> None:
+    config.policy.output_off_is_safe = True  # OUTP OFF runs without a person
+    gw = Gateway(config, SqliteStore(db_path))
+    await gw.start()
+    seen: list[tuple[list[str], bool]] = []
+    plain = gw.store.append
+
+    def spying(events: list[Event], durable: bool = True) -> list[Event]:
+        seen.append(([e.type.value for e in events], durable))
+        return plain(events, durable)
+
+    gw.store.append = spying  # type: ignore[method-assign]
+    try:
+        run = gw.create_run(script, "script").id
+        assert (await gw.submit(run, "psu", "VOLT? (@1)")).status == "executed"
+        assert (await gw.submit(run, "psu", "OUTP OFF,(@1)")).status == "executed"
+    finally:
+        await gw.close()
+        gw.store.close()
+    assert seen == [(["command_received", "read_executed"], False),
+                    (["command_received", "read_executed"], True)]
