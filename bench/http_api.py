@@ -120,11 +120,8 @@ def load_main(spec: str) -> None:
     """The load generator's own process: ``--load '{json}'`` prints q/s."""
     s = json.loads(spec)
     requests = [r.encode("latin-1") for r in s["requests"]]
-    try:
-        import uvloop
-        rate = uvloop.run(_load(s["port"], requests, s["clients"], s["seconds"]))
-    except ImportError:
-        rate = asyncio.run(_load(s["port"], requests, s["clients"], s["seconds"]))
+    from bench_gate.server import run_loop
+    rate = run_loop(_load(s["port"], requests, s["clients"], s["seconds"]))
     print(json.dumps({"qps": rate}))
 
 

@@ -61,7 +61,6 @@ class Tokens:
         record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": name, "role": role.value,
                   "created_at": now().isoformat(), "revoked_at": None}
         self.store.kv_put(TABLE, _digest(secret), record)
-        self._verified.clear()
         return record, secret
 
     def verify(self, token: str | None) -> Principal | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -134,16 +133,6 @@ def _unverifiable(actions: list[Action]) -> list[str]:
             and (a.field is None or a.new is None)]
 
 
-@functools.lru_cache(maxsize=1024)
-def _names_gate(message: str) -> bool:
-    """Whether the message holds a GATE command (a syntax error is the classifier's to tell)."""
-    try:
-        units = lex(message)
-    except ScpiError:
-        return False
-    return any(not u.common and u.mnemonics[0] == "GATE" for u in units)
-
-
 def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
     """Refuse what must never be journaled or reach an instrument: a token, or the socket
     door's own GATE commands sent through another door."""
@@ -151,8 +140,11 @@ def _door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
         return (-203, "the message carries a bench-gate token; a token is never journaled "
                       "or sent to an instrument: present it in the Authorization header "
                       "(HTTP) or with GATE:TOK on the socket door")
-    # Only short messages are cached, as the classifier does.
-    if _names_gate(message) if len(message) <= 256 else _names_gate.__wrapped__(message):
+    try:
+        units = lex(message)
+    except ScpiError:
+        return None  # the classifier reports the syntax error
+    if any(not u.common and u.mnemonics[0] == "GATE" for u in units):
         return (-113, "GATE commands belong to the socket door; they are never sent to an "
                       "instrument")
     return None

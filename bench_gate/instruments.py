@@ -154,27 +154,27 @@ class SocketLink:
             writer.transport.abort()
 
     async def write(self, command: str) -> None:
-        _, writer = await self._open()
-        try:
-            async with asyncio.timeout(self._timeout):
-                writer.write((command + self._wterm).encode("ascii"))
-                await writer.drain()
-        except (OSError, TimeoutError, UnicodeEncodeError) as exc:
-            raise self._fail(f"write {command!r}", exc) from exc
+        await self._exchange("write", command, answer=False)
 
     async def query(self, command: str) -> str:
+        return await self._exchange("query", command, answer=True)
+
+    async def _exchange(self, what: str, command: str, *, answer: bool) -> str:
+        """Send one command and, for a query, read its answer, all within the timeout."""
         reader, writer = await self._open()
         try:
             async with asyncio.timeout(self._timeout):
                 writer.write((command + self._wterm).encode("ascii"))
                 await writer.drain()
-                answer = await reader.readuntil(self._term)
-            return answer.decode("ascii").strip()
+                if not answer:
+                    return ""
+                line = await reader.readuntil(self._term)
+            return line.decode("ascii").strip()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 UnicodeError) as exc:
-            raise self._fail(f"query {command!r}", exc) from exc
+            raise self._fail(f"{what} {command!r}", exc) from exc
         except asyncio.CancelledError:
-            self._drop()  # the answer may still come; never read it as the next one's
+            self._drop()  # an answer may still come; never read it as the next one's
             raise
 
     async def close(self) -> None:

@@ -15,6 +15,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
 from ._lexer import (
+    CACHE_MAX_MESSAGE,
     ChannelList,
     CharData,
     Data,
@@ -411,11 +412,6 @@ class _Resolver:
 
 def _pos(datum: Data, raw: RawUnit | None) -> int:
     return datum.pos
-
-
-#: Only messages up to this long are cached. A long message can expand to hundreds of units
-#: (about 110 KiB for 500), so caching every distinct one let a client grow the cache to GBs.
-CACHE_MAX_MESSAGE = 256
 
 
 @functools.lru_cache(maxsize=16384)

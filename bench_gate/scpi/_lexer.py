@@ -7,6 +7,7 @@ Resolving headers against a command tree is the profile's job (``_classify``).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -147,8 +148,24 @@ def _normalize(src: str) -> str:
     return src
 
 
+#: Only messages up to this long are cached (here and by the classifier). A long message can
+#: expand to hundreds of units (about 110 KiB for 500), so caching every distinct one let a
+#: client grow a cache to GBs.
+CACHE_MAX_MESSAGE = 256
+
+
 def lex(src: str) -> tuple[RawUnit, ...]:
-    """Split one program message into units; raise :class:`ScpiSyntaxError` on bad input."""
+    """Split one program message into units; raise :class:`ScpiSyntaxError` on bad input.
+    Messages up to CACHE_MAX_MESSAGE characters are cached (units are immutable)."""
+    return _lex(src) if len(src) > CACHE_MAX_MESSAGE else _lex_cached(src)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lex_cached(src: str) -> tuple[RawUnit, ...]:
+    return _lex(src)
+
+
+def _lex(src: str) -> tuple[RawUnit, ...]:
     src = _normalize(src)
     units: list[RawUnit] = []
     pos = 0
