@@ -4,9 +4,11 @@ into these at one boundary each, with ``raise ... from exc``.
     GatewayError
     ├── NotFound               (no such run, request, instrument)
     ├── InvalidInput           (a bad argument: unknown kind, bad edit, bad timeout)
+    │   └── IdempotencyKeyReused (an Idempotency-Key sent again with another request)
     ├── Refused                (the message is refused outright: bad SCPI, forbidden, envelope)
     ├── PermissionDenied       (self-approval, wrong person, two-person rule)
     ├── TransitionError        (a status change that is not allowed or lost a race)
+    │   └── ProposalChanged    (a decision names a proposal that is no longer current)
     ├── InstrumentError        (I/O with the instrument failed)
     └── StoreError             (the store could not be read or written)
 """
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 __all__ = [
     "GatewayError",
+    "IdempotencyKeyReused",
     "InstrumentError",
     "InvalidInput",
     "NotFound",
     "PermissionDenied",
+    "ProposalChanged",
     "Refused",
     "StoreError",
     "TransitionError",
@@ -46,6 +50,21 @@ class InvalidInput(GatewayError):
         super().__init__(message)
 
 
+class IdempotencyKeyReused(InvalidInput):
+    """An idempotency key names an earlier request of the run that differs from this one
+    (another command, instrument, rationale...): a retry must repeat its request exactly.
+    ``differences`` names the fields that differ, never their values."""
+
+    def __init__(self, key: str, request_id: str, differences: list[str]) -> None:
+        self.key = key
+        self.request_id = request_id
+        self.differences = differences
+        super().__init__(
+            f"this Idempotency-Key was used for {request_id}, which differs from this request "
+            f"in {', '.join(differences)}; a retry repeats its request exactly, and a new "
+            "request needs a new key")
+
+
 class Refused(GatewayError):
     """A message is refused outright, with its SCPI error number (-203, -222, -102...)."""
 
@@ -71,6 +90,19 @@ class TransitionError(GatewayError):
         self.event = event
         text = f"cannot {event} {request_id}: it is {status}"
         super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+class ProposalChanged(TransitionError):
+    """A grant or denial names a proposal hash that is not the request's current one: the
+    approver decided on something else. Carries the current hash so a door can show it."""
+
+    def __init__(self, request_id: str, status: str, event: str, seen: str, current: str
+                 ) -> None:
+        self.seen = seen
+        self.current = current
+        super().__init__(request_id, status, event,
+                         f"you were shown proposal {seen[:12] or '(none)'}, the current one is "
+                         f"{current[:12]}; review it again")
 
 
 class InstrumentError(GatewayError):

@@ -17,15 +17,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .auth import carries_token, redact
+from . import envelope
+from .auth import carries_token, redact, refuse_token
 from .confidence import apply_env, score, threshold_for
 from .config import BenchConfig, InstrumentConfig
 from .errors import (
     GatewayError,
+    IdempotencyKeyReused,
     InstrumentError,
     InvalidInput,
     NotFound,
     PermissionDenied,
+    ProposalChanged,
+    Refused,
     TransitionError,
 )
 from .handoff import build_handoff, describe, snapshot_key
@@ -50,8 +54,10 @@ from .models import (
     proposal_hash,
 )
 from .plans import Plan, PlanScope, PlanStatus, covers, scope_words
-from .policy import Verdict, approval_for, decide, envelope_breach
+from .policy import Verdict, approval_for, decide, envelope_breach, required_for, unpredictable
 from .questions import QuestionDesk
+from .readback import Judgement, judge_readback
+from .readback import Verdict as Judged
 from .scpi import (
     Classification,
     Effect,
@@ -77,6 +83,8 @@ SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
 #: Runs remembered with their owner; past this the memory starts over.
 RUNS_REMEMBERED = 100_000
+#: The store's table of runs that live and die with one connection (socket door, MCP).
+ATTACHED = "attached_runs"
 
 
 @dataclass(slots=True)
@@ -95,6 +103,28 @@ class GrantResult:
     request: TakeoverRequest
     missing: list[ApprovalKind] = field(default_factory=list)
     message: str = ""
+
+
+@dataclass(slots=True)
+class _Safed:
+    """The safe action taken after a read-back found the envelope breached."""
+
+    found: list[envelope.Breach]
+    sent: list[str]
+    after: dict[str, str] | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Written:
+    """What one write's lane turn saw: answers, errors, the read-back, a safe action."""
+
+    answers: dict[int, str] = field(default_factory=dict)
+    error: str | None = None
+    after: dict[str, str] | None = None
+    read_error: str | None = None
+    instrument_errors: list[str] = field(default_factory=list)
+    safed: _Safed | None = None
 
 
 @dataclass(slots=True)
@@ -185,6 +215,8 @@ class Gateway:
         #: recheck and the write are two lane jobs, and another write between them would
         #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
         self._executing: dict[str, asyncio.Lock] = {}
+        #: One plan decision at a time per run: judge, then spend, with nothing between.
+        self._plan_locks: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
         self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
@@ -217,6 +249,7 @@ class Gateway:
     async def start(self) -> None:
         """Recover from the store, then run the one expiry sweeper."""
         self._loop = asyncio.get_running_loop()
+        self._close_gone_clients()
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
             if self.owns(req):
@@ -320,16 +353,25 @@ class Gateway:
 
     # ------------------------------------------------------------------ runs
     def create_run(self, principal: Principal, kind: RunKind | str,
-                   goal: str | None = None) -> Run:
+                   goal: str | None = None, *, attached: str | None = None) -> Run:
+        """A new run. ``attached`` names the door of a connection the run lives and dies
+        with (``socket``, ``mcp``): after a restart that connection is gone, so is the run."""
         try:
             kind = RunKind(kind)
         except ValueError as exc:
             raise InvalidInput(f"run kind must be one of {[k.value for k in RunKind]}, "
                                f"not {kind!r}") from exc
+        if kind is RunKind.ENGINEER and principal.role not in (Role.OPERATOR, Role.ADMIN):
+            raise PermissionDenied(f"{principal.name} is a {principal.role.value}; engineer "
+                                   "runs are for operators at the bench (their own changes, "
+                                   "confirmed by themselves): start a script or agent run")
+        refuse_token(goal, "goal")
         run = Run(id=_new_id("run"), kind=kind, principal=principal.name, goal=goal)
         self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
                                           data={"kind": kind.value, "principal": run.principal,
                                                 "goal": goal})])
+        if attached is not None:
+            self.store.kv_put(ATTACHED, run.id, {"bench": self.config.bench, "door": attached})
         self._remember(run)
         self._publish("run", id=run.id, status=run.status.value)
         return run
@@ -353,6 +395,7 @@ class Gateway:
         self._owners[run.id] = run.principal
 
     def set_goal(self, run_id: str, goal: str) -> Run:
+        refuse_token(goal, "goal")
         run = self.get_run(run_id)
         run.goal = goal
         self.store.save_run(run, [Event(run_id=run.id, type=EventType.GOAL_SET,
@@ -384,16 +427,32 @@ class Gateway:
         self._publish("run", id=run.id, status=run.status.value)
         return run
 
-    def close_run(self, run_id: str) -> None:
-        """The requester is gone: cancel its pending requests, never run them for nobody."""
+    def close_run(self, run_id: str, reason: str = "the requester disconnected") -> None:
+        """The requester is gone: cancel its undecided and approved-but-unstarted requests,
+        never run them for nobody."""
         run = self.get_run(run_id)
-        for req in self.store.list_requests(status=Status.PENDING, run_id=run_id, limit=10_000):
-            self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
-                       {"reason": "the requester disconnected"},
-                       outcome="cancelled: the requester is gone; nothing was written")
+        for status in (Status.PENDING, Status.APPROVED):
+            for req in self.store.list_requests(status=status, run_id=run_id, limit=10_000):
+                self._move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                           {"reason": reason},
+                           outcome=f"cancelled: {reason}; nothing was written")
         self.questions.cancel_run(run_id)
         run.status = RunStatus.CLOSED
         self.store.save_run(run, [])
+        self.store.kv_delete(ATTACHED, run_id)
+        self._plan_locks.pop(run_id, None)
+        self._plan_locks.pop(run_id, None)
+
+    def _close_gone_clients(self) -> None:
+        """At start: every run attached to a connection of this bench's previous process
+        lost its client with that process. Its requests must never run."""
+        for run_id, data in self.store.kv_items(ATTACHED):
+            if data.get("bench") != self.config.bench:
+                continue
+            try:
+                self.close_run(run_id, "client gone: its connection ended with a restart")
+            except NotFound:
+                self.store.kv_delete(ATTACHED, run_id)
 
     # ------------------------------------------------------------------ submit
     def instrument(self, name: str) -> Instrument:
@@ -434,6 +493,21 @@ class Gateway:
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
             if earlier is not None:
+                # Only an exact retry gets the earlier result; another request under the
+                # same key is refused. A write run inside a plan has a timeout of its own.
+                planned = bool(earlier.handoff.get("auto_step"))
+                minutes = self.config.policy.default_timeout_minutes \
+                    if timeout_minutes is None else timeout_minutes
+                differs = [name for name, was, asked in (
+                    ("instrument", earlier.instrument, instrument),
+                    ("command", earlier.message, message),
+                    ("rationale", earlier.rationale, rationale),
+                    ("confidence", earlier.confidence, confidence),
+                    ("step id", earlier.step_id, step_id),
+                    ("timeout", None if planned else earlier.timeout_minutes,
+                     None if planned else minutes)) if was != asked]
+                if differs:
+                    raise IdempotencyKeyReused(idempotency_key, earlier.id, differs)
                 return self._result(earlier)
         if confidence is not None and not 0 <= confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
@@ -505,23 +579,28 @@ class Gateway:
         required = list(decision.required) or [ApprovalKind.STATE]
         gate_note: dict[str, Any] | None = None
         unjournaled = [received]
-        if decision.verdict is Verdict.HOLD and run.status is RunStatus.ACTIVE:
-            planned = await self._try_plan(run, inst, message, c, unjournaled,
-                                           rationale=rationale,
-                                           confidence=confidence, step_id=step_id,
-                                           idempotency_key=idempotency_key)
-            if isinstance(planned, TakeoverRequest):
-                return self._result(planned)
-            gate_note = planned
         try:
+            if decision.verdict is Verdict.HOLD and run.status is RunStatus.ACTIVE:
+                via_plan = await self._try_plan(run, inst, message, c, unjournaled,
+                                                rationale=rationale,
+                                                confidence=confidence, step_id=step_id,
+                                                idempotency_key=idempotency_key)
+                if isinstance(via_plan, TakeoverRequest):
+                    return self._result(via_plan)
+                gate_note = via_plan
             req = await self._hold(
                 run, inst, message, c, required,
                 reason=rationale or f"{run.kind.value} {run.principal} asks to run {message!r}",
                 rationale=rationale, confidence=confidence, step_id=step_id,
                 idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
                 gate=gate_note)
+        except Refused as exc:  # the predicted state leaves the envelope: never held
+            self.store.append([*unjournaled, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": exc.code, "reason": exc.message})])
+            return SubmitResult("refused", code=exc.code, reason=exc.message)
         except InstrumentError as exc:
-            self.store.append([received, Event(
+            self.store.append([*unjournaled, Event(
                 run_id=run_id, type=EventType.STEP_FAILED,
                 data={"message": message, "reason": f"no snapshot: {exc.message}"})])
             raise
@@ -557,6 +636,8 @@ class Gateway:
                     if unit.channel is not None:
                         current = unit.channel
                     continue
+                if unit.local:  # *CLS: the instrument's status is every client's; the
+                    continue    # door clears its own connection's view (IEEE 488.2 §10.3)
                 if unit.query and current is not None and nsel and unit.canonical in (
                         nsel, SELECT_NAME_QUERY):
                     answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
@@ -613,7 +694,8 @@ class Gateway:
                 index=i, source=u.source, text=u.text, effect=u.effect.value, channel=u.channel,
                 field=u.field, old=old,
                 new=render_value(u.value) if u.value is not None else None,
-                canonical=u.canonical, approval=approval_for(u, self.config.policy))
+                canonical=u.canonical, approval=approval_for(u, self.config.policy),
+                unpredictable=u.writes and unpredictable(u.effect, u.value))
             action.words = describe(inst.profile, action)
             actions.append(action)
         return actions
@@ -647,6 +729,16 @@ class Gateway:
         return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
                    for f in ("voltage", "current"))
 
+    def _check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
+        """Invariant 4 before anything is sent: the state this write will produce (the live
+        snapshot plus every action) keeps every energized channel inside the envelope, the
+        fields the write does not touch included. Raises Refused (-222) naming the field."""
+        limits = self.config.envelope.get(inst.config.name, {})
+        found = envelope.breaches(inst.profile, limits, self._proposed(actions, snap))
+        if found:
+            raise Refused(-222, "outside the envelope once this runs: "
+                          f"{envelope.summary(inst.profile, found)}; nothing was sent")
+
     # ------------------------------------------------------------------ hold
     async def _hold(self, run: Run, inst: Instrument, message: str, c: Classification,
                     required: list[ApprovalKind], *, reason: str, rationale: str | None,
@@ -659,6 +751,7 @@ class Gateway:
         preliminary = self._actions(inst, c, None)
         snap = await self._snapshot(inst, self._fields(inst, preliminary))
         actions = self._actions(inst, c, snap)
+        self._check_envelope(inst, actions, snap)
         energize = self._energize_needs_setpoint(inst, actions, snap)
         if energize and ApprovalKind.SETPOINT not in required:
             required = [ApprovalKind.SETPOINT, *required]
@@ -767,6 +860,11 @@ class Gateway:
         missing = req.missing()
         if not missing:
             return ""
+        blind = [a.canonical for a in req.actions if a.unpredictable]
+        if blind:
+            return (f"still needs approval: {', '.join(k.value for k in missing)} (the gateway "
+                    f"cannot predict what {', '.join(blind)} does to setpoints and outputs, "
+                    "so it needs every approval)")
         channels = [a.channel for a in req.actions if a.approval is ApprovalKind.OUTPUT_ENABLE]
         chs = ", ".join(f"CH{c}" for c in channels)
         have = req.approved_kinds()
@@ -780,8 +878,11 @@ class Gateway:
 
     async def grant(self, request_id: str, approver: Principal,
                     kinds: list[ApprovalKind | str], notes: str = "",
-                    edits: dict[str, str] | None = None) -> GrantResult:
-        """Approve some kinds; when none is missing, execute (recheck, write, read back)."""
+                    edits: dict[str, str] | None = None, *, proposal_hash: str
+                    ) -> GrantResult:
+        """Approve some kinds of exactly the proposal ``proposal_hash`` names (the one the
+        approver was shown); when none is missing, execute (recheck, write, read back).
+        A hash that is not the current one raises ProposalChanged and records nothing."""
         try:
             wanted = [ApprovalKind(k) for k in kinds]
         except ValueError as exc:
@@ -789,7 +890,7 @@ class Gateway:
                                f"{exc}") from exc
         if not wanted:
             raise InvalidInput("say which approvals you give: setpoint, output_enable, state")
-        seen: str | None = None  # the proposal this approver is deciding on
+        seen = proposal_hash  # the proposal this approver is deciding on
         for _ in range(MAX_RETRIES):
             req = self.get_request(request_id)
             run = self.get_run(req.run_id)
@@ -798,13 +899,11 @@ class Gateway:
                 req = self.get_request(request_id)
             if req.status is not Status.PENDING:
                 raise TransitionError(req.id, req.status.value, "grant")
-            if seen is not None and req.proposal_hash != seen:
-                # Someone edited it between our read and our write: never bind this
-                # approval to a proposal its approver has not seen.
-                raise TransitionError(req.id, req.status.value, "grant",
-                                      "the proposal changed while you approved it; "
-                                      "review it again")
-            seen = req.proposal_hash
+            if req.proposal_hash != seen:
+                # Never bind an approval to a proposal its approver has not seen: an edit
+                # by someone else, or a fresh proposal, needs a fresh look.
+                raise ProposalChanged(req.id, req.status.value, "grant", seen,
+                                      req.proposal_hash)
             unknown = [k.value for k in wanted if k not in req.required]
             if unknown:
                 raise InvalidInput(f"{req.id} does not need {', '.join(unknown)} approval; it "
@@ -892,12 +991,17 @@ class Gateway:
                             "new_commands": [a.canonical for a in req.actions],
                             "old_hash": old_hash, "new_hash": req.proposal_hash})]
 
-    async def deny(self, request_id: str, approver: Principal, notes: str) -> TakeoverRequest:
+    async def deny(self, request_id: str, approver: Principal, notes: str, *,
+                   proposal_hash: str) -> TakeoverRequest:
+        """Deny exactly the proposal ``proposal_hash`` names (the one the approver saw)."""
         if not notes.strip():
             raise InvalidInput("a denial needs a note: it goes back to the requester")
         req = self.get_request(request_id)
         run = self.get_run(req.run_id)
         self._require_operator(approver)
+        if req.status is Status.PENDING and req.proposal_hash != proposal_hash:
+            raise ProposalChanged(req.id, req.status.value, "deny", proposal_hash,
+                                  req.proposal_hash)
         if approver.name == run.principal and run.kind is not RunKind.ENGINEER:
             raise PermissionDenied(f"{approver.name} made this request; withdraw it with "
                                    "cancel instead")
@@ -1006,6 +1110,12 @@ class Gateway:
                 diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
         if diff:
             return await self._go_stale(req, inst, diff)
+        try:  # the envelope as it is configured now, on the live state
+            self._check_envelope(inst, req.actions, live)
+        except Refused as exc:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
+                       outcome=f"failed: refused at the live recheck: {exc.message}")
+            return req
         if not self._move(req, Move.START, EventType.STEP_STARTED,
                           {"commands": [a.canonical for a in req.actions]}):
             return self.get_request(req.id)
@@ -1035,13 +1145,23 @@ class Gateway:
             return self.get_request(req.id)
         c = classify(req.message, inst.profile.name,
                      selected=self._selected.get((run.id, inst.config.name)))
-        fresh_required = sorted({a.approval for a in req.actions if a.approval is not None},
-                                key=list(ApprovalKind).index) or [ApprovalKind.STATE]
-        fresh = await self._hold(
-            run, inst, req.message, c, list(fresh_required), reason=req.reason,
-            rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
-            idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
-            stale_diff=diff)
+        fresh_required = list(required_for([a.approval for a in req.actions],
+                                           any(a.unpredictable for a in req.actions))
+                              ) or [ApprovalKind.STATE]
+        try:
+            fresh = await self._hold(
+                run, inst, req.message, c, fresh_required, reason=req.reason,
+                rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
+                idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
+                stale_diff=diff)
+        except (Refused, InstrumentError) as exc:
+            # No fresh request: on the live state it would leave the envelope (or the
+            # instrument cannot be read). The stale one says why, and nothing runs.
+            self.store.append([Event(run_id=req.run_id, request_id=req.id,
+                                     type=EventType.WRITE_REFUSED,
+                                     data={"message": req.message, "reason": exc.message,
+                                           "code": getattr(exc, "code", -240)})])
+            return self.get_request(req.id)
         for _ in range(MAX_RETRIES):
             current = self.get_request(req.id)
             current.superseded_by = fresh.id
@@ -1055,93 +1175,139 @@ class Gateway:
         started = self.clock()
         commands = [a.canonical for a in req.actions]
         profile = inst.profile
+        limits = self.config.envelope.get(inst.config.name, {})
+        # Read back every field the write touched, and every enveloped field of every
+        # channel: the effect of a command may reach further than the profile predicts.
+        readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
 
-        async def job(link: AsyncLink) -> tuple[dict[int, str], str | None,
-                                                dict[str, str] | None, list[str]]:
-            answers: dict[int, str] = {}
-            error: str | None = None
+        async def job(link: AsyncLink) -> _Written:
+            out = _Written()
             try:
                 for i, a in enumerate(req.actions):
                     if a.effect == "select":
                         continue
                     if a.canonical.split(" ")[0].endswith("?"):
-                        answers[i] = await link.query(a.canonical)
+                        out.answers[i] = await link.query(a.canonical)
                     else:
                         await link.write(a.canonical)
             except InstrumentError as exc:
-                error = exc.message
+                out.error = exc.message
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.
-            try:
-                state = await self._read_state(link, inst, fields)
-                if state.idn != req.snapshot.idn:
-                    return answers, error, None, [
-                        f"another instrument answered: {state.idn!r}"]
-                after = state.values
-            except InstrumentError as exc:
-                return answers, error, None, [exc.message]
-            errors: list[str] = []
-            if profile.lookup(False, ("SYSTEM", "ERROR")) is not None:
-                with contextlib.suppress(InstrumentError):
-                    for _ in range(10):
-                        answer = await link.query("SYST:ERR?")
-                        if answer.lstrip("+").startswith("0"):
-                            break
-                        errors.append(answer)
-            return answers, error, after, errors
+            out.after, out.read_error = await self._read_back(link, inst, readback,
+                                                              req.snapshot.idn)
+            out.instrument_errors = await self._drain_errors(link, inst)
+            if out.after is not None:
+                out.safed = await self._make_safe(link, inst, out.after)
+            return out
 
-        answers, error, after, instrument_errors = await inst.lane.run(job)
-        expected = self._proposed(req.actions, req.snapshot)
-        response = ";".join(answers[i] for i in sorted(answers)) if answers else ""
-        receipt = Receipt(sent=commands, before=req.snapshot.values, after=after or {},
+        w = await inst.lane.run(job)
+        receipt = Receipt(sent=commands, before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=started,
-                          finished_at=self.clock(), detail=response)
-        changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
-        if after is None:
-            req.receipt = receipt
-            why = "; ".join(filter(None, [error, *instrument_errors])) or "read-back failed"
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"reason": why, "receipt": receipt.model_dump(mode="json")},
-                       outcome="ambiguous: the instrument could not be read back after the "
-                               f"write ({why}); a person must check it")
-            return req
-        unverifiable = _unverifiable(req.actions)
-        if error is not None and unverifiable:
-            req.receipt = receipt
-            why = (f"the write failed ({error}) and {', '.join(unverifiable)} cannot be "
-                   "confirmed by a read-back")
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"reason": why, "receipt": receipt.model_dump(mode="json")},
-                       outcome=f"ambiguous: {why}; a person must check the instrument")
-            return req
-        took = [k for k in changed if after.get(k) == expected[k]]
-        if error is None and len(took) == len(changed) and not instrument_errors:
-            req.receipt = receipt
-            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
-                       {"receipt": receipt.model_dump(mode="json")},
-                       outcome="executed: " + "; ".join(commands))
-            self._remember_setpoints(req, inst, after)
-            return req
-        receipt.reconciled = error is not None
-        detail = "; ".join(filter(None, [
-            error and f"the write failed ({error})",
-            ("instrument reported " + ", ".join(instrument_errors)) if instrument_errors else None,
-            f"read back {len(took)} of {len(changed)} changes"]))
-        req.receipt = receipt
-        if len(took) == len(changed) and not instrument_errors:
-            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
-                       {"receipt": receipt.model_dump(mode="json"), "reconciled": True},
-                       outcome=f"executed (reconciled from read-back): {detail}")
-            self._remember_setpoints(req, inst, after)
-        elif not took:
-            self._move(req, Move.FAIL, EventType.STEP_FAILED,
-                       {"receipt": receipt.model_dump(mode="json"), "reason": detail},
-                       outcome=f"failed: {detail}")
-        else:
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"receipt": receipt.model_dump(mode="json"), "reason": detail},
-                       outcome=f"ambiguous: {detail}; a person must check the instrument")
+                          finished_at=self.clock(),
+                          detail=";".join(w.answers[i] for i in sorted(w.answers)))
+        judged = judge_readback(
+            before=req.snapshot.values, expected=self._proposed(req.actions, req.snapshot),
+            after=w.after, unverifiable=_unverifiable(req.actions),
+            blind=any(a.unpredictable for a in req.actions), error=w.error,
+            instrument_errors=w.instrument_errors, read_error=w.read_error)
+        self._conclude(req, inst, receipt, judged, w.safed, w.after,
+                       executed="executed: " + "; ".join(commands))
         return req
+
+    async def _read_back(self, link: AsyncLink, inst: Instrument,
+                         fields: list[tuple[int | None, str]], idn: str
+                         ) -> tuple[dict[str, str] | None, str | None]:
+        try:
+            state = await self._read_state(link, inst, fields)
+        except InstrumentError as exc:
+            return None, exc.message
+        if state.idn != idn:
+            return None, f"another instrument answered: {state.idn!r}"
+        return state.values, None
+
+    @staticmethod
+    async def _drain_errors(link: AsyncLink, inst: Instrument) -> list[str]:
+        """The instrument's own error queue after a write (SCPI-99 §21.8 SYSTem:ERRor)."""
+        errors: list[str] = []
+        if inst.profile.lookup(False, ("SYSTEM", "ERROR")) is None:
+            return errors
+        with contextlib.suppress(InstrumentError):
+            for _ in range(10):
+                answer = await link.query("SYST:ERR?")
+                if answer.lstrip("+").startswith("0"):
+                    break
+                errors.append(answer)
+        return errors
+
+    async def _make_safe(self, link: AsyncLink, inst: Instrument, after: dict[str, str]
+                         ) -> _Safed | None:
+        """Invariant 4 after a write: an energized channel read back outside the envelope
+        gets the profile's safe action at once, on the same lane turn, waiting for nobody."""
+        limits = self.config.envelope.get(inst.config.name, {})
+        found = envelope.breaches(inst.profile, limits, after)
+        if not found:
+            return None
+        channels = sorted({b.channel for b in found})
+        safed = _Safed(found, envelope.safe_commands(inst.profile, channels))
+        try:
+            for command in safed.sent:
+                await link.write(command)
+            safe = inst.profile.safe_action
+            if safe is not None:
+                check = await self._read_state(link, inst, [(ch, safe.field) for ch in channels])
+                safed.after = check.values
+                after.update(check.values)
+        except InstrumentError as exc:
+            safed.error = exc.message
+        return safed
+
+    def _conclude(self, req: TakeoverRequest, inst: Instrument, receipt: Receipt,
+                  judged: Judgement, safed: _Safed | None, after: dict[str, str] | None,
+                  *, executed: str) -> None:
+        """One ending for a write from its judged read-back, with any envelope breach."""
+        receipt.reconciled = receipt.reconciled or judged.reconciled
+        req.receipt = receipt
+        data: dict[str, Any] = {"receipt": receipt.model_dump(mode="json")}
+        if judged.unexpected:
+            data["unexpected"] = {k: list(v) for k, v in judged.unexpected.items()}
+        verdict, text = judged.verdict, judged.detail
+        if safed is not None:
+            words = envelope.summary(inst.profile, safed.found)
+            done = (f"the safe action ({'; '.join(safed.sent)}) ran at once" if safed.error
+                    is None else f"the safe action failed ({safed.error})")
+            self.store.append([Event(
+                run_id=req.run_id, request_id=req.id, type=EventType.ENVELOPE_BREACH,
+                data={"breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
+                      "read_back": safed.after, "error": safed.error})])
+            self._publish("alert", alert="envelope_breach", id=req.id, run_id=req.run_id,
+                          instrument=req.instrument, reason=f"{words}; {done}")
+            mine = {a.channel for a in req.actions} | (
+                {b.channel for b in safed.found}
+                if any(a.unpredictable or a.channel is None for a in req.actions) else set())
+            note = f"envelope breach read back: {words}; {done}"
+            if any(b.channel in mine for b in safed.found):
+                verdict, text = Judged.AMBIGUOUS, f"{note}; {text}; a person must check the DUT"
+            else:
+                text = f"{text}; {note}"
+        if verdict is Judged.EXECUTED:
+            reconciled = " (reconciled from read-back)" if judged.reconciled else ""
+            detail = judged.detail if (judged.reconciled or judged.unexpected
+                                       or safed is not None) else ""
+            outcome = executed.replace("executed", f"executed{reconciled}", 1) + (
+                f" ({text})" if detail or safed is not None else "")
+            if judged.reconciled:
+                data["reconciled"] = True
+            self._move(req, Move.FINISH, EventType.STEP_COMPLETED, data, outcome=outcome)
+            if after is not None:
+                self._remember_setpoints(req, inst, after)
+        elif verdict is Judged.FAILED:
+            self._move(req, Move.FAIL, EventType.STEP_FAILED, {**data, "reason": text},
+                       outcome=f"failed: {text}")
+        else:
+            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {**data, "reason": text},
+                       outcome=f"ambiguous: {text}; a person must check the instrument"
+                       if "a person must" not in text else f"ambiguous: {text}")
 
     def _remember_setpoints(self, req: TakeoverRequest, inst: Instrument,
                             after: dict[str, str]) -> None:
@@ -1160,47 +1326,31 @@ class Gateway:
     async def _reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
         inst = self.instrument(req.instrument)
-        try:
-            after = await self._snapshot(inst, self._fields(inst, req.actions))
-        except InstrumentError as exc:
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {"reason": exc.message},
-                       outcome="ambiguous: interrupted by a restart and the instrument cannot "
-                               "be read; a person must check it")
-            return
-        if after.idn != req.snapshot.idn:
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"reason": f"another instrument answered: {after.idn!r}"},
-                       outcome="ambiguous: interrupted by a restart, and another instrument "
-                               f"answers now ({after.idn!r}); a person must check it")
-            return
-        expected = self._proposed(req.actions, req.snapshot)
-        changed = [k for k in expected if expected[k] != req.snapshot.values.get(k)]
-        took = [k for k in changed if after.values.get(k) == expected[k]]
-        unverifiable = _unverifiable(req.actions)
-        receipt = Receipt(sent=[], before=req.snapshot.values, after=after.values,
+        limits = self.config.envelope.get(inst.config.name, {})
+        fields = list(dict.fromkeys([*self._fields(inst, req.actions),
+                                     *envelope.enveloped_fields(inst.profile, limits)]))
+
+        async def job(link: AsyncLink) -> _Written:
+            out = _Written()
+            out.after, out.read_error = await self._read_back(link, inst, fields,
+                                                              req.snapshot.idn)
+            if out.after is not None:
+                out.safed = await self._make_safe(link, inst, out.after)
+            return out
+
+        w = await inst.lane.run(job)
+        receipt = Receipt(sent=[], before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=self.clock(),
                           finished_at=self.clock(), reconciled=True,
                           detail="interrupted by a restart; reconciled from read-back")
-        req.receipt = receipt
-        if unverifiable:
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                       {"reason": "interrupted", "receipt": receipt.model_dump(mode="json")},
-                       outcome="ambiguous: interrupted by a restart, and "
-                               f"{', '.join(unverifiable)} cannot be confirmed by a "
-                               "read-back; a person must check the instrument")
-        elif changed and len(took) == len(changed):
-            self._move(req, Move.FINISH, EventType.STEP_COMPLETED,
-                       {"receipt": receipt.model_dump(mode="json"), "reconciled": True},
-                       outcome="executed (reconciled after a restart)")
-            self._remember_setpoints(req, inst, after.values)
-        elif not took:
-            self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": "interrupted"},
-                       outcome="failed: interrupted by a restart before the change took "
-                               "effect; nothing is re-sent, submit again")
-        else:
-            self._move(req, Move.LOSE_TRACK, EventType.STEP_FAILED, {"reason": "partial"},
-                       outcome="ambiguous: interrupted by a restart with part of the change "
-                               "applied; a person must check the instrument")
+        judged = judge_readback(
+            before=req.snapshot.values, expected=self._proposed(req.actions, req.snapshot),
+            after=w.after, unverifiable=_unverifiable(req.actions),
+            blind=any(a.unpredictable for a in req.actions),
+            error="interrupted by a restart before its read-back; nothing is re-sent",
+            instrument_errors=[], read_error=w.read_error)
+        self._conclude(req, inst, receipt, judged, w.safed, w.after,
+                       executed="executed (reconciled after a restart)")
 
     # ------------------------------------------------------------------ state
     async def live_state(self, instrument: str) -> dict[str, Any]:
@@ -1413,22 +1563,41 @@ class Gateway:
                         confidence: float | None,
                         step_id: str | None, idempotency_key: str | None,
                         ) -> TakeoverRequest | dict[str, Any] | None:
-        """Run a write inside the run's live plan; or say why the gate diverts it; or None."""
-        plans = [p for p in self._plans_of(run.id)
+        """Run a write inside the run's live plan; or say why the gate diverts it; or None.
+
+        A run's plan writes are judged and spent one at a time (a lock per run), so two
+        concurrent writes can never both spend the last write. Every write unit counts."""
+        if not any(p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name
+                   for p in self._plans_of(run.id)):
+            return None
+        lock = self._plan_locks.setdefault(run.id, asyncio.Lock())
+        async with lock:
+            return await self._spend_plan(run, inst, message, c, unjournaled,
+                                          rationale=rationale, confidence=confidence,
+                                          step_id=step_id, idempotency_key=idempotency_key)
+
+    async def _spend_plan(self, run: Run, inst: Instrument, message: str, c: Classification,
+                          unjournaled: list[Event], *, rationale: str | None,
+                          confidence: float | None, step_id: str | None,
+                          idempotency_key: str | None,
+                          ) -> TakeoverRequest | dict[str, Any] | None:
+        plans = [p for p in self._plans_of(run.id)  # read again, under the lock
                  if p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name]
         if not plans:
             return None
         actions = self._actions(inst, c, None)
         live = await self._snapshot(inst, self._fields(inst, actions))
+        writes = sum(1 for u in c.units if u.writes and u.effect is not Effect.HARMLESS)
         plan = None
         for candidate in plans:
             self._refresh_plan(candidate)
-            if candidate.status is PlanStatus.ACTIVE and candidate.writes_left > 0 and \
+            if candidate.status is PlanStatus.ACTIVE and candidate.writes_left >= writes and \
                     covers(candidate, inst.config.name, c.units, live.values) is None:
                 plan = candidate
                 break
         if plan is None:
             return None
+        self._check_envelope(inst, self._actions(inst, c, live), live)
         gate = apply_env(self.config.confidence)
         if run.kind is RunKind.AGENT and gate.enabled:
             kinds = sorted({a.approval.value for a in actions if a.approval is not None})
@@ -1452,7 +1621,7 @@ class Gateway:
                         "score": scored.value, "threshold": threshold,
                         "estimator": scored.estimator, "note": scored.note,
                         "plan_id": plan.id}
-        plan.writes_used += 1
+        plan.writes_used += writes
         if plan.writes_left == 0:
             plan.status = PlanStatus.EXHAUSTED
         self._save_plan(plan)
@@ -1492,6 +1661,8 @@ class Gateway:
         self.get_run(run_id)
         if not 1 <= score_value <= 5:
             raise InvalidInput(f"feedback score must be 1 to 5, not {score_value}")
+        refuse_token(step_id, "step_id")
+        refuse_token(notes, "notes")
         record = {"run_id": run_id, "step_id": step_id, "score": score_value, "notes": notes,
                   "by": who.name if who else None, "at": self.clock().isoformat()}
         self.store.kv_put("feedback", f"{run_id}/{step_id}", record)

@@ -70,7 +70,14 @@ def build_handoff(
     )
     touched = sorted({a.channel for a in req.actions if a.channel is not None})
     energizes = [a.channel for a in req.actions if a.approval == "output_enable"]
-    if energizes:
+    blind = [a.canonical for a in req.actions if a.unpredictable]
+    if blind:
+        # Never claim "nothing reaches the DUT" for a command nobody can predict.
+        reversibility = (f"unpredictable: the gateway cannot predict what {', '.join(blind)} "
+                         "does to setpoints and outputs, so it needs every approval; after "
+                         "it, every channel is read back and held to the envelope (a breach "
+                         "switches that output off at once)")
+    elif energizes:
         reversibility = (f"energizes the DUT: output of CH{', CH'.join(map(str, energizes))} "
                          "turns on")
     elif any(c in live_outputs for c in touched) or (live_outputs and not touched):
@@ -103,6 +110,8 @@ def build_handoff(
                        "bench limit")
     if any(a.effect == "unknown" for a in req.actions):
         signals.append("contains a command the gateway does not know")
+    if blind:
+        signals.append("its effect on setpoints and outputs cannot be predicted")
     diff = {k: [snap.values.get(k), v] for k, v in sorted(proposed.items())
             if snap.values.get(k) != v}
     recent = [

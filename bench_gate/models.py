@@ -111,6 +111,8 @@ class EventType(enum.StrEnum):
     QUESTION_ANSWERED = "question_answered"
     QUESTION_EXPIRED = "question_expired"
     QUESTION_CANCELLED = "question_cancelled"
+    #: A channel read back outside the envelope while energized; the safe action followed.
+    ENVELOPE_BREACH = "envelope_breach"
 
 
 class Run(BaseModel):
@@ -142,6 +144,8 @@ class Action(BaseModel):
     canonical: str
     approval: ApprovalKind | None = None
     words: str = ""
+    #: The gateway cannot predict what this does to setpoints and outputs (``*RCL``...).
+    unpredictable: bool = False
 
 
 class Snapshot(BaseModel):

@@ -13,7 +13,11 @@ from .config import ChannelLimits, PolicyConfig
 from .models import ApprovalKind
 from .scpi import Classification, Effect, Unit, format_number
 
-__all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach"]
+__all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach", "required_for",
+           "unpredictable"]
+
+#: Every approval kind: what a unit whose effect cannot be predicted needs (DESIGN.md rule 8).
+EVERY_APPROVAL = (ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE, ApprovalKind.STATE)
 
 
 class Verdict(enum.Enum):
@@ -45,6 +49,24 @@ def approval_for(unit: Unit, policy: PolicyConfig) -> ApprovalKind | None:
     return ApprovalKind.STATE
 
 
+def unpredictable(effect: Effect | str, value: object) -> bool:
+    """A write whose effect on setpoints and outputs the gateway cannot predict: ``*RST``,
+    ``*RCL``, triggers, lists, any header the profile does not know, and a protection
+    command that sets no level (clearing a trip may switch an output back on)."""
+    effect = Effect(effect)
+    if effect in (Effect.STATE, Effect.UNKNOWN):
+        return True
+    return effect is Effect.PROTECTION and not isinstance(value, Decimal)
+
+
+def required_for(kinds: list[ApprovalKind | None], any_unpredictable: bool
+                 ) -> tuple[ApprovalKind, ...]:
+    """The approvals a held write needs, in their fixed order. An unpredictable unit needs
+    every kind: the setpoint and the output enable too, since it may change both."""
+    wanted = set(EVERY_APPROVAL) if any_unpredictable else {k for k in kinds if k}
+    return tuple(k for k in EVERY_APPROVAL if k in wanted)
+
+
 def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
     """Why ``unit`` breaks the bench's hard limits, or None.
 
@@ -69,7 +91,8 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
 
 def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyConfig,
            selected_unknown: bool = False) -> Decision:
-    required: list[ApprovalKind] = []
+    kinds: list[ApprovalKind | None] = []
+    blind = False
     for unit in c.units:
         if unit.effect is Effect.FORBIDDEN:
             return Decision(Verdict.REFUSE, code=-203,
@@ -77,10 +100,9 @@ def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyCo
         breach = envelope_breach(unit, limits)
         if breach:
             return Decision(Verdict.REFUSE, code=-222, reason=breach)
-        kind = approval_for(unit, policy)
-        if kind is not None and kind not in required:
-            required.append(kind)
+        kinds.append(approval_for(unit, policy))
+        blind = blind or (unit.writes and unpredictable(unit.effect, unit.value))
+    required = required_for(kinds, blind)
     if not required:
         return Decision(Verdict.PASS)
-    order = list(ApprovalKind)
-    return Decision(Verdict.HOLD, required=tuple(sorted(required, key=order.index)))
+    return Decision(Verdict.HOLD, required=required)

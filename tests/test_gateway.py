@@ -54,7 +54,8 @@ async def test_write_is_held_until_granted(gateway: Gateway, script: Principal,
     assert req.handoff["rationale"] == "3V3 rail"
     assert req.handoff["diff"] == {"ch1.voltage": ["0.0", "3.3"]}
     assert live(front_panel, "VOLT? (@1)") == 0, "nothing is written before a decision"
-    granted = await gateway.grant(req.id, olga, ["setpoint"], notes="ok")
+    granted = await gateway.grant(req.id, olga, ["setpoint"], notes="ok",
+                                  proposal_hash=req.proposal_hash)
     assert granted.request.status is Status.EXECUTED
     assert live(front_panel, "VOLT? (@1)") == Decimal("3.3")
     receipt = granted.request.receipt
@@ -75,18 +76,18 @@ async def test_output_enable_needs_a_setpoint_approval_too(gateway: Gateway, scr
                                                            olga: Principal,
                                                            front_panel: Any) -> None:
     run = gateway.create_run(script, "script")
-    req = (await gateway.submit(run.id, "psu", "OUTP ON,(@2)")).request
+    req = (await gateway.submit(run.id, "psu", "OUTP ON,(@1)")).request
     assert req is not None
     assert req.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
-    partial = await gateway.grant(req.id, olga, ["output_enable"])
+    partial = await gateway.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
     assert partial.request.status is Status.PENDING
     assert partial.missing == [ApprovalKind.SETPOINT]
-    assert partial.message == ("CH2 output enable approved, but no approved setpoint for CH2: "
+    assert partial.message == ("CH1 output enable approved, but no approved setpoint for CH1: "
                                "approve a setpoint first")
-    assert live(front_panel, "OUTP? (@2)") == 0
-    done = await gateway.grant(req.id, olga, ["setpoint"])
+    assert live(front_panel, "OUTP? (@1)") == 0
+    done = await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert done.request.status is Status.EXECUTED
-    assert live(front_panel, "OUTP? (@2)") == 1
+    assert live(front_panel, "OUTP? (@1)") == 1
 
 
 async def test_setpoint_then_output_enable_in_one_message(gateway: Gateway, script: Principal,
@@ -96,11 +97,11 @@ async def test_setpoint_then_output_enable_in_one_message(gateway: Gateway, scri
     req = (await gateway.submit(run.id, "psu", "APPL CH1,5,0.5;:OUTP ON,(@1)")).request
     assert req is not None
     assert req.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
-    partial = await gateway.grant(req.id, olga, ["setpoint"])
+    partial = await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert partial.missing == [ApprovalKind.OUTPUT_ENABLE]
     assert "CH1 still needs its own approval" in partial.message
     assert live(front_panel, "OUTP? (@1)") == 0 and live(front_panel, "VOLT? (@1)") == 0
-    done = await gateway.grant(req.id, olga, ["output_enable"])
+    done = await gateway.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
     assert done.request.status is Status.EXECUTED, done.request.outcome
     assert live(front_panel, "VOLT? (@1)") == 5 and live(front_panel, "OUTP? (@1)") == 1
     assert live(front_panel, "MEAS:VOLT? (@1)") == 5
@@ -109,14 +110,16 @@ async def test_setpoint_then_output_enable_in_one_message(gateway: Gateway, scri
 async def test_earlier_approved_setpoint_covers_a_later_output_enable(
         gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
     run = gateway.create_run(script, "script")
+    front_panel.write("CURR 0.4,(@3)")  # CH3's default 1 A is above its 0.5 A envelope
     first = (await gateway.submit(run.id, "psu", "VOLT 2,(@3)")).request
     assert first is not None
-    await gateway.grant(first.id, olga, ["setpoint"])
+    await gateway.grant(first.id, olga, ["setpoint"], proposal_hash=first.proposal_hash)
     second = (await gateway.submit(run.id, "psu", "OUTP ON,(@3)")).request
     assert second is not None and second.required == [ApprovalKind.OUTPUT_ENABLE]
     # Someone turns the knob before the output enable is approved: it must go stale.
     front_panel.write("VOLT 9.0,(@3)")
-    result = await gateway.grant(second.id, olga, ["output_enable"])
+    result = await gateway.grant(second.id, olga, ["output_enable"],
+                                 proposal_hash=second.proposal_hash)
     assert result.request.status is Status.STALE
     assert live(front_panel, "OUTP? (@3)") == 0
     fresh = gateway.get_request(result.request.superseded_by or "")
@@ -132,7 +135,8 @@ async def test_output_enable_alone_never_runs(gateway: Gateway, script: Principa
     req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1);:OUTP 1,(@1)")).request
     assert req is not None
     for who in (olga, pete):
-        result = await gateway.grant(req.id, who, ["output_enable"])
+        result = await gateway.grant(req.id, who, ["output_enable"],
+                                     proposal_hash=req.proposal_hash)
         assert result.request.status is Status.PENDING
     assert live(front_panel, "OUTP? (@1)") == 0
 
@@ -143,7 +147,8 @@ async def test_approve_with_changes(gateway: Gateway, script: Principal, olga: P
     req = (await gateway.submit(run.id, "psu", "VOLT 12,(@2)")).request
     assert req is not None
     old_hash = req.proposal_hash
-    result = await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.voltage": "5"})
+    result = await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.voltage": "5"},
+                                 proposal_hash=req.proposal_hash)
     assert result.request.status is Status.EXECUTED
     assert result.request.proposal_hash != old_hash
     assert result.request.receipt is not None
@@ -161,9 +166,11 @@ async def test_edit_outside_the_envelope_is_refused(gateway: Gateway, script: Pr
     req = (await gateway.submit(run.id, "psu", "VOLT 10,(@2)")).request
     assert req is not None
     with pytest.raises(InvalidInput, match="bench limit of 12"):
-        await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.voltage": "20"})
+        await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.voltage": "20"},
+                            proposal_hash=req.proposal_hash)
     with pytest.raises(InvalidInput, match="sets no current"):
-        await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.current": "0.1"})
+        await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.current": "0.1"},
+                            proposal_hash=req.proposal_hash)
     assert gateway.get_request(req.id).status is Status.PENDING
 
 
@@ -174,14 +181,15 @@ async def test_deny_notes_reach_the_requester(gateway: Gateway, script: Principa
     assert req is not None
     waiter = asyncio.create_task(gateway.wait(req.id, timeout=10))
     await asyncio.sleep(0.05)
-    await gateway.deny(req.id, olga, "6 V would damage the DUT, use 3.3 V")
+    await gateway.deny(req.id, olga, "6 V would damage the DUT, use 3.3 V",
+                       proposal_hash=req.proposal_hash)
     decided = await waiter
     assert decided.status is Status.DENIED
     assert decided.notes == "6 V would damage the DUT, use 3.3 V"
     assert decided.outcome == "denied by olga: 6 V would damage the DUT, use 3.3 V"
     assert live(front_panel, "VOLT? (@1)") == 0
     with pytest.raises(InvalidInput):
-        await gateway.deny(req.id, olga, "   ")
+        await gateway.deny(req.id, olga, "   ", proposal_hash=req.proposal_hash)
 
 
 async def test_live_recheck_catches_front_panel_change(gateway: Gateway, script: Principal,
@@ -191,7 +199,7 @@ async def test_live_recheck_catches_front_panel_change(gateway: Gateway, script:
     req = (await gateway.submit(run.id, "psu", "VOLT 4,(@1)")).request
     assert req is not None
     front_panel.write("VOLT 1.5,(@1)")
-    result = await gateway.grant(req.id, olga, ["setpoint"])
+    result = await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert result.request.status is Status.STALE
     assert "ch1.voltage 0.0 → 1.5" in (result.request.outcome or "")
     assert live(front_panel, "VOLT? (@1)") == Decimal("1.5"), "nothing was written"
@@ -201,7 +209,7 @@ async def test_live_recheck_catches_front_panel_change(gateway: Gateway, script:
     # A waiter on the old request follows it to the fresh one.
     waiter = asyncio.create_task(gateway.wait(req.id, timeout=10))
     await asyncio.sleep(0.05)
-    await gateway.grant(fresh.id, olga, ["setpoint"])
+    await gateway.grant(fresh.id, olga, ["setpoint"], proposal_hash=fresh.proposal_hash)
     assert (await waiter).status is Status.EXECUTED
     assert live(front_panel, "VOLT? (@1)") == 4
     assert "takeover_stale" in events(gateway, run.id)
@@ -213,7 +221,7 @@ async def test_output_tripped_or_switched_is_stale(gateway: Gateway, script: Pri
     req = (await gateway.submit(run.id, "psu", "CURR 0.3,(@2)")).request
     assert req is not None
     front_panel.write("OUTP 1,(@2)")
-    result = await gateway.grant(req.id, olga, ["setpoint"])
+    result = await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert result.request.status is Status.STALE
     assert live(front_panel, "CURR? (@2)") != Decimal("0.3")
 
@@ -243,7 +251,9 @@ async def test_unknown_command_is_held_not_passed(gateway: Gateway, script: Prin
     run = gateway.create_run(script, "script")
     result = await gateway.submit(run.id, "psu", "SYST:BEEP")
     assert result.status == "pending" and result.request is not None
-    assert result.request.required == [ApprovalKind.STATE]
+    # Its effect cannot be predicted: it needs every approval.
+    assert result.request.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE,
+                                       ApprovalKind.STATE]
     assert result.request.actions[0].effect == "unknown"
 
 
@@ -254,7 +264,8 @@ async def test_idempotent_retry_returns_the_same_request(gateway: Gateway, scrip
     again = await gateway.submit(run.id, "psu", "VOLT 1,(@1)", idempotency_key="step-1")
     assert first.request is not None and again.request is not None
     assert first.request.id == again.request.id
-    await gateway.grant(first.request.id, olga, ["setpoint"])
+    await gateway.grant(first.request.id, olga, ["setpoint"],
+                        proposal_hash=first.request.proposal_hash)
     third = await gateway.submit(run.id, "psu", "VOLT 1,(@1)", idempotency_key="step-1")
     assert third.status == "executed" and third.request is not None
     assert third.request.id == first.request.id
@@ -270,7 +281,7 @@ async def test_expiry_is_a_denial(gateway: Gateway, script: Principal, olga: Pri
     assert await gateway.sweep() == 0
     clock.advance(minutes=2)
     with pytest.raises(TransitionError, match="expired"):
-        await gateway.grant(req.id, olga, ["setpoint"])
+        await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert gateway.get_request(req.id).status is Status.EXPIRED
     assert live(front_panel, "VOLT? (@1)") == 0
     assert "takeover_expired" in events(gateway, run.id)
@@ -285,10 +296,10 @@ async def test_self_approval_is_refused(gateway: Gateway, olga: Principal) -> No
     req = (await gateway.submit(run.id, "psu", "VOLT 2,(@1)")).request
     assert req is not None
     with pytest.raises(PermissionDenied, match="cannot approve it"):
-        await gateway.grant(req.id, olga, ["setpoint"])
+        await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     requester = Principal(name="bot", role=Role.REQUESTER)
     with pytest.raises(PermissionDenied, match="needs an operator"):
-        await gateway.grant(req.id, requester, ["setpoint"])
+        await gateway.grant(req.id, requester, ["setpoint"], proposal_hash=req.proposal_hash)
 
 
 async def test_engineer_confirms_own_change_one_kind_at_a_time(
@@ -297,9 +308,10 @@ async def test_engineer_confirms_own_change_one_kind_at_a_time(
     req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
     assert req is not None
     with pytest.raises(InvalidInput, match="separately"):
-        await gateway.grant(req.id, olga, ["setpoint", "output_enable"])
-    await gateway.grant(req.id, olga, ["setpoint"])
-    done = await gateway.grant(req.id, olga, ["output_enable"])
+        await gateway.grant(req.id, olga, ["setpoint", "output_enable"],
+                            proposal_hash=req.proposal_hash)
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    done = await gateway.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
     assert done.request.status is Status.EXECUTED
     assert live(front_panel, "OUTP? (@1)") == 1
 
@@ -313,16 +325,17 @@ async def test_independent_approver_and_two_person_rule(gateway: Gateway, olga: 
     req = (await gateway.submit(own.id, "psu", "VOLT 1,(@1)")).request
     assert req is not None
     with pytest.raises(PermissionDenied, match="someone other than the requester"):
-        await gateway.grant(req.id, olga, ["setpoint"])
+        await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     run = gateway.create_run(script, "script")
-    both = (await gateway.submit(run.id, "psu", "VOLT 1,(@2);:OUTP ON,(@2)")).request
+    both = (await gateway.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
     assert both is not None
     with pytest.raises(PermissionDenied, match="two different people"):
-        await gateway.grant(both.id, olga, ["setpoint", "output_enable"])
-    await gateway.grant(both.id, olga, ["setpoint"])
+        await gateway.grant(both.id, olga, ["setpoint", "output_enable"],
+                            proposal_hash=both.proposal_hash)
+    await gateway.grant(both.id, olga, ["setpoint"], proposal_hash=both.proposal_hash)
     with pytest.raises(PermissionDenied, match="second person"):
-        await gateway.grant(both.id, olga, ["output_enable"])
-    done = await gateway.grant(both.id, pete, ["output_enable"])
+        await gateway.grant(both.id, olga, ["output_enable"], proposal_hash=both.proposal_hash)
+    done = await gateway.grant(both.id, pete, ["output_enable"], proposal_hash=both.proposal_hash)
     assert done.request.status is Status.EXECUTED
 
 
@@ -334,9 +347,9 @@ async def test_concurrent_grant_and_deny_give_one_outcome(gateway: Gateway, scri
         req = (await gateway.submit(run.id, "psu", "VOLT 1.25,(@1)")).request
         assert req is not None
         outcomes = await asyncio.gather(
-            gateway.grant(req.id, olga, ["setpoint"]),
-            gateway.deny(req.id, pete, "no"),
-            gateway.grant(req.id, pete, ["setpoint"]),
+            gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash),
+            gateway.deny(req.id, pete, "no", proposal_hash=req.proposal_hash),
+            gateway.grant(req.id, pete, ["setpoint"], proposal_hash=req.proposal_hash),
             return_exceptions=True)
         winners = [o for o in outcomes if not isinstance(o, Exception)]
         losers = [o for o in outcomes if isinstance(o, Exception)]
@@ -356,8 +369,10 @@ async def test_two_operators_approve_the_two_halves_at_once(
     run = gateway.create_run(script, "script")
     req = (await gateway.submit(run.id, "psu", "VOLT 2,(@1);:OUTP ON,(@1)")).request
     assert req is not None
-    results = await asyncio.gather(gateway.grant(req.id, olga, ["setpoint"]),
-                                   gateway.grant(req.id, pete, ["output_enable"]))
+    results = await asyncio.gather(gateway.grant(req.id, olga, ["setpoint"],
+                                                 proposal_hash=req.proposal_hash),
+                                   gateway.grant(req.id, pete, ["output_enable"],
+                                                 proposal_hash=req.proposal_hash))
     assert gateway.get_request(req.id).status is Status.EXECUTED
     assert any(r.request.status is Status.EXECUTED for r in results)
     completed = [e for e in gateway.store.journal(run.id, limit=1000)
@@ -374,7 +389,7 @@ async def test_cancel_and_closed_run(gateway: Gateway, script: Principal, olga: 
     gateway.close_run(run.id)
     assert gateway.get_request(req.id).status is Status.CANCELLED
     with pytest.raises(TransitionError):
-        await gateway.grant(req.id, olga, ["setpoint"])
+        await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
 
 
 async def test_taken_over_run_holds_harmless_writes_until_release(
@@ -414,9 +429,9 @@ async def test_unknown_things_are_clear_errors(gateway: Gateway, script: Princip
     req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1)")).request
     assert req is not None
     with pytest.raises(InvalidInput, match="does not need output_enable"):
-        await gateway.grant(req.id, olga, ["output_enable"])
+        await gateway.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
     with pytest.raises(InvalidInput):
-        await gateway.grant(req.id, olga, ["everything"])
+        await gateway.grant(req.id, olga, ["everything"], proposal_hash=req.proposal_hash)
 
 
 async def test_waiting_holds_no_thread(gateway: Gateway, script: Principal) -> None:
@@ -452,7 +467,7 @@ async def test_many_waiters_on_one_request_all_wake(gateway: Gateway, script: Pr
     await asyncio.sleep(0.05)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await gateway.deny(req.id, olga, "no")
+    await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
     done = await asyncio.gather(*waits)
     assert all(r.status is Status.DENIED for r in done)
     assert loop.time() - started < 0.5, "every waiter is woken, not left to time out"

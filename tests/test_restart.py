@@ -47,9 +47,9 @@ async def test_pending_and_partly_approved_survive(config: BenchConfig, db_path:
     gw = await _gateway(config, db_path, clock)
     run = gw.create_run(script, "script", goal="survive a restart")
     plain = (await gw.submit(run.id, "psu", "VOLT 1,(@1)")).request
-    half = (await gw.submit(run.id, "psu", "VOLT 2,(@2);:OUTP ON,(@2)")).request
+    half = (await gw.submit(run.id, "psu", "VOLT 2,(@1);:OUTP ON,(@1)")).request
     assert plain is not None and half is not None
-    await gw.grant(half.id, olga, ["setpoint"])
+    await gw.grant(half.id, olga, ["setpoint"], proposal_hash=half.proposal_hash)
     journal_before = gw.store.journal(run.id, limit=10_000)
     await _stop(gw)
 
@@ -62,8 +62,8 @@ async def test_pending_and_partly_approved_survive(config: BenchConfig, db_path:
         assert again.approved_kinds() == {ApprovalKind.SETPOINT}
         assert [e.seq for e in gw.store.journal(run.id, limit=10_000)][:len(journal_before)] \
             == [e.seq for e in journal_before]
-        assert Decimal(front_panel.query("VOLT? (@2)")) == 0
-        done = await gw.grant(half.id, olga, ["output_enable"])
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+        done = await gw.grant(half.id, olga, ["output_enable"], proposal_hash=half.proposal_hash)
         assert done.request.status is Status.EXECUTED
     finally:
         await _stop(gw)
@@ -158,8 +158,8 @@ async def test_decided_requests_stay_decided(config: BenchConfig, db_path: Path,
     executed = (await gw.submit(run.id, "psu", "VOLT 1,(@3)")).request
     denied = (await gw.submit(run.id, "psu", "VOLT 2,(@3)")).request
     assert executed is not None and denied is not None
-    await gw.grant(executed.id, olga, ["setpoint"])
-    await gw.deny(denied.id, olga, "no")
+    await gw.grant(executed.id, olga, ["setpoint"], proposal_hash=executed.proposal_hash)
+    await gw.deny(denied.id, olga, "no", proposal_hash=denied.proposal_hash)
     await _stop(gw)
     front_panel.write("VOLT 0.0,(@3)")
     gw = await _gateway(config, db_path, clock)

@@ -78,7 +78,8 @@ class CoreBench:
 
     async def create_run(self, goal: str) -> str:
         async def go() -> str:
-            return self.gateway.create_run(self.principal, RunKind.AGENT, goal).id
+            return self.gateway.create_run(self.principal, RunKind.AGENT, goal,
+                                           attached="mcp").id
         return await self._call(go)
 
     async def close_run(self, run_id: str) -> None:

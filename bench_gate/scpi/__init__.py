@@ -27,6 +27,7 @@ from ._profile import (
     ParamSpec,
     Profile,
     ProfileError,
+    SafeActionSpec,
     available_profiles,
     get_profile,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "RawUnit",
+    "SafeActionSpec",
     "ScpiError",
     "ScpiExecutionError",
     "ScpiSyntaxError",

@@ -29,6 +29,7 @@ __all__ = [
     "ParamSpec",
     "Profile",
     "ProfileError",
+    "SafeActionSpec",
     "available_profiles",
     "get_profile",
 ]
@@ -52,7 +53,8 @@ class ProfileError(Exception):
     """A profile file is missing or does not describe a consistent command tree."""
 
 
-ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "minmax"]
+ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
+                    "minmax"]
 ChannelMode = Literal["none", "list", "param", "suffix", "all"]
 
 
@@ -85,6 +87,12 @@ class FormSpec(BaseModel):
     expand: tuple[str, ...] = ()
     #: What happens to the field when the command runs, if not the parameter: e.g. cleared.
     sets: Any = None
+    #: Let ';' appear inside this form's string and block data (IEEE 488.2 §7.7.5, §7.7.6):
+    #: only for an instrument known to parse such data itself. Never for unknown headers.
+    separators_in_data: bool = False
+    #: Answered by the gateway itself, never sent to the instrument (``*CLS``: the error
+    #: queue and status registers are shared by every client).
+    local: bool = False
 
 
 class CommandSpec(BaseModel):
@@ -115,6 +123,17 @@ class FieldSpec(BaseModel):
     measured: bool = False
 
 
+class SafeActionSpec(BaseModel):
+    """What makes one channel safe at once (output off), and which field says it is live."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The boolean field that is true while the channel drives the DUT (output, input).
+    field: str
+    #: The command that makes one channel safe; ``{ch}`` is the channel number.
+    command: str
+
+
 class ProfileModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -124,6 +143,8 @@ class ProfileModel(BaseModel):
     channels: dict[int, ChannelSpec] = Field(default_factory=dict)
     fields: dict[str, FieldSpec] = Field(default_factory=dict)
     select_query: str | None = None
+    #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
+    safe_action: SafeActionSpec | None = None
     commands: tuple[CommandSpec, ...]
 
     @field_validator("name")
@@ -224,6 +245,10 @@ class Profile:
     def fields(self) -> dict[str, FieldSpec]:
         return self.model.fields
 
+    @property
+    def safe_action(self) -> SafeActionSpec | None:
+        return self.model.safe_action
+
     def range_of(self, field_name: str, channel: int | None) -> tuple[Decimal, Decimal] | None:
         if channel is not None and channel in self.model.channels:
             return self.model.channels[channel].ranges.get(field_name)
@@ -259,6 +284,19 @@ class Profile:
                         raise ProfileError(f"{command.header}: unknown field {p.field!r}")
                 if form.field is not None and form.field not in model.fields:
                     raise ProfileError(f"{command.header}: unknown field {form.field!r}")
+                if form.separators_in_data and not any(
+                        p.type in ("string", "block") for p in form.params):
+                    raise ProfileError(f"{command.header}: separators_in_data needs a string "
+                                       "or block parameter")
+                if form.local and (form is command.query or form.effect is not Effect.HARMLESS
+                                   or form.expand):
+                    raise ProfileError(f"{command.header}: only a harmless command form, not "
+                                       "a query or an expansion, can be local")
+        safe = model.safe_action
+        if safe is not None and (safe.field not in model.fields
+                                 or model.fields[safe.field].type != "boolean"):
+            raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
+                               "boolean field")
         names: dict[str, int] = {}
         for number, spec in model.channels.items():
             for alias in spec.names:

@@ -397,6 +397,10 @@ class PostgresStore:
         rows = self._read("SELECT key, data FROM kv WHERE tbl = %s ORDER BY key", (table,))
         return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
 
+    def kv_delete(self, table: str, key: str) -> None:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM kv WHERE tbl = %s AND key = %s", (table, key))
+
     # -- notifications between gateways sharing the database
     def notify(self, message: dict[str, Any]) -> None:
         payload = json.dumps(message, default=str, separators=(",", ":"))

@@ -295,6 +295,10 @@ class SqliteStore:
         rows = self._read("SELECT key, data FROM kv WHERE tbl = ? ORDER BY key", (table,))
         return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
 
+    def kv_delete(self, table: str, key: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM kv WHERE tbl = ? AND key = ?", (table, key))
+
     def notify(self, message: dict[str, Any]) -> None:
         """One SQLite file serves one gateway: there is nobody else to tell."""
 

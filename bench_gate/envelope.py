@@ -1,0 +1,120 @@
+"""The envelope as a rule about instrument state (DESIGN.md, "Envelope").
+
+A channel that drives the DUT (its profile's safe-action field is on) must have every field
+the bench limits inside its limit, whether or not a write touches that field. The gateway
+checks this on the state a write will produce (the live snapshot plus every action) before
+anything is sent, and on the state read back after every write; a breach found after a write
+triggers the profile's safe action at once. Pure functions: no I/O here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from .config import ChannelLimits
+from .scpi import Profile, classify, format_number
+
+__all__ = ["Breach", "breaches", "enveloped_fields", "safe_commands", "summary"]
+
+
+def _key(channel: int, field: str) -> str:
+    return f"ch{channel}.{field}"
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """One enveloped field outside its limit on a channel that is, or will be, energized."""
+
+    channel: int
+    field: str
+    value: str | None  # None: the field could not be read, so it cannot be shown inside
+    limit: Decimal
+
+    def words(self, profile: Profile) -> str:
+        spec = profile.fields.get(self.field)
+        label = spec.label if spec is not None else self.field
+        unit = f" {spec.unit}" if spec is not None and spec.unit else ""
+        shown = "unknown" if self.value is None else f"{self.value}{unit}"
+        return (f"CH{self.channel} {label} is {shown}, above the bench limit of "
+                f"{format_number(self.limit)}{unit}")
+
+    def as_json(self) -> dict[str, str | int | None]:
+        return {"channel": self.channel, "field": self.field, "value": self.value,
+                "limit": format_number(self.limit)}
+
+
+def _limits_of(limits: ChannelLimits) -> dict[str, Decimal]:
+    return {name: value for name, value in limits.model_dump().items()
+            if isinstance(value, Decimal)}
+
+
+def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
+                     ) -> list[tuple[int, str]]:
+    """Every field a read-back must cover to judge the envelope: on each limited channel,
+    the field that says it is energized and every field with a limit."""
+    out: list[tuple[int, str]] = []
+    safe = profile.safe_action
+    for channel in sorted(limits):
+        if channel not in profile.channels:
+            continue
+        names = ([safe.field] if safe is not None else []) + [
+            f for f in _limits_of(limits[channel]) if f in profile.fields]
+        out.extend((channel, f) for f in dict.fromkeys(names))
+    return out
+
+
+def _energized(profile: Profile, state: dict[str, str], channel: int) -> bool:
+    """True when the channel drives (or may drive) the DUT. A profile without a safe-action
+    field cannot say, and an unread output may be on: both count as energized."""
+    safe = profile.safe_action
+    if safe is None:
+        return True
+    value = state.get(_key(channel, safe.field))
+    return value is None or value not in ("0", "OFF", "False")
+
+
+def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str, str],
+             channels: set[int] | None = None) -> list[Breach]:
+    """Every enveloped field outside its limit on an energized channel of ``state``.
+
+    ``state`` maps ``ch1.voltage`` to a rendered value. Only channels present in ``state``
+    (or those in ``channels``, when given) are judged: a state that does not mention a
+    channel says nothing about it.
+    """
+    out: list[Breach] = []
+    for channel in sorted(limits):
+        mentioned = any(k.startswith(f"ch{channel}.") for k in state)
+        if (channels is not None and channel not in channels) or (
+                channels is None and not mentioned):
+            continue
+        if not _energized(profile, state, channel):
+            continue
+        for field, limit in _limits_of(limits[channel]).items():
+            if field not in profile.fields:
+                continue
+            raw = state.get(_key(channel, field))
+            try:
+                value = Decimal(raw) if raw is not None else None
+            except InvalidOperation:
+                value = None
+            if value is None or not value.is_finite() or value > limit:
+                out.append(Breach(channel, field, raw, limit))
+    return out
+
+
+def summary(profile: Profile, found: list[Breach]) -> str:
+    return "; ".join(b.words(profile) for b in found)
+
+
+def safe_commands(profile: Profile, channels: list[int]) -> list[str]:
+    """The canonical safe action for each channel, rendered by the classifier like any
+    command the gateway sends."""
+    safe = profile.safe_action
+    if safe is None:
+        return []
+    out: list[str] = []
+    for channel in channels:
+        out.extend(u.canonical for u in
+                   classify(safe.command.format(ch=channel), profile.name).units)
+    return out
