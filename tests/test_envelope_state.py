@@ -107,7 +107,8 @@ async def test_recall_of_an_over_limit_state_needs_everything_and_is_made_safe(
     final = done.request
     assert final.status is Status.AMBIGUOUS, final.outcome
     assert "envelope breach" in (final.outcome or "")
-    assert "CH2 voltage setpoint is 20.0 V, above the bench limit of 12.0 V" in (final.outcome or "")
+    assert "CH2 voltage setpoint is 20.0 V, above the bench limit of 12.0 V" in (
+        final.outcome or "")
     assert panel(front_panel, "OUTP? (@2)") == 0, "the safe action switched CH2 off"
     assert energized_outside(front_panel) == []
     breach = [e.data for e in gateway.store.journal(run.id, limit=1000)
