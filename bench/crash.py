@@ -219,28 +219,34 @@ def play(bench: Bench, number: int, tally: Tally) -> Round:
     """Put requests in every status, then SIGKILL the gateway at a random moment."""
     rnd = Round(number)
     a = f"{1 + number / 1000:.3f}"
-    values = {"A": f"VOLT {a},(@1)", "B": f"VOLT {2 + number / 1000:.3f},(@2);:OUTP ON,(@2)",
+    # CH2's current limit goes inside its 0.5 A envelope with the energize, or it is refused.
+    values = {"A": f"VOLT {a},(@1)",
+              "B": f"VOLT {2 + number / 1000:.3f},(@2);:CURR 0.4,(@2);:OUTP ON,(@2)",
               "C": f"VOLT {3 + number / 1000:.3f},(@3)",
               "D": f"CURR {0.2 + number / 10000:.4f},(@1)"}
     with bench.client("script-7") as me, bench.client("olga") as olga, \
             bench.client("pete") as pete:
         rnd.run_id = me.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        shown: dict[str, str] = {}  # the proposal hash each approver is shown
         for name, command in values.items():
             body = {"instrument": "psu", "command": command,
                     "timeoutMinutes": 1 if name == "A" else 30}
             r = me.post(f"/v1/runs/{rnd.run_id}/scpi", json=body)
             tk = r.json()["takeover"]
             rnd.ids[name] = tk["id"]
+            shown[name] = tk["proposalHash"]
             rnd.commands[name] = [a["canonical"] for a in tk["handoff"]["actions"]]
         grant = f"/v1/runs/{rnd.run_id}/takeover/{{}}/grant"
-        olga.post(grant.format(rnd.ids["B"]), json={"approve": ["setpoint"]})
+        olga.post(grant.format(rnd.ids["B"]),
+                  json={"approve": ["setpoint"], "proposalHash": shown["B"]})
         # Acknowledged so far: everything in the run's journal.
         page = me.get(f"/v1/runs/{rnd.run_id}/journal", params={"limit": 1000}).json()
         rnd.acked = [(e["seq"], e["type"]) for e in page["events"]]
 
         def decide(client: httpx.Client, name: str, kinds: list[str]) -> None:
             try:
-                client.post(grant.format(rnd.ids[name]), json={"approve": kinds})
+                client.post(grant.format(rnd.ids[name]),
+                            json={"approve": kinds, "proposalHash": shown[name]})
             except httpx.HTTPError:
                 pass  # the gateway died under it
 

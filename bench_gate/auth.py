@@ -16,7 +16,15 @@ from .errors import InvalidInput, NotFound
 from .models import Principal, Role, now
 from .store import Store
 
-__all__ = ["TOKEN_PREFIX", "Tokens", "carries_token", "redact"]
+__all__ = [
+    "TOKEN_IN_TEXT",
+    "TOKEN_PREFIX",
+    "Tokens",
+    "carries_token",
+    "redact",
+    "refuse_token",
+    "token_free",
+]
 
 TOKEN_PREFIX = "bg_"
 RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
@@ -30,6 +38,30 @@ _CACHE_MAX = 4096
 def carries_token(text: str | None) -> bool:
     """Whether a text holds something shaped like a bench-gate token."""
     return bool(text) and RE_TOKEN.search(text or "") is not None
+
+
+#: Why a free-text field holding a token is refused (it never echoes the token).
+TOKEN_IN_TEXT = (f"holds something shaped like a bench-gate token ({TOKEN_PREFIX}...); free "
+                 "text is stored and shown to people, a token never is: present a token only "
+                 "in the Authorization header (HTTP) or with GATE:TOK on the socket door")
+
+
+def refuse_token(value: str | None, field: str) -> None:
+    """Raise InvalidInput naming ``field`` when ``value`` carries a token-shaped string.
+
+    Called where free text enters the core (a run's goal, notes, questions, answers...),
+    before anything is stored or journaled; the message never repeats the value."""
+    if carries_token(value):
+        raise InvalidInput(f"{field} {TOKEN_IN_TEXT}",
+                           field=field if field.isidentifier() else None)
+
+
+def token_free(value: str | None) -> str | None:
+    """A pydantic validator of the doors' bodies: the value, unless it carries a token
+    (a ValueError the door reports as 422 with the field's location)."""
+    if carries_token(value):
+        raise ValueError(f"the text {TOKEN_IN_TEXT}")
+    return value
 
 
 def redact(text: str | None) -> str | None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,7 +145,13 @@ class Client:
               run_id: str | None = None, rationale: str | None = None,
               confidence: float | None = None, step_id: str | None = None,
               idempotency_key: str | None = None) -> Outcome:
-        """Submit a write and wait up to ``wait`` seconds for its decision."""
+        """Submit a write and wait up to ``wait`` seconds for its decision. A confidence
+        that is not a number from 0 to 1 (NaN, inf, 95) raises ValueError; nothing is sent."""
+        if confidence is not None and (
+                isinstance(confidence, bool) or not isinstance(confidence, int | float)
+                or not math.isfinite(confidence) or not 0 <= confidence <= 1):
+            raise ValueError(f"confidence must be a number from 0 to 1, not {confidence!r}; "
+                             "nothing was sent")
         deadline = time.monotonic() + wait
         result = self.submit(instrument, command, run_id=run_id, wait=wait,
                              idempotency_key=idempotency_key, rationale=rationale,

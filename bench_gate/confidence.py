@@ -7,6 +7,7 @@ default), so it is diverted. Nothing is ever auto-approved for lack of an approv
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -15,10 +16,18 @@ from typing import Any
 import httpx
 
 from .config import ConfidenceConfig
+from .errors import InvalidInput
 
-__all__ = ["Score", "apply_env", "score", "threshold_for"]
+__all__ = ["Score", "apply_env", "check_confidence", "score", "stated_confidence",
+           "threshold_for"]
 
-RE_STATED = re.compile(r"confidence\s*[:=]?\s*(\d+(?:\.\d+)?)\s*(%?)", re.IGNORECASE)
+#: A stated confidence in a rationale: ``Confidence: 85%``, ``confidence 0.62``. The number is
+#: taken whole (``1,000``, ``1e9``, ``-3``, ``nan``, ``inf``), then judged: never half-read.
+RE_STATED = re.compile(
+    r"\bconfidence\b\s*[:=]?\s*"
+    r"(?P<number>[-+]?(?:[0-9][0-9.,_]*|\.[0-9][0-9.,_]*)(?:e[-+]?[0-9]+)?"
+    r"|[-+]?(?:nan|infinity|inf)\b)\s*(?P<percent>%?)",
+    re.IGNORECASE | re.ASCII)
 ON = frozenset({"1", "true", "on", "yes"})
 
 
@@ -60,14 +69,63 @@ def threshold_for(config: ConfidenceConfig, effect: str) -> float:
     return max(0.0, min(1.0, 1.0 - costs.review / costs.wrong))
 
 
+def check_confidence(value: float | None, field: str = "confidence") -> float | None:
+    """A stated confidence as given, if it is a number from 0 to 1; else InvalidInput
+    (NaN and the infinities included)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value) or not 0 <= value <= 1:
+        raise InvalidInput(f"{field} must be a number from 0 to 1, not {value!r}", field=field)
+    return float(value)
+
+
+def stated_confidence(rationale: str | None) -> float | None:
+    """The confidence a rationale states, from 0 to 1, or None if it states none.
+
+    ``Confidence: 85%`` is 0.85 (a percentage from 0 to 100), ``confidence 0.62`` is 0.62 (a
+    plain number from 0 to 1). Any statement outside those ranges, or not a plain number
+    (``9500%``, ``85``, ``-0.1``, ``1,000``, ``NaN``, ``inf``), raises InvalidInput naming
+    the rationale: a confidence is never guessed at or clamped. The first statement counts;
+    every one must be valid."""
+    found: float | None = None
+    for match in RE_STATED.finditer(rationale or ""):
+        raw = match.group("number").rstrip(".,")
+        percent = bool(match.group("percent"))
+        try:
+            if any(c in raw for c in ",_") or raw.count(".") > 1:
+                raise ValueError(raw)
+            number = float(raw)
+        except ValueError:
+            number = math.nan
+        top = 100.0 if percent else 1.0
+        if not math.isfinite(number) or not 0 <= number <= top:
+            shown = raw[:20] + ("%" if percent else "")
+            raise InvalidInput(
+                f"rationale states confidence {shown!r}: a confidence is a number from 0 to 1 "
+                "(Confidence: 0.85) or a percentage from 0 to 100 (Confidence: 85%)",
+                field="rationale")
+        if found is None:
+            found = number / 100 if percent else number
+    return found
+
+
 def verbalized(stated: float | None, rationale: str | None, fallback: float) -> Score:
+    """The requester's own confidence: stated, or from the rationale. One that is not a
+    valid confidence counts as silence, never as certainty (the doors refuse it first)."""
     if stated is not None:
-        return Score(float(stated), "verbalization", "stated confidence")
-    match = RE_STATED.search(rationale or "")
-    if match:
-        number = float(match.group(1))
-        value = number / 100 if match.group(2) == "%" or number > 1 else number
-        return Score(max(0.0, min(1.0, value)), "verbalization", "from the rationale")
+        try:
+            value = check_confidence(stated)
+        except InvalidInput as exc:
+            return Score(fallback, "verbalization", f"{exc.message}: ignored, counted as none")
+        assert value is not None
+        return Score(value, "verbalization", "stated confidence")
+    try:
+        value = stated_confidence(rationale)
+    except InvalidInput as exc:
+        return Score(fallback, "verbalization", f"{exc.message}: ignored, counted as none")
+    if value is not None:
+        return Score(value, "verbalization", "from the rationale")
     return Score(fallback, "verbalization", "no confidence stated: silence is not confidence")
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from .config import ChannelLimits
+from .models import Action
 from .scpi import Profile, classify, format_number
 
-__all__ = ["Breach", "breaches", "enveloped_fields", "safe_commands", "summary"]
+__all__ = ["Breach", "action_breaches", "breaches", "enveloped_fields", "safe_commands", "summary"]
 
 
 def _key(channel: int, field: str) -> str:
@@ -100,6 +101,24 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
                 value = None
             if value is None or not value.is_finite() or value > limit:
                 out.append(Breach(channel, field, raw, limit))
+    return out
+
+
+def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],
+                    actions: list[Action]) -> list[Breach]:
+    """Every action that sets an enveloped field above its limit, energized or not (an
+    edit or a decision made under another bench's envelope included)."""
+    out = []
+    for a in actions:
+        if a.channel is None or a.field is None or a.new is None or a.channel not in limits:
+            continue
+        limit = _limits_of(limits[a.channel]).get(a.field)
+        try:
+            value = Decimal(a.new)
+        except InvalidOperation:
+            continue
+        if limit is not None and value > limit:
+            out.append(Breach(a.channel, a.field, a.new, limit))
     return out
 
 

@@ -7,15 +7,18 @@ into these at one boundary each, with ``raise ... from exc``.
     │   └── IdempotencyKeyReused (an Idempotency-Key sent again with another request)
     ├── Refused                (the message is refused outright: bad SCPI, forbidden, envelope)
     ├── PermissionDenied       (self-approval, wrong person, two-person rule)
+    ├── QuotaExceeded          (one requester holds as many of something as it may)
     ├── TransitionError        (a status change that is not allowed or lost a race)
     │   └── ProposalChanged    (a decision names a proposal that is no longer current)
     ├── InstrumentError        (I/O with the instrument failed)
+    ├── BenchTaken             (another live gateway serves this bench name)
     └── StoreError             (the store could not be read or written)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BenchTaken",
     "GatewayError",
     "IdempotencyKeyReused",
     "InstrumentError",
@@ -23,6 +26,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "ProposalChanged",
+    "QuotaExceeded",
     "Refused",
     "StoreError",
     "TransitionError",
@@ -81,6 +85,19 @@ class PermissionDenied(GatewayError):
     """The caller may not do this (self-approval, two-person rule, wrong role)."""
 
 
+class QuotaExceeded(GatewayError):
+    """One requester already holds as many of something (pending requests, open runs, MCP
+    sessions, event streams) as ``[limits]`` allows it. Carries which quota (its bench.toml
+    key), the limit, and when a slot frees at the latest (seconds), when that is known."""
+
+    def __init__(self, message: str, *, quota: str, limit: int,
+                 retry_after: float | None = None) -> None:
+        self.quota = quota
+        self.limit = limit
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
 class TransitionError(GatewayError):
     """A request cannot move from its status by this event (or another caller moved it first)."""
 
@@ -107,6 +124,10 @@ class ProposalChanged(TransitionError):
 
 class InstrumentError(GatewayError):
     """Talking to an instrument failed (timeout, lost connection, garbled reply)."""
+
+
+class BenchTaken(GatewayError):
+    """Another live gateway already serves this bench name on the shared store."""
 
 
 class StoreError(GatewayError):

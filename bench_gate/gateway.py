@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import envelope
+from .approvals import Grant, person, violation
 from .auth import carries_token, redact, refuse_token
 from .confidence import apply_env, score, threshold_for
 from .config import BenchConfig, InstrumentConfig
@@ -32,6 +33,7 @@ from .errors import (
     Refused,
     TransitionError,
 )
+from .federation import Registry, Rules
 from .handoff import build_handoff, describe, snapshot_key
 from .instruments import AsyncLink, Lane, Link, open_link
 from .journal import ReadJournal
@@ -209,6 +211,8 @@ class Gateway:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._in_flight: set[str] = set()
         self._reads = ReadJournal(store)
+        #: This gateway's claim on its bench name, and the other benches' published rules.
+        self.registry = Registry(store, config)
         #: Runs known to exist, and who made each, so a read need not load its run.
         self._owners: dict[str, str] = {}
         #: One execution at a time per instrument, from the recheck to the read-back: the
@@ -249,6 +253,7 @@ class Gateway:
     async def start(self) -> None:
         """Recover from the store, then run the one expiry sweeper."""
         self._loop = asyncio.get_running_loop()
+        self.registry.claim()
         self._close_gone_clients()
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
@@ -296,6 +301,7 @@ class Gateway:
         await self._reads.close()
         for inst in self.instruments.values():
             await inst.lane.close()
+        self.registry.release()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -306,6 +312,7 @@ class Gateway:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
             with contextlib.suppress(GatewayError):
+                self.registry.beat()
                 await self.sweep()
                 await self._run_approved()
 
@@ -832,29 +839,49 @@ class Gateway:
     def _check_approver(self, req: TakeoverRequest, run: Run, who: Principal,
                         kinds: list[ApprovalKind]) -> None:
         self._require_operator(who)
-        policy = self.config.policy
-        if who.name == run.principal:
-            if run.kind is not RunKind.ENGINEER:
-                raise PermissionDenied(
-                    f"{who.name} made this request and cannot approve it: another "
-                    "operator must decide")
-            if policy.independent_approver:
-                raise PermissionDenied("this bench requires every approval to come from "
-                                       "someone other than the requester")
-            if len(kinds) != 1:
-                raise InvalidInput("approving your own change confirms one approval kind at "
-                                   "a time: confirm setpoint and output enable separately")
-        if policy.two_person_output_enable and ApprovalKind.OUTPUT_ENABLE in req.required:
-            pair = {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
-            if pair <= set(kinds):
-                raise PermissionDenied("this bench requires two different people for the "
-                                       "setpoint and the output enable")
-            for a in req.valid_approvals():
-                if a.by == who.name and a.kind in pair and a.kind not in kinds and \
-                        set(kinds) & pair:
-                    raise PermissionDenied(
-                        f"{who.name} already approved the {a.kind.value}; this bench requires "
-                        "a second person for the other half")
+        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()] + [
+            Grant(k, who.name) for k in kinds]
+        why = violation(req, run, self._rules(req)[0], grants, self._remembered_people(req))
+        if why is not None:
+            raise PermissionDenied(why)
+        if person(who.name) == person(run.principal) and len(kinds) != 1:
+            raise InvalidInput("approving your own change confirms one approval kind at "
+                               "a time: confirm setpoint and output enable separately")
+
+    def _rules(self, req: TakeoverRequest) -> Rules:
+        """The policy and envelope a request is decided by: its owner's, published through
+        the shared store when another bench owns it (the owner checks them again anyway)."""
+        if not self.owns(req):
+            published = self.registry.rules(req.bench)
+            if published is not None:
+                return published
+        return self.config.policy, self.config.envelope
+
+    def _remembered_people(self, req: TakeoverRequest) -> dict[int, list[str]]:
+        """Who approved the setpoint remembered for each channel this request energizes."""
+        out: dict[int, list[str]] = {}
+        key = f"{req.bench or self.config.bench}/{req.instrument}"
+        for a in req.actions:
+            if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None:
+                stored = self.store.get_setpoint(key, a.channel) or {}
+                people = stored.get("people") or ([stored["by"]] if stored.get("by") else [])
+                out[a.channel] = [str(p) for p in people]
+        return out
+
+    def _policy_refusal(self, req: TakeoverRequest) -> str | None:
+        """The owner's own rules, checked again just before it executes: a decision made on
+        another gateway, or before a restart or a config change, never skips them."""
+        if req.plan_id is not None and req.handoff.get("auto_step"):
+            return None  # its plan was approved under these rules; covers() bounds it
+        run = self.get_run(req.run_id)
+        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
+        why = violation(req, run, self.config.policy, grants, self._remembered_people(req))
+        if why is None:
+            inst = self.instrument(req.instrument)
+            limits = self.config.envelope.get(req.instrument, {})
+            found = envelope.action_breaches(inst.profile, limits, req.actions)
+            why = envelope.summary(inst.profile, found) if found else None
+        return f"this bench's rules refuse it now: {why}" if why else None
 
     def _missing_message(self, req: TakeoverRequest) -> str:
         missing = req.missing()
@@ -935,7 +962,12 @@ class Gateway:
         self._record_decision(req)
         if not self.owns(req):
             # Another bench owns the instrument: it rechecks and executes (told through the
-            # store); wait a little for its outcome so the approver sees it.
+            # store). While it is alive, wait a little for its outcome so the approver sees
+            # it; while it is down, the grant is recorded at once and runs when it is back.
+            if not self.registry.alive(req.bench):
+                return GrantResult(req, [], f"approved; bench {req.bench!r} is not running: it "
+                                   "executes it after its live recheck when it is back, if "
+                                   "that is before the request expires")
             final = await self.wait(req.id, timeout=5, follow=False)
             message = final.outcome or (f"approved; bench {req.bench!r} executes it after its "
                                         "live recheck")
@@ -950,8 +982,8 @@ class Gateway:
     def _apply_edits(self, req: TakeoverRequest, edits: dict[str, str], who: Principal
                      ) -> list[Event]:
         """Approve with changes: re-render the edited actions; a new proposal, a new hash."""
-        inst = self.instrument(req.instrument)
-        limits = self.config.envelope.get(req.instrument, {})
+        profile = self.profile_for(req)
+        limits = self._rules(req)[1].get(req.instrument, {})
         old_commands = [a.canonical for a in req.actions]
         old_hash = req.proposal_hash
         for key, raw_value in edits.items():
@@ -969,7 +1001,7 @@ class Gateway:
                 rest = args.split(",", 1)
                 text = f"{head} {raw_value}" + (f",{rest[1]}" if len(rest) > 1 else "")
                 try:
-                    c = classify(text, inst.profile.name)
+                    c = classify(text, profile.name)
                 except ScpiError as exc:
                     raise InvalidInput(f"edit {key}={raw_value!r}: {exc.message}") from exc
                 if len(c.units) != 1:
@@ -980,7 +1012,7 @@ class Gateway:
                     raise InvalidInput(f"edit {key}={raw_value!r}: {breach}")
                 a.canonical = unit.canonical
                 a.new = render_value(unit.value) if unit.value is not None else None
-                a.words = describe(inst.profile, a)
+                a.words = describe(profile, a)
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
                                           req.snapshot)
         req.handoff["actions"] = [a.model_dump(mode="json") for a in req.actions]
@@ -1072,7 +1104,7 @@ class Gateway:
             return req
         if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
             return self._activate_plan(req)
-        refusal = self._unfit_to_run(req)
+        refusal = self._unfit_to_run(req) or self._policy_refusal(req)
         if refusal is not None:
             self._move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
                        outcome=f"failed: {refusal}; nothing was written")
@@ -1316,12 +1348,15 @@ class Gateway:
             return
         channels = {a.channel for a in req.actions if a.channel is not None and (
             a.approval is ApprovalKind.SETPOINT or a.approval is ApprovalKind.OUTPUT_ENABLE)}
-        by = next((a.by for a in req.valid_approvals() if a.kind is ApprovalKind.SETPOINT), "")
+        setpoint = [a for a in req.valid_approvals() if a.kind is ApprovalKind.SETPOINT]
+        by = setpoint[0].by if setpoint else ""
+        # Everyone whose approval put this setpoint in force: a plan's approvers for a step.
+        people = sorted({p for a in setpoint for p in (a.people or [a.by])})
         for ch in channels:
             self.store.put_setpoint(self._qualified(inst.config.name), ch, {
                 "voltage": after.get(snapshot_key(ch, "voltage")),
                 "current": after.get(snapshot_key(ch, "current")),
-                "request": req.id, "by": by, "at": self.clock().isoformat()})
+                "request": req.id, "by": by, "people": people, "at": self.clock().isoformat()})
 
     async def _reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
@@ -1638,8 +1673,8 @@ class Gateway:
         req.proposal_hash = proposal_hash(inst.config.name,
                                           [a.canonical for a in req.actions], live)
         by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"
-        req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash)
-                         for k in required]
+        req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash,
+                                  people=list(plan.approved_by)) for k in required]
         req.handoff = {"command": message, "plan": plan.id, "auto_step": True,
                        "actions": [a.model_dump(mode="json") for a in req.actions]}
         events = [*unjournaled]

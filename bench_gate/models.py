@@ -170,6 +170,8 @@ class Approval(BaseModel):
     at: datetime = Field(default_factory=now)
     notes: str = ""
     proposal_hash: str
+    #: For an approval given by a plan: the people who approved the plan.
+    people: list[str] = Field(default_factory=list)
 
 
 class Receipt(BaseModel):

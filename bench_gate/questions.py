@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from .auth import refuse_token
 from .config import PolicyConfig
 from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
 from .models import Event, EventType, Principal, Role, RunStatus
@@ -194,6 +195,11 @@ class QuestionDesk:
             parsed = [Question.model_validate(q) for q in questions]
         except ValidationError as exc:
             raise InvalidInput("questions: " + _problems(exc)) from exc
+        for i, q in enumerate(parsed, start=1):
+            refuse_token(q.text, f"question {i}'s text")
+            for j, o in enumerate(q.options, start=1):
+                refuse_token(o.label, f"question {i}'s option {j} label")
+                refuse_token(o.description, f"question {i}'s option {j} description")
         minutes = self.policy.default_timeout_minutes if timeout_minutes is None \
             else timeout_minutes
         if not 1 <= minutes <= self.policy.max_timeout_minutes:
@@ -262,6 +268,10 @@ class QuestionDesk:
             given = [Answer.model_validate(a) for a in answers]
         except ValidationError as exc:
             raise InvalidInput("answers: " + _problems(exc)) from exc
+        for i, a in enumerate(given, start=1):
+            refuse_token(a.choice, f"answer {i}'s choice")
+            refuse_token(a.text, f"answer {i}'s text")
+        refuse_token(notes, "notes")
         if len(given) != len(ask.questions):
             raise InvalidInput(f"{ask.id} has {len(ask.questions)} question(s); give one "
                                f"answer each, not {len(given)}")

@@ -158,7 +158,8 @@ async def test_a_tightened_envelope_applies_at_the_live_recheck(
     gateway.config.envelope["psu"][1] = ChannelLimits(voltage=Decimal(3), current=Decimal(1))
     final = (await grant_all(gateway, req.id, olga)).request
     assert final.status is Status.FAILED
-    assert "refused at the live recheck" in (final.outcome or "")
+    assert "this bench's rules refuse it now: CH1 voltage setpoint is 5.5 V, above the " \
+        "bench limit of 3.0 V" in (final.outcome or "")
     assert panel(front_panel, "VOLT? (@1)") == 0 and panel(front_panel, "OUTP? (@1)") == 0
 
 

@@ -29,7 +29,7 @@ from hypothesis.stateful import (
 )
 
 from bench_gate.config import BenchConfig, default_config
-from bench_gate.errors import GatewayError, TransitionError
+from bench_gate.errors import GatewayError, ProposalChanged, TransitionError
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Role, RunKind, Status, TakeoverRequest
 from bench_gate.states import TERMINAL
@@ -133,7 +133,7 @@ async def test_many_concurrent_decisions_give_one_outcome_each(
     requests = []
     for i in range(40):
         message = rng.choice([f"VOLT {1 + i / 100:.2f},(@1)", f"CURR 0.{i % 4 + 1},(@2)",
-                              f"VOLT {2 + i / 100:.2f},(@3);:OUTP ON,(@3)"])
+                              f"VOLT {2 + i / 100:.2f},(@3);:CURR 0.4,(@3);:OUTP ON,(@3)"])
         req = (await gw.submit(run.id, "psu", message, timeout_minutes=1)).request
         assert req is not None
         requests.append(req)
@@ -141,10 +141,13 @@ async def test_many_concurrent_decisions_give_one_outcome_each(
 
     def contenders(req: TakeoverRequest) -> list[Coroutine[Any, Any, Any]]:
         calls: list[Callable[[], Coroutine[Any, Any, Any]]] = [
-            lambda: gw.grant(req.id, OLGA, [k.value for k in req.required]),
-            lambda: gw.grant(req.id, PETE, [req.required[-1].value]),
-            lambda: gw.grant(req.id, PETE, [req.required[0].value]),
-            lambda: gw.deny(req.id, PETE, "no"),
+            lambda: gw.grant(req.id, OLGA, [k.value for k in req.required],
+                             proposal_hash=req.proposal_hash),
+            lambda: gw.grant(req.id, PETE, [req.required[-1].value],
+                             proposal_hash=req.proposal_hash),
+            lambda: gw.grant(req.id, PETE, [req.required[0].value],
+                             proposal_hash=req.proposal_hash),
+            lambda: gw.deny(req.id, PETE, "no", proposal_hash=req.proposal_hash),
             lambda: gw.cancel(req.id, SCRIPT, "changed my mind"),
             gw.sweep,
         ]
@@ -173,11 +176,12 @@ async def test_two_operators_approve_the_two_halves_at_once(
         ch = 1 + attempt % 3
         volts = f"{1 + attempt / 10:.1f}"
         bench.psu.handle_message(f"OUTP OFF,(@{ch})")
-        req = (await gw.submit(run.id, "psu", f"VOLT {volts},(@{ch});:OUTP ON,(@{ch})")).request
+        req = (await gw.submit(run.id, "psu", f"VOLT {volts},(@{ch});:CURR 0.4,(@{ch});:OUTP ON,(@{ch})")).request
         assert req is not None
         first, second = (OLGA, PETE) if attempt % 2 else (PETE, OLGA)
         outcomes = await asyncio.gather(
-            gw.grant(req.id, first, ["setpoint"]), gw.grant(req.id, second, ["output_enable"]))
+            gw.grant(req.id, first, ["setpoint"], proposal_hash=req.proposal_hash),
+            gw.grant(req.id, second, ["output_enable"], proposal_hash=req.proposal_hash))
         final = gw.get_request(req.id)
         assert final.status is Status.EXECUTED, final.outcome
         assert sum(o.request.status is Status.EXECUTED for o in outcomes) >= 1
@@ -213,7 +217,7 @@ async def test_an_edit_between_read_and_swap_voids_the_other_approval(
     approval to the 9 V proposal he never saw."""
     gw, _, link = memgw
     run = gw.create_run(SCRIPT, "script")
-    req = (await gw.submit(run.id, "psu", "VOLT 2,(@2);:OUTP ON,(@2)")).request
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@2);:CURR 0.4,(@2);:OUTP ON,(@2)")).request
     assert req is not None
     real = gw.store
 
@@ -233,11 +237,13 @@ async def test_an_edit_between_read_and_swap_voids_the_other_approval(
 
     gw.store = _CasRace(real, req.id, olga_edits)  # type: ignore[assignment]
     try:
-        with pytest.raises(TransitionError, match="proposal changed"):
-            await gw.grant(req.id, PETE, ["output_enable"])
+        with pytest.raises(ProposalChanged) as changed:
+            await gw.grant(req.id, PETE, ["output_enable"], proposal_hash=req.proposal_hash)
     finally:
         gw.store = real
     after = gw.get_request(req.id)
+    assert changed.value.seen == req.proposal_hash
+    assert changed.value.current == after.proposal_hash != req.proposal_hash
     assert after.status is Status.PENDING
     assert [a.kind.value for a in after.valid_approvals()] == ["setpoint"]
     assert "OUTP 1,(@2)" not in link.calls
@@ -283,8 +289,11 @@ class TakeoverMachine(RuleBasedStateMachine):
 
     @rule(req=requests, who=st.sampled_from([OLGA, PETE]),
           kinds=st.sets(st.sampled_from(["setpoint", "output_enable", "state"]), min_size=1),
-          edit=st.sampled_from([None, "1", "2.5"]))
-    def grant(self, req: str, who: Principal, kinds: set[str], edit: str | None) -> None:
+          edit=st.sampled_from([None, "1", "2.5"]), shown=st.booleans())
+    def grant(self, req: str, who: Principal, kinds: set[str], edit: str | None,
+              shown: bool) -> None:
+        """``shown``: the approver names the current proposal; otherwise one it never saw,
+        which must approve nothing."""
         if not req:
             return
         current = self.gw.get_request(req)
@@ -295,12 +304,18 @@ class TakeoverMachine(RuleBasedStateMachine):
             target = next((a for a in current.actions if a.effect == "setpoint"
                            and a.field == "voltage"), None)
             edits = {f"CH{target.channel}.voltage": edit} if target else None
-        self.attempt(self.gw.grant(req, who, sorted(kinds), edits=edits))
+        seen = current.proposal_hash if shown else "0" * 64
+        result = self.attempt(self.gw.grant(req, who, sorted(kinds), edits=edits,
+                                            proposal_hash=seen))
+        if not shown:
+            assert result != "won", "an approval of a proposal its approver never saw"
+            assert self.gw.get_request(req).approvals == current.approvals
 
     @rule(req=requests, who=st.sampled_from([OLGA, PETE]))
     def deny(self, req: str, who: Principal) -> None:
         if req:
-            self.attempt(self.gw.deny(req, who, "not now"))
+            seen = self.gw.get_request(req).proposal_hash
+            self.attempt(self.gw.deny(req, who, "not now", proposal_hash=seen))
 
     @rule(req=requests)
     def cancel(self, req: str) -> None:
@@ -328,12 +343,13 @@ class TakeoverMachine(RuleBasedStateMachine):
             return
         current = self.gw.get_request(req)
         kinds = [k.value for k in current.required]
+        seen = current.proposal_hash
 
         async def everyone() -> list[str]:
             return list(await asyncio.gather(
-                _attempt(self.gw.grant(req, PETE, kinds[:1])),
-                _attempt(self.gw.grant(req, OLGA, kinds[-1:])),
-                _attempt(self.gw.deny(req, PETE, "no")),
+                _attempt(self.gw.grant(req, PETE, kinds[:1], proposal_hash=seen)),
+                _attempt(self.gw.grant(req, OLGA, kinds[-1:], proposal_hash=seen)),
+                _attempt(self.gw.deny(req, PETE, "no", proposal_hash=seen)),
                 _attempt(self.gw.cancel(req, SCRIPT, "gone")),
                 _attempt(self.gw.sweep())))
         self.run(everyone())

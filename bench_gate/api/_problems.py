@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import (
     GatewayError,
+    IdempotencyKeyReused,
     InstrumentError,
     InvalidInput,
     NotFound,
@@ -33,6 +34,7 @@ logger = logging.getLogger("bench_gate.api")
 
 _STATUS: list[tuple[type[GatewayError], int, str]] = [
     (NotFound, 404, "not-found"),
+    (IdempotencyKeyReused, 422, "idempotency_key_reused"),
     (InvalidInput, 422, "invalid-input"),
     (Refused, 422, "refused"),
     (PermissionDenied, 403, "forbidden"),
@@ -63,6 +65,8 @@ def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
             if isinstance(exc, InvalidInput) and exc.field:
                 extra["errors"] = [{"loc": ["body", to_camel(exc.field)], "msg": exc.message,
                                     "type": "value_error"}]
+            if isinstance(exc, IdempotencyKeyReused):
+                extra.update(requestId=exc.request_id, differs=exc.differences)
             return problem(status, exc.message, kind=kind, **extra)
     return problem(500, exc.message, kind="gateway-error")
 

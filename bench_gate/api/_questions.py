@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from ..questions import Answer, Option, Question, QuestionSet, QuestionStatus
+from ..questions import Answer, Option, QuestionSet, QuestionStatus
 from ._auth import can_operate
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
 from ._schemas import _Camel, _Out
@@ -29,6 +29,17 @@ class QuestionIn(_Camel):
     text: str = Field(min_length=1, max_length=2000)
     options: list[OptionIn] = Field(min_length=2, max_length=4)
     allow_free_text: bool = False
+
+    @field_validator("options")
+    @classmethod
+    def _distinct(cls, options: list[OptionIn]) -> list[OptionIn]:
+        """An answer names its option by label, trimmed and case-folded: ``a`` and ``A``
+        would be one option."""
+        labels = [o.label.strip().casefold() for o in options]
+        if len(set(labels)) != len(labels):
+            raise ValueError("option labels must be distinct (ignoring case and surrounding "
+                             "spaces)")
+        return options
 
 
 class AskBody(_Camel):
@@ -81,10 +92,9 @@ def question_out(ask: QuestionSet) -> QuestionSetOut:
 async def ask(run_id: str, body: AskBody, who: Caller, gw: GatewayDep) -> QuestionSetOut:
     """Ask the operator 1 to 4 questions (2 to 4 options each); they join the queue."""
     own_run(gw, run_id, who)
-    questions = [Question(text=q.text, allow_free_text=q.allow_free_text,
-                          options=[Option(label=o.label, description=o.description)
-                                   for o in q.options]) for q in body.questions]
-    return question_out(gw.questions.ask(run_id, who, list(questions), body.timeout_minutes))
+    # Plain data: the desk validates it (InvalidInput, a 422), whatever the body model let by.
+    questions: list[Any] = [q.model_dump() for q in body.questions]
+    return question_out(gw.questions.ask(run_id, who, questions, body.timeout_minutes))
 
 
 @router.get("/v1/questions", response_model=list[QuestionSetOut])
@@ -118,5 +128,5 @@ async def one(question_id: str, who: Caller, gw: GatewayDep,
 async def answer(question_id: str, body: AnswerBody, who: Operator,
            gw: GatewayDep) -> QuestionSetOut:
     """Answer every question of an open ask (one answer each, in order)."""
-    answers = [Answer(choice=a.choice, text=a.text) for a in body.answers]
-    return question_out(gw.questions.answer(question_id, who, list(answers), body.notes))
+    answers: list[Answer | dict[str, Any]] = [a.model_dump() for a in body.answers]
+    return question_out(gw.questions.answer(question_id, who, answers, body.notes))

@@ -6,9 +6,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from ..auth import token_free
+from ..confidence import stated_confidence
+from ..errors import InvalidInput
 from ..models import ApprovalKind, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..plans import Plan, PlanStatus, scope_words
 
@@ -47,9 +50,22 @@ class _Out(BaseModel):
                               extra="ignore")
 
 
+#: Free text people read, stored and journaled (a goal, a note, a reason): never a token.
+_FREE = AfterValidator(token_free)
+
+
+def _confidence_in_range(rationale: str | None) -> str | None:
+    """A rationale whose ``Confidence:`` is outside 0..1 (0..100 %), NaN or inf is refused."""
+    try:
+        stated_confidence(rationale)
+    except InvalidInput as exc:
+        raise ValueError(exc.message) from exc
+    return rationale
+
+
 class RunCreate(_Camel):
     kind: RunKind
-    goal: str | None = Field(default=None, max_length=2000)
+    goal: Annotated[str | None, _FREE] = Field(default=None, max_length=2000)
 
 
 class RunOut(_Out):
@@ -66,27 +82,29 @@ class RunOut(_Out):
 class ScpiBody(_Camel):
     instrument: str = Field(min_length=1, max_length=64)
     command: str = Field(min_length=1, max_length=4096)
-    rationale: str | None = Field(default=None, max_length=4000)
-    confidence: float | None = Field(default=None, ge=0, le=1)
-    step_id: str | None = Field(default=None, max_length=200)
+    rationale: Annotated[str | None, _FREE, AfterValidator(_confidence_in_range)] = Field(
+        default=None, max_length=4000)
+    #: A JSON number from 0 to 1 (strict: ``true`` or ``"1"`` is not a confidence).
+    confidence: float | None = Field(default=None, ge=0, le=1, strict=True)
+    step_id: Annotated[str | None, _FREE] = Field(default=None, max_length=200)
     timeout_minutes: int | None = Field(default=None, ge=1, le=1440)
 
 
 class TakeoverAsk(_Camel):
-    reason: str = Field(min_length=1, max_length=2000)
-    step_id: str | None = Field(default=None, max_length=200)
+    reason: Annotated[str, _FREE] = Field(min_length=1, max_length=2000)
+    step_id: Annotated[str | None, _FREE] = Field(default=None, max_length=200)
     #: Accepted for the issue's shape; a takeover lasts until release (not enforced yet).
     timeout_minutes: int | None = Field(default=None, ge=1, le=1440)
 
 
 class GrantBody(_Camel):
     approve: list[ApprovalKind] = Field(min_length=1)
-    notes: str = Field(default="", max_length=4000)
+    notes: Annotated[str, _FREE] = Field(default="", max_length=4000)
     edits: dict[str, str] | None = None
 
 
 class DenyBody(_Camel):
-    notes: str = Field(min_length=1, max_length=4000)
+    notes: Annotated[str, _FREE] = Field(min_length=1, max_length=4000)
 
 
 class ApprovalOut(_Out):
@@ -179,7 +197,7 @@ class PlanCreate(_Camel):
     output_enable: bool = False
     max_writes: int = Field(ge=1, le=100_000)
     timeout_minutes: int = Field(default=60, ge=1, le=1440)
-    rationale: str | None = Field(default=None, max_length=4000)
+    rationale: Annotated[str | None, _FREE] = Field(default=None, max_length=4000)
 
     @field_validator("voltage")
     @classmethod
@@ -233,9 +251,9 @@ class PlanRequested(_Out):
 
 
 class FeedbackBody(_Camel):
-    step_id: str = Field(min_length=1, max_length=200)
+    step_id: Annotated[str, _FREE] = Field(min_length=1, max_length=200)
     score: int = Field(ge=1, le=5, description="1 (wrong) to 5 (right); 2 or less is regret")
-    notes: str = Field(default="", max_length=4000)
+    notes: Annotated[str, _FREE] = Field(default="", max_length=4000)
 
 
 def plan_out(plan: Plan) -> PlanOut:

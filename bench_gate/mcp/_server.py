@@ -18,6 +18,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from ..auth import refuse_token
+from ..confidence import stated_confidence
+from ..errors import InvalidInput
 from ..scpi import ScpiError, classify, is_read_only
 from ._backend import Bench, ToolFailure
 from ._results import (
@@ -163,6 +166,17 @@ Command = Annotated[str, Field(min_length=1, max_length=4096, description="one S
 Seconds = Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)]
 
 
+def _free_text(rationale: str, *, confidence: bool = False) -> None:
+    """Checked in the tool, not as an argument validator, whose error would repeat the
+    value: a rationale never carries a token, and its ``Confidence:`` is 0..1 (0..100 %)."""
+    try:
+        refuse_token(rationale, "rationale")
+        if confidence:
+            stated_confidence(rationale)
+    except InvalidInput as exc:
+        raise ToolFailure("invalid_input", exc.message) from exc
+
+
 def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPServer:
     """The MCP server; ``session_for(ctx)`` gives the calling session."""
     server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version="0.1.0",
@@ -235,13 +249,14 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
             rationale: Annotated[str, Field(min_length=1, max_length=4000,
                                             description="why: the operator reads it")],
             ctx: Context,
-            confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
+            confidence: Annotated[float | None, Field(ge=0, le=1, strict=True)] = None,
             step_id: Annotated[str | None, Field(max_length=200)] = None,
     ) -> Annotated[CallToolResult, WriteOutcome]:
         """Send a write. Returns at once: executed (with its receipt, e.g. inside a plan),
         pending (the takeover id, required approvals, expiry and what the operator sees),
         or an error with the limit it breaks. Follow a pending write with
         wait_for_decision."""
+        _free_text(rationale, confidence=True)
         session = await session_for(ctx)
         run_id = session.run()
         await session.profile(instrument)
@@ -279,6 +294,7 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         """Ask for a standing plan: once approved, writes inside this scope (channels,
         voltage range, current ceiling, largest step, output enable, number of writes,
         minutes) run without asking again. It comes back pending, like a write."""
+        _free_text(rationale)
         session = await session_for(ctx)
         run_id = session.run()
         await session.profile(instrument)

@@ -17,7 +17,8 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from ..auth import Tokens
+from ..auth import Tokens, refuse_token
+from ..confidence import stated_confidence
 from ..config import BenchConfig, InstrumentConfig
 from ..errors import GatewayError, InstrumentError, InvalidInput, TransitionError
 from ..gateway import Gateway
@@ -372,12 +373,24 @@ class Connection:
             else:
                 self.principal = principal
         elif op is GateOp.GOAL:
+            try:
+                refuse_token(cmd.text, "GATE:GOAL")
+            except InvalidInput as exc:  # never kept, never journaled
+                await self._push_error(-224, exc.message)
+                return None
             self.goal = cmd.text
             if self.run_id is not None and cmd.text is not None:
                 self.gateway.set_goal(self.run_id, cmd.text)
         elif op is GateOp.GOAL_QUERY:
             return quote(self.goal or "")
         elif op is GateOp.RATIONALE:
+            try:
+                refuse_token(cmd.text, "GATE:RAT")
+                stated_confidence(cmd.text)
+            except InvalidInput as exc:  # not kept: the next write goes without one
+                self.rationale = None
+                await self._push_error(-224, exc.message)
+                return None
             self.rationale = cmd.text or None
         elif op is GateOp.RATIONALE_QUERY:
             return quote(self.rationale or "")

@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 
-from ..auth import Tokens
+from ..auth import TOKEN_IN_TEXT, Tokens, carries_token
 from ..errors import GatewayError, InstrumentError, NotFound
 from ..gateway import Gateway
 from ..models import ApprovalKind, Principal, RunKind, RunStatus, Status, TakeoverRequest, now
@@ -401,6 +401,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
             if value is not None:
                 edits[fld.key] = value
         notes = first(form, "notes").strip()
+        if carries_token(notes):  # never stored, never shown back
+            return await request_page(request, req, me, status_code=422,
+                                      refusal=f"Not approved: the notes {TOKEN_IN_TEXT}.")
         try:
             result = await gateway.grant(req.id, me, kinds, notes, edits or None)
         except GatewayError as exc:
@@ -433,6 +436,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
             return await request_page(request, req, me, status_code=422,
                                       refusal="A denial needs a note: it goes back to the "
                                               "requester.")
+        if carries_token(notes):  # never stored, never shown back
+            return await request_page(request, req, me, status_code=422,
+                                      refusal=f"Not denied: the notes {TOKEN_IN_TEXT}.")
         try:
             done = await gateway.deny(req.id, me, notes)
         except GatewayError as exc:
@@ -525,9 +531,10 @@ def create_console(gateway: Gateway, tokens: Tokens,
             console.say(session, "error", "Nothing to change: fill in a value first.")
             return RedirectResponse(f"/instruments/{name}", status_code=303)
         message = ";:".join(parts)
-        run_id = console.engineer_run(me)
         reason = first(form, "rationale").strip() or None
         try:
+            # An engineer run is an operator's: a requester's change is refused here.
+            run_id = console.engineer_run(me)
             result = await gateway.submit(run_id, name, message, rationale=reason)
         except GatewayError as exc:
             console.say(session, "error", f"Not submitted: {exc.message}")
