@@ -572,6 +572,7 @@ async def test_mcp_refuses_tokens_and_bad_confidence(bench: Bench) -> None:
         await call(client, "set_goal", goal="mcp holes")
         for args in ({"rationale": "Confidence: 9500%"}, {"rationale": f"see {TOKEN}"},
                      {"rationale": "x", "confidence": True},
+                     {"rationale": "x", "step_id": f"s-{TOKEN}"},
                      {"rationale": "x", "confidence": 95}):
             r = await call(client, "scpi_write", instrument="psu", command="VOLT 1,(@2)",
                            **args)

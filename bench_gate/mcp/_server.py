@@ -166,11 +166,14 @@ Command = Annotated[str, Field(min_length=1, max_length=4096, description="one S
 Seconds = Annotated[float, Field(ge=0, le=MAX_WAIT_SECONDS)]
 
 
-def _free_text(rationale: str, *, confidence: bool = False) -> None:
+def _free_text(rationale: str, *, confidence: bool = False, step_id: str | None = None
+               ) -> None:
     """Checked in the tool, not as an argument validator, whose error would repeat the
-    value: a rationale never carries a token, and its ``Confidence:`` is 0..1 (0..100 %)."""
+    value: a rationale (or step id) never carries a token, and its ``Confidence:`` is 0..1
+    (0..100 %)."""
     try:
         refuse_token(rationale, "rationale")
+        refuse_token(step_id, "step_id")
         if confidence:
             stated_confidence(rationale)
     except InvalidInput as exc:
@@ -256,7 +259,7 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         pending (the takeover id, required approvals, expiry and what the operator sees),
         or an error with the limit it breaks. Follow a pending write with
         wait_for_decision."""
-        _free_text(rationale, confidence=True)
+        _free_text(rationale, confidence=True, step_id=step_id)
         session = await session_for(ctx)
         run_id = session.run()
         await session.profile(instrument)
