@@ -13,7 +13,11 @@ Invariants of the SCPI core (``check_message``), for any text and any profile:
   grammar's own label of each unit, against the lexer (a read-only message holds only
   queries and channel selections), and by splicing a write in;
 - what would be sent is canonical: every unit's canonical text is one printable line that
-  lexes to one unit and re-classifies to itself (same text, effect, channel, field, value).
+  lexes to one unit and re-classifies to itself (same text, effect, channel, field, value);
+- no separator hidden in data: a canonical text holds no ';' at all (a naive parser splits
+  there), and no accepted message has a ';', CR, LF or NUL inside string or block data
+  (``check_separator_payloads`` also tries every payload of SEPARATOR_PAYLOADS on every
+  header form of every shipped profile: none may be accepted).
 
 Invariants of the doors (``DoorFuzz``, ``http_fuzz``), for any bytes a client sends, and with
 no person approving anything:
@@ -51,10 +55,12 @@ from bench_gate.scpi import (
     is_read_only,
     lex,
 )
+from bench_gate.scpi._lexer import Block, QuotedString
 from bench_gate.scpi._profile import _parse_pattern, _spellings
 
 PROFILES = ("e36312a", "34465a", "generic")
 READ_LIKE = frozenset({Effect.READ, Effect.SELECT})
+HIDDEN_SEPARATORS = frozenset(";\r\n\x00")
 RE_PRINTABLE_LINE = re.compile(r"[^\s;][\t\x20-\x7e]*")  # tabs only inside data
 
 
@@ -105,9 +111,30 @@ CHANNEL_LISTS = st.one_of(
 WORDS = st.sampled_from(["ON", "OFF", "on", "1", "0", "2", "0.4", "0.6", "CH1", "CH2", "CH3",
                          "CH4", "ch2", "P6V", "P25V", "N25V", "ALL", "MIN", "MAX", "DEF",
                          "IMMediate", "ABCDEFGHIJKLM"])
+#: What hides a separator or a terminator inside data (docs/scpi.md, "Separators in data").
+SEPARATOR_CONTENT = (";", "a;b", ";:OUTP ON", ";:OUTP ON,(@1)", "\n:OUTP ON", "a\rb",
+                     "\r\n*RST", "a\nb;c", "x;CURR 4.5,(@1);OUTP 1,(@1)",
+                     "a;VOLT 20.0,(@2);OUTP 1,(@2);X", "\\;", "#0;", "';'", '";"')
+
+
+def _separator_payloads() -> tuple[str, ...]:
+    """Each content as double- and single-quoted string data, a definite and an indefinite
+    block."""
+    out: list[str] = []
+    for content in SEPARATOR_CONTENT:
+        length = str(len(content))
+        out += ['"' + content.replace('"', '""') + '"', "'" + content.replace("'", "''") + "'",
+                f"#{len(length)}{length}{content}", "#0" + content]
+    return tuple(out)
+
+
+SEPARATOR_PAYLOADS = _separator_payloads()
 STRINGS = st.one_of(st.text(string.printable, max_size=12).map(lambda s: '"' + s.replace(
-    '"', '""') + '"'), st.sampled_from(['"', "''", "'a''b'", '"a""b"', '"unclosed']))
-BLOCKS = st.sampled_from(["#15abcde", "#14abcde", "#0rest of it", "#2", "#9", "#10", "#3100x"])
+    '"', '""') + '"'), st.sampled_from(['"', "''", "'a''b'", '"a""b"', '"unclosed']),
+    st.sampled_from([p for p in SEPARATOR_PAYLOADS if p[0] in "'\""]))
+BLOCKS = st.one_of(
+    st.sampled_from(["#15abcde", "#14abcde", "#0rest of it", "#2", "#9", "#10", "#3100x"]),
+    st.sampled_from([p for p in SEPARATOR_PAYLOADS if p[0] == "#"]))
 
 
 @st.composite
@@ -179,7 +206,8 @@ def near_valid_message(draw: st.DrawFn, profile: str
 HOSTILE = st.sampled_from([
     *";:*?,()@#\"' \t\n\r\x00\x7f\x80\xff.+-eE0123456789VOLTCURPSAMINX",
     "\u037e", "\uff1b", "\u041e", "\u00a0", "\u2028", "\ufeff", "#15", "#0", "(@1)",
-    "OUTP ON", ";:*RST", "GATE:TOK", "VOLT 5,(@1)", "\\n",
+    "OUTP ON", ";:*RST", "GATE:TOK", "VOLT 5,(@1)", "\\n", '"a;b"', "'x;:OUTP ON'", "#14a;bc",
+    "#0;:OUTP ON", '"', "'",
 ])
 
 
@@ -251,10 +279,12 @@ def _classify(text: str, profile: str, selected: int | None) -> Classification |
 
 
 def assert_canonical(result: Classification, profile: str) -> None:
-    """Every unit's canonical text is one printable line, one unit, and classifies to itself."""
+    """Every unit's canonical text is one printable line, one unit (to the lexer and to a
+    parser that splits at every ';'), and classifies to itself."""
     for u in result.units:
         text = u.canonical
         assert RE_PRINTABLE_LINE.fullmatch(text), (text, u)
+        assert ";" not in text and text.split(";") == [text], (text, u)
         assert len(lex(text)) == 1, (text, lex(text))
         again = classify(text, profile).units
         assert len(again) == 1, (text, again)
@@ -278,6 +308,11 @@ def check_message(profile: str, text: str, selected: int | None = None,
         return
     STATS.parsed += 1
     assert result.units, text
+    hidden = [d for raw in lex(text) for d in raw.params
+              if isinstance(d, QuotedString | Block)
+              and not HIDDEN_SEPARATORS.isdisjoint(d.text if isinstance(d, QuotedString)
+                                                   else d.data)]
+    assert not hidden, (text, hidden)  # no shipped profile opts in (separators_in_data)
     for u in result.units:
         STATS.effects[u.effect.value] = STATS.effects.get(u.effect.value, 0) + 1
     assert_canonical(result, profile)
@@ -302,6 +337,38 @@ def check_message(profile: str, text: str, selected: int | None = None,
         if profile == "e36312a":
             spliced = ":VOLT 1,(@1);" + text.lstrip(" \t:")
             assert not is_read_only(spliced, profile=profile, selected=selected), spliced
+
+
+def check_separator_payloads(profiles: tuple[str, ...] = PROFILES) -> int:
+    """Every SEPARATOR_PAYLOADS entry on every header form of every shipped profile, alone,
+    after a channel-like parameter, before a channel list and followed by another unit: never
+    accepted (-151 for string data, -161 for block data, -102 for a line break). Returns the
+    number of messages tried."""
+    tried = 0
+    for profile in profiles:
+        opted = [c.header for c in get_profile(profile).model.commands
+                 for f in (c.set, c.query) if f is not None and f.separators_in_data]
+        assert not opted, f"{profile} opts in to separators in data: {opted}"
+        for form in FORMS[profile] + [Form(("DISP:TEXT", "FOO"), False, Effect.UNKNOWN, (),
+                                           "none", False)]:
+            head = form.spellings[0] + ("?" if form.query else "")
+            for payload in SEPARATOR_PAYLOADS:
+                shapes = [f"{head} {payload}", f"{head} 1,{payload}", f"{head} CH1,{payload}"]
+                if not payload.startswith("#0"):
+                    root = "" if form.common else ":"
+                    shapes += [f"{head} {payload},(@1)", f"*IDN?;{root}{head} {payload};*RST"]
+                for message in shapes:
+                    tried += 1
+                    try:
+                        result = classify(message, profile)
+                    except ScpiError as exc:
+                        line_break = "\r" in payload or "\n" in payload
+                        expected = -102 if line_break else -161 if payload[0] == "#" else -151
+                        assert exc.code == expected, (profile, message, exc)
+                        continue
+                    raise AssertionError(f"{profile}: accepted {message!r} as "
+                                         f"{result.canonical!r}")
+    return tried
 
 
 # --- the parser fuzz run -------------------------------------------------------------------
@@ -557,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes:
         t0 = time.monotonic()
         rss0 = rss_mib()
+        print(f"separators in data: {check_separator_payloads()} messages with a ';' or a line "
+              "break hidden in string or block data, every one refused")
         stats = fuzz_scpi(args.minutes * 60)
         _print_scpi(stats, time.monotonic() - t0)
         print(f"  RSS {rss0:.1f} -> {rss_mib():.1f} MiB (classify's cache holds 16384 entries)")

@@ -324,13 +324,15 @@ COMPOUND: list[tuple[str, list[tuple[str, Effect, int | None, object]], int | No
     ("MEAS:VOLT? (@1:3)", [("MEAS:VOLT? (@1)", E.READ, 1, None),
                            ("MEAS:VOLT? (@2)", E.READ, 2, None),
                            ("MEAS:VOLT? (@3)", E.READ, 3, None)], None),
-    ('FOO "x;OUTP ON",1', [('FOO "x;OUTP ON",1.0', E.UNKNOWN, None, None)], None),
-    ('FOO "a""b;c"', [('FOO "a""b;c"', E.UNKNOWN, None, None)], None),
-    ("FOO 'it''s;*RST'", [('FOO "it\'s;*RST"', E.UNKNOWN, None, None)], None),
-    ("FOO #15a;b;c;*IDN?", [("FOO #15a;b;c", E.UNKNOWN, None, None),
+    # A ';' inside string or block data is refused (-151, -161: see ERRORS and
+    # tests/test_scpi_separators.py); other characters in data stay data.
+    ('FOO "x,OUTP ON",1', [('FOO "x,OUTP ON",1.0', E.UNKNOWN, None, None)], None),
+    ('FOO "a""b:c"', [('FOO "a""b:c"', E.UNKNOWN, None, None)], None),
+    ("FOO 'it''s *RST'", [('FOO "it\'s *RST"', E.UNKNOWN, None, None)], None),
+    ("FOO #15a,b:c;*IDN?", [("FOO #15a,b:c", E.UNKNOWN, None, None),
                             ("*IDN?", E.READ, None, None)], None),
-    ("*IDN?;:FOO #0a;OUTP ON", [("*IDN?", E.READ, None, None),
-                                ("FOO #19a;OUTP ON", E.UNKNOWN, None, None)], None),
+    ("*IDN?;:FOO #0a OUTP ON", [("*IDN?", E.READ, None, None),
+                                ("FOO #19a OUTP ON", E.UNKNOWN, None, None)], None),
     ("*IDN?;*OPC?;*STB?;*ESR?;SYST:ERR?", [(c, E.READ, None, None) for c in (
         "*IDN?", "*OPC?", "*STB?", "*ESR?", "SYST:ERR?")], None),
     ("*CLS;*OPC;*WAI", [(c, E.HARMLESS, None, None) for c in ("*CLS", "*OPC", "*WAI")], None),
@@ -577,6 +579,8 @@ ERRORS = [
     ("MEAS:VOLT? (@1)\x1b;OUTP ON", -101), ("OUTP\u00a0ON", -101), ("*IDN?\u037eOUTP ON", -101),
     ("*IDN?\uff1bOUTP ON", -101), ("\u041eUTP ON,(@1)", -101), ("OUTP ON,(@\uff11)", -101),
     ("MEAS:VOLT? (1;OUTP ON)", -171), ("FOO (1;OUTP ON)", -171), ('FOO "a;b', -151),
+    ('FOO "x;OUTP ON",1', -151), ('FOO "a""b;c"', -151), ("FOO 'it''s;*RST'", -151),
+    ("FOO #15a;b;c;*IDN?", -161), ("*IDN?;:FOO #0a;OUTP ON", -161),
     ("*IDN?;", -102), ("", -102), (";OUTP ON", -102), ("*IDN? ;;OUTP ON", -102),
     ("*IDN?" + " " * 9000, -223), ("VOLT 1,(@1);" * 700, -223),
 ]

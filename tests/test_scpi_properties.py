@@ -2,7 +2,8 @@
 
 (a) read-only is exactly "every unit reads" (a selection followed by reads allowed);
 (b) any text at all raises only ScpiError from classify, and nothing from is_read_only;
-(c) parse -> render -> parse is stable;
+(c) parse -> render -> parse is stable, and every rendering is one unit even to a parser that
+    splits at every ';' (tests/test_scpi_separators.py has the data-specific properties);
 (d) every canonical rendering is answered by the simulated instrument (pyvisa-sim).
 """
 
@@ -335,12 +336,15 @@ def test_is_read_only_never_raises_on_bytes(data: bytes) -> None:
 
 def assert_stable(result: Classification, profile: str) -> None:
     for u in result.units:
+        # One unit to the most naive parser too: no ';' hidden in data, no line break.
+        assert not {";", "\r", "\n"} & set(u.canonical), u.canonical
+        assert u.canonical.split(";") == [u.canonical]
         again = classify(u.canonical, profile).units
         assert len(again) == 1, (u.canonical, again)
         (v,) = again
-        assert (v.canonical, v.header, v.query, v.effect, v.channel, v.field, v.value) == (
-            u.canonical, u.header, u.query, u.effect, u.channel, u.field, u.value
-        ), u.canonical
+        assert (v.canonical, v.header, v.query, v.effect, v.channel, v.field, v.value,
+                v.local) == (u.canonical, u.header, u.query, u.effect, u.channel, u.field,
+                             u.value, u.local), u.canonical
         assert type(v.value) is type(u.value)
 
 

@@ -16,6 +16,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
 from ._lexer import (
     CACHE_MAX_MESSAGE,
+    Block,
     ChannelList,
     CharData,
     Data,
@@ -48,6 +49,13 @@ KEYWORD_FORMS = {"MIN": "MIN", "MINIMUM": "MIN", "MAX": "MAX", "MAXIMUM": "MAX",
                  "DEF": "DEF", "DEFAULT": "DEF"}
 NOT_A_NUMBER = frozenset({"INF", "NINF", "NAN"})
 RE_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: What a naive instrument parser splits a message at, or ends it at, whatever surrounds it:
+#: ';' between units (IEEE 488.2 §7.4.1), LF and CR as terminators, NUL in C firmware. The
+#: lexer refuses CR, LF and NUL anywhere in a message; ';' is refused here, inside string
+#: data (§7.7.5) and block data (§7.7.6), which such a parser does not know.
+UNIT_BREAKERS = frozenset(";\r\n\x00")
+#: What ``separators_in_data: true`` still refuses inside data: it allows ';' only.
+LINE_BREAKERS = UNIT_BREAKERS - {";"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,7 @@ class Unit:
     field: str | None
     value: Value | None  # the new value of ``field`` for a write
     canonical: str
+    local: bool = False  # answered by the gateway itself, never sent (``*CLS``)
 
     @property
     def writes(self) -> bool:
@@ -122,6 +131,21 @@ def _quote(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
+def _block(data: str) -> str:
+    """Definite arbitrary block data (IEEE 488.2 §7.7.6.2), whatever form it came in."""
+    length = str(len(data))
+    return f"#{len(length)}{length}{data}"
+
+
+def _render_param(spec: ParamSpec, value: Value) -> str:
+    """A known header's parameter: strings quoted and blocks definite, so each stays one datum."""
+    if spec.type == "string":
+        return _quote(str(value))
+    if spec.type == "block":
+        return _block(str(value))
+    return render_value(value)
+
+
 def _render_data(datum: Data) -> str:
     """Render a parameter of a header the profile does not know, in a normalised form."""
     if isinstance(datum, Number):
@@ -134,8 +158,7 @@ def _render_data(datum: Data) -> str:
         return "(@" + ",".join(str(c) for c in datum.channels) + ")"
     if isinstance(datum, Expression):
         return "(" + datum.text + ")"
-    length = str(len(datum.data))
-    return f"#{len(length)}{length}{datum.data}"
+    return _block(datum.data)
 
 
 def _split_suffix(mnemonic: str) -> tuple[str, int | None]:
@@ -162,11 +185,63 @@ class _Resolver:
         return Classification(self.message, self.profile.name, tuple(out), self.selected)
 
     def unit(self, raw: RawUnit) -> list[Unit]:
+        resolved = self.resolve(raw)
+        if isinstance(resolved, str):
+            self.check_data(raw, None)  # an unknown header never gets the opt-in
+            units = [self.unknown(raw, resolved)]
+            allow = False
+        else:
+            command, form, suffix_channel = resolved
+            self.check_data(raw, form)
+            units = self.known(raw, command, form, suffix_channel)
+            allow = form.separators_in_data
+        for u in units:
+            self.check_rendering(raw, u, allow)
+        return units
+
+    def check_data(self, raw: RawUnit, form: FormSpec | None) -> None:
+        """Refuse string or block data that a naive parser would split the message at."""
+        breakers = LINE_BREAKERS if form is not None and form.separators_in_data else UNIT_BREAKERS
+        for datum in raw.params:
+            if isinstance(datum, QuotedString):
+                text, code = datum.text, -151
+            elif isinstance(datum, Block):
+                text, code = datum.data, -161
+            else:
+                continue  # the lexer admits no ';' in numbers, words, lists or expressions
+            if breakers.isdisjoint(text):
+                continue
+            bad = next(c for c in text if c in breakers)
+            pos = self.message.find(bad, datum.pos)
+            if code == -151:
+                detail = f"a {bad!r} inside string data would split the message on many instruments"
+            else:
+                detail = (f"many instruments do not parse block data, so a {bad!r} inside it "
+                          "would split the message")
+                if self.message.startswith("#0", datum.pos):
+                    detail = "indefinite block data (#0) runs to the end of the message; " + detail
+            raise self.err(ScpiSyntaxError, code, detail, pos if pos >= 0 else datum.pos)
+
+    def check_rendering(self, raw: RawUnit, unit: Unit, allow_semicolon: bool) -> None:
+        """The last guard before anything can be sent (DESIGN.md rule 1): a canonical text is
+        exactly one unit, to this lexer and to a parser that splits at every ';'."""
+        text = unit.canonical
+        breakers = LINE_BREAKERS if allow_semicolon else UNIT_BREAKERS
+        try:
+            one = breakers.isdisjoint(text) and len(lex(text)) == 1
+        except ScpiError:
+            one = False
+        if not one:  # a renderer bug; the text is not echoed, it may hold what a client sent
+            raise self.err(ScpiSyntaxError, -100, f"the canonical rendering of {unit.header} "
+                           "would not reach an instrument as exactly one unit", raw.start)
+
+    def resolve(self, raw: RawUnit) -> str | tuple[CommandSpec, FormSpec, int | None]:
+        """The unit's command, form and suffix channel; or the name of an unknown header."""
         if raw.common:
             words: tuple[str, ...] = raw.mnemonics
             suffixes: tuple[int | None, ...] = (None,)
             if _split_suffix(raw.mnemonics[0])[1] is not None:
-                return [self.unknown(raw, "*" + raw.mnemonics[0])]
+                return "*" + raw.mnemonics[0]
         else:
             split = [_split_suffix(m) for m in raw.mnemonics]
             stems = tuple(s for s, _ in split)
@@ -178,10 +253,9 @@ class _Resolver:
             self.path = words[:-1]
         entry = self.profile.lookup(raw.common, words)
         if entry is None:
-            name = ("*" if raw.common else "") + ":".join(
+            return ("*" if raw.common else "") + ":".join(
                 w + (str(n) if n is not None else "") for w, n in zip(words, suffixes, strict=True)
             )
-            return [self.unknown(raw, name)]
         suffix_channel: int | None = None
         for node, number in zip(entry.nodes, suffixes, strict=True):
             if number is None or node is None:
@@ -196,7 +270,7 @@ class _Resolver:
         if form is None:
             detail = "is a query only" if not raw.query else "has no query form"
             raise self.err(ScpiSyntaxError, -113, f"{command.header} {detail}", raw.start)
-        return self.known(raw, command, form, suffix_channel)
+        return command, form, suffix_channel
 
     def unknown(self, raw: RawUnit, name: str) -> Unit:
         text = name + ("?" if raw.query else "")
@@ -212,7 +286,7 @@ class _Resolver:
             # Refused whatever its parameters: never worth validating them.
             unit = self.unknown(raw, _canonical_header(command))
             return [Unit(unit.source, unit.position, unit.text, unit.header, unit.query,
-                         Effect.FORBIDDEN, None, None, None, unit.canonical)]
+                         Effect.FORBIDDEN, None, None, None, unit.canonical, unit.local)]
         params = list(raw.params)
         channels: list[int | None]
         if form.channel == "list":
@@ -259,7 +333,8 @@ class _Resolver:
         values: dict[str, Value],
     ) -> list[Unit]:
         if form.expand:
-            rendered = {k: render_value(v) for k, v in values.items()}
+            specs = {s.name: s for s in form.params}
+            rendered = {k: _render_param(specs[k], v) for k, v in values.items()}
             units: list[Unit] = []
             for template in form.expand:
                 names = set(RE_PLACEHOLDER.findall(template)) - {"ch"}
@@ -269,7 +344,8 @@ class _Resolver:
                 sub = _Resolver(text, self.profile, self.selected).run()
                 for u in sub.units:
                     units.append(Unit(raw.index, raw.start, raw.text, u.header, u.query,
-                                      u.effect, u.channel, u.field, u.value, u.canonical))
+                                      u.effect, u.channel, u.field, u.value, u.canonical,
+                                      u.local))
                 self.selected = sub.selected
             if not units:  # a unit must never vanish from the classification
                 missing = next((s.name for s in form.params if s.name not in values), "a value")
@@ -278,7 +354,7 @@ class _Resolver:
         header = form.canonical or _canonical_header(command)
         if raw.query:
             header += "?"
-        args = [render_value(values[s.name]) for s in form.params if s.name in values]
+        args = [_render_param(s, values[s.name]) for s in form.params if s.name in values]
         if form.channel == "list" and channel is not None:
             args.append(f"(@{channel})")
         canonical = header + (" " + ",".join(args) if args else "")
@@ -293,7 +369,7 @@ class _Resolver:
         if form.effect is Effect.SELECT:
             self.selected = channel
         return [Unit(raw.index, raw.start, raw.text, header, raw.query, form.effect,
-                     channel, form.field, value, canonical)]
+                     channel, form.field, value, canonical, form.local)]
 
     def check_channel(self, channel: int | None, pos: int) -> None:
         if channel is not None and channel not in self.profile.channels:
@@ -346,6 +422,10 @@ class _Resolver:
                         return short
             raise self.err(ScpiExecutionError, -224,
                            f"{spec.name} must be one of {', '.join(spec.choices)}", pos)
+        if kind == "block":
+            if isinstance(datum, Block):
+                return datum.data
+            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be block data", pos)
         if isinstance(datum, QuotedString):
             return datum.text
         raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a quoted string", pos)
