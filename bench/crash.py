@@ -87,13 +87,15 @@ def _fmt(counter: Counter[str]) -> str:
 class Bench:
     """The simulator process, the config, the store and the tokens, across rounds."""
 
-    def __init__(self, workdir: Path, seed: int) -> None:
+    def __init__(self, workdir: Path, seed: int, *, write_delay: float = WRITE_DELAY,
+                 hangup_drop: float = 0.5) -> None:
         self.dir = workdir
         self.rng = random.Random(seed)
         self.db = workdir / "bench.db"
         self.sim_log = workdir / "sim.log"
         psu, dmm = free_port(), free_port()
-        env = {**os.environ, "SIM_WRITE_DELAY": str(WRITE_DELAY), "SIM_HANGUP_DROP": "0.5",
+        env = {**os.environ, "SIM_WRITE_DELAY": str(write_delay),
+               "SIM_HANGUP_DROP": str(hangup_drop),
                "SIM_LOG": str(self.sim_log), "PYTHONHASHSEED": str(seed)}
         self.sim = subprocess.Popen(
             [sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
@@ -145,7 +147,7 @@ port = {self.port}
             [sys.executable, "-m", "bench_gate.cli", "serve", "--config", str(self.config),
              "--db", str(self.db)], stdout=subprocess.DEVNULL,
             stderr=self.db.with_suffix(".err").open("a"))  # kept for a failed round
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a restart first waits for the instrument to settle
         with self.client("olga") as c:
             while time.monotonic() < deadline:
                 try:

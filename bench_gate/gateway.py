@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from . import envelope
 from .approvals import Grant, person, violation
 from .auth import carries_token, redact, refuse_token
-from .confidence import apply_env, score, threshold_for
+from .confidence import apply_env, score, stated_confidence, threshold_for
 from .config import BenchConfig, InstrumentConfig
 from .errors import (
     GatewayError,
@@ -85,6 +85,8 @@ SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
 #: Runs remembered with their owner; past this the memory starts over.
 RUNS_REMEMBERED = 100_000
+#: How long a restart waits for an interrupted write to finish inside the instrument.
+SETTLE_SECONDS = 30.0
 #: The store's table of runs that live and die with one connection (socket door, MCP).
 ATTACHED = "attached_runs"
 
@@ -363,6 +365,8 @@ class Gateway:
                    goal: str | None = None, *, attached: str | None = None) -> Run:
         """A new run. ``attached`` names the door of a connection the run lives and dies
         with (``socket``, ``mcp``): after a restart that connection is gone, so is the run."""
+        from .quotas import check_runs  # per-requester quota (limits.open_runs)
+        check_runs(self, principal)
         try:
             kind = RunKind(kind)
         except ValueError as exc:
@@ -411,6 +415,7 @@ class Gateway:
 
     def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
         self._require_operator(operator)
+        refuse_token(reason, "reason")
         run = self.get_run(run_id)
         run.status = RunStatus.TAKEN_OVER
         run.takeover_reason = reason
@@ -497,27 +502,16 @@ class Gateway:
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if run_id in self._owners else self.get_run(run_id)
         inst = self.instrument(instrument)
+        asked = (instrument, message, rationale, confidence, step_id, timeout_minutes)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
             if earlier is not None:
-                # Only an exact retry gets the earlier result; another request under the
-                # same key is refused. A write run inside a plan has a timeout of its own.
-                planned = bool(earlier.handoff.get("auto_step"))
-                minutes = self.config.policy.default_timeout_minutes \
-                    if timeout_minutes is None else timeout_minutes
-                differs = [name for name, was, asked in (
-                    ("instrument", earlier.instrument, instrument),
-                    ("command", earlier.message, message),
-                    ("rationale", earlier.rationale, rationale),
-                    ("confidence", earlier.confidence, confidence),
-                    ("step id", earlier.step_id, step_id),
-                    ("timeout", None if planned else earlier.timeout_minutes,
-                     None if planned else minutes)) if was != asked]
-                if differs:
-                    raise IdempotencyKeyReused(idempotency_key, earlier.id, differs)
+                self._same_request(earlier, idempotency_key, *asked)
                 return self._result(earlier)
         if confidence is not None and not 0 <= confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
+        refuse_token(step_id, "step_id")
+        stated_confidence(rationale)  # a "Confidence: 9500%" is refused, never clamped
         timeout = self._timeout(timeout_minutes)
         refusal = _door_only(message, rationale)
         if refusal is not None:
@@ -593,6 +587,8 @@ class Gateway:
                                                 confidence=confidence, step_id=step_id,
                                                 idempotency_key=idempotency_key)
                 if isinstance(via_plan, TakeoverRequest):
+                    if idempotency_key is not None:  # a concurrent twin may have won the key
+                        self._same_request(via_plan, idempotency_key, *asked)
                     return self._result(via_plan)
                 gate_note = via_plan
             req = await self._hold(
@@ -601,6 +597,8 @@ class Gateway:
                 rationale=rationale, confidence=confidence, step_id=step_id,
                 idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
                 gate=gate_note)
+            if idempotency_key is not None:  # a concurrent twin may have won the key
+                self._same_request(req, idempotency_key, *asked)
         except Refused as exc:  # the predicted state leaves the envelope: never held
             self.store.append([*unjournaled, Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
@@ -612,6 +610,25 @@ class Gateway:
                 data={"message": message, "reason": f"no snapshot: {exc.message}"})])
             raise
         return self._result(req)
+
+    def _same_request(self, earlier: TakeoverRequest, key: str, instrument: str,
+                      message: str, rationale: str | None, confidence: float | None,
+                      step_id: str | None, timeout_minutes: int | None) -> None:
+        """Only an exact retry gets the earlier result; another request under the same key
+        is refused. A write run inside a plan has a timeout of its own."""
+        planned = bool(earlier.handoff.get("auto_step"))
+        minutes = self.config.policy.default_timeout_minutes \
+            if timeout_minutes is None else timeout_minutes
+        differs = [name for name, was, now_ in (
+            ("instrument", earlier.instrument, instrument),
+            ("command", earlier.message, message),
+            ("rationale", earlier.rationale, rationale),
+            ("confidence", earlier.confidence, confidence),
+            ("step id", earlier.step_id, step_id),
+            ("timeout", None if planned else earlier.timeout_minutes,
+             None if planned else minutes)) if was != now_]
+        if differs:
+            raise IdempotencyKeyReused(key, earlier.id, differs)
 
     def _timeout(self, minutes: int | None) -> int:
         policy = self.config.policy
@@ -755,6 +772,9 @@ class Gateway:
                     stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
                     gate: dict[str, Any] | None = None,
                     ) -> TakeoverRequest:
+        from .quotas import check_pending  # limits.pending_requests, before the snapshot;
+        if supersedes is None:             # a stale request's replacement is no new filing
+            check_pending(self, run)
         preliminary = self._actions(inst, c, None)
         snap = await self._snapshot(inst, self._fields(inst, preliminary))
         actions = self._actions(inst, c, snap)
@@ -797,9 +817,13 @@ class Gateway:
         return req
 
     def list_requests(self, status: Status | None = None, run_id: str | None = None,
-                      instrument: str | None = None, limit: int = 100, offset: int = 0
+                      instrument: str | None = None, limit: int = 100, offset: int = 0,
+                      sort: str = "newest", requester: str | None = None
                       ) -> list[TakeoverRequest]:
-        return self.store.list_requests(status, run_id, instrument, limit, offset)
+        """One page, sorted in the store (``newest``, or ``expiry``: soonest first). It is
+        a ``store.RequestPage``: a list that also carries ``total``, how many match."""
+        return self.store.page_requests(status, run_id, instrument, limit, offset, sort,
+                                        requester)
 
     @staticmethod
     def _require_operator(who: Principal) -> None:
@@ -917,6 +941,7 @@ class Gateway:
                                f"{exc}") from exc
         if not wanted:
             raise InvalidInput("say which approvals you give: setpoint, output_enable, state")
+        refuse_token(notes, "notes")
         seen = proposal_hash  # the proposal this approver is deciding on
         for _ in range(MAX_RETRIES):
             req = self.get_request(request_id)
@@ -1028,6 +1053,7 @@ class Gateway:
         """Deny exactly the proposal ``proposal_hash`` names (the one the approver saw)."""
         if not notes.strip():
             raise InvalidInput("a denial needs a note: it goes back to the requester")
+        refuse_token(notes, "notes")
         req = self.get_request(request_id)
         run = self.get_run(req.run_id)
         self._require_operator(approver)
@@ -1259,6 +1285,24 @@ class Gateway:
         return state.values, None
 
     @staticmethod
+    async def _settle(link: AsyncLink, inst: Instrument) -> str | None:
+        """Wait until the instrument has finished every pending operation (IEEE 488.2
+        §10.19 ``*OPC?``), asking again after each timeout, up to SETTLE_SECONDS. None when
+        settled (or the profile has no ``*OPC?``), else why not."""
+        if inst.profile.lookup(True, ("OPC",)) is None:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_SECONDS
+        while True:
+            try:
+                await link.query("*OPC?")
+                return None
+            except InstrumentError as exc:
+                if loop.time() >= deadline:
+                    return f"the instrument did not settle within {SETTLE_SECONDS:.0f} s " \
+                           f"({exc.message})"
+
+    @staticmethod
     async def _drain_errors(link: AsyncLink, inst: Instrument) -> list[str]:
         """The instrument's own error queue after a write (SCPI-99 §21.8 SYSTem:ERRor)."""
         errors: list[str] = []
@@ -1367,6 +1411,12 @@ class Gateway:
 
         async def job(link: AsyncLink) -> _Written:
             out = _Written()
+            # A write cut off by the crash may still be inside the instrument: let it finish
+            # before judging, or a late change would be judged "nothing took effect".
+            unsettled = await self._settle(link, inst)
+            if unsettled is not None:
+                out.read_error = unsettled
+                return out
             out.after, out.read_error = await self._read_back(link, inst, fields,
                                                               req.snapshot.idn)
             if out.after is not None:
@@ -1489,6 +1539,7 @@ class Gateway:
     async def request_plan(self, run_id: str, scope: PlanScope | dict[str, Any],
                            rationale: str | None = None) -> TakeoverRequest:
         """Ask for a standing plan: a takeover request whose proposal is the plan's scope."""
+        refuse_token(rationale, "rationale")
         run = self.get_run(run_id)
         try:
             scope = PlanScope.model_validate(scope)
@@ -1692,32 +1743,49 @@ class Gateway:
 
     def feedback(self, run_id: str, step_id: str, score_value: int, notes: str = "",
                  who: Principal | None = None) -> dict[str, Any]:
-        """Feedback on an unattended step (1-5); 2 or less counts as regret."""
+        """Feedback on an unattended step (1-5); 2 or less counts as regret.
+
+        Kept per (step, person) with the person's role, so nobody's feedback overwrites
+        another's. Only people who may judge (operators, admins) teach the calibration: a
+        requester's feedback (or an unauthenticated caller's) is journaled, and changes
+        nothing (``calibrates`` says which)."""
         self.get_run(run_id)
         if not 1 <= score_value <= 5:
             raise InvalidInput(f"feedback score must be 1 to 5, not {score_value}")
         refuse_token(step_id, "step_id")
         refuse_token(notes, "notes")
+        role = who.role if who is not None else None
+        calibrates = role in (Role.OPERATOR, Role.ADMIN)
         record = {"run_id": run_id, "step_id": step_id, "score": score_value, "notes": notes,
-                  "by": who.name if who else None, "at": self.clock().isoformat()}
-        self.store.kv_put("feedback", f"{run_id}/{step_id}", record)
+                  "by": who.name if who else None, "role": role.value if role else None,
+                  "calibrates": calibrates, "at": self.clock().isoformat()}
+        by = person(who.name) if who is not None else ""
+        self.store.kv_put("feedback", f"{run_id}/{step_id}/{role or 'nobody'}/{by}", record)
         self.store.append([Event(run_id=run_id, type=EventType.FEEDBACK_GIVEN, data=record)])
         return record
 
     def _regret(self, effect: str) -> float:
-        """Share of unattended steps of this kind later scored <= 2 or that failed."""
+        """Share of unattended steps of this kind that failed, or that someone who may
+        judge (an operator or admin) scored 2 or less. One judge's low score counts
+        whatever others said; a requester's feedback never counts, so an agent cannot
+        talk its own regret down. A record from before roles were kept counts only as
+        regret (it may have been the requester's, which could only have been praise)."""
         try:
             steps = [s for s in self.store.kv_list("auto_steps") if s.get("effect") == effect
                      and s.get("outcome") is not None]
             if len(steps) < 3:
                 return 0.0
-            feedback = {f"{f['run_id']}/{f['step_id']}": f for f in self.store.kv_list("feedback")}
-            bad = 0
-            for step in steps:
-                scored = feedback.get(f"{step['run_id']}/{step['step_id']}")
-                if step["outcome"] in ("failed", "ambiguous") or (
-                        scored is not None and int(scored["score"]) <= 2):
-                    bad += 1
+            regretted: set[str] = set()
+            for f in self.store.kv_list("feedback"):
+                try:
+                    low = int(f["score"]) <= 2
+                    judged = f.get("calibrates") is True or "role" not in f
+                    if low and judged:
+                        regretted.add(f"{f['run_id']}/{f['step_id']}")
+                except (KeyError, TypeError, ValueError):
+                    continue  # one malformed record never hides the others
+            bad = sum(1 for step in steps if step.get("outcome") in ("failed", "ambiguous")
+                      or f"{step.get('run_id')}/{step.get('step_id')}" in regretted)
             return bad / len(steps)
-        except (GatewayError, KeyError, TypeError, ValueError):
-            return 0.0  # fail safe: calibration never blocks a decision on its own error
+        except GatewayError:
+            return 0.0  # calibration never blocks a decision on its own store error

@@ -168,12 +168,24 @@ class _CrashHooks:
         self.write_delay = float(os.environ.get("SIM_WRITE_DELAY", "0") or 0)
         self.hangup_drop = float(os.environ.get("SIM_HANGUP_DROP", "0") or 0)
         self.log = os.environ.get("SIM_LOG") or None
+        #: Writes each instrument is still working on, whichever connection sent them.
+        self._busy: dict[int, int] = {}
 
     async def deliver(self, instrument: SimInstrument, reader: asyncio.StreamReader,
                       message: str) -> bool:
         """Whether the instrument gets ``message`` at all (after any delay)."""
+        key = id(instrument)
+        if message.strip().upper() == "*OPC?":
+            # IEEE 488.2 §12.5.3: *OPC? answers once every pending operation of the device
+            # is complete, also one a client that hung up started (one parser per device).
+            while self._busy.get(key):
+                await asyncio.sleep(0.01)
         if self.write_delay and "?" not in message:
-            await asyncio.sleep(self.write_delay)
+            self._busy[key] = self._busy.get(key, 0) + 1
+            try:
+                await asyncio.sleep(self.write_delay)
+            finally:
+                self._busy[key] -= 1
             if getattr(reader, "_eof", False) and random.random() < self.hangup_drop:
                 logger.info("dropped %r: the client hung up while it was in flight", message)
                 return False

@@ -9,6 +9,8 @@ same rounds (``--rounds 50``) and prints the counts.
 
 from __future__ import annotations
 
+import socket
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,56 @@ def test_sigkill_at_random_points_then_restart(tmp_path: Path) -> None:
     assert tally.violations == [], tally.report()
     assert tally.rounds == 5 and sum(tally.checks.values()) > 100
     assert tally.at_kill["pending"] >= 10, tally.report()  # A and B, every round
+
+
+def test_a_write_still_inside_the_instrument_is_judged_after_it_lands(tmp_path: Path) -> None:
+    """The instrument holds each write 8 s. The gateway is SIGKILLed 0.5 s into a write and
+    restarted at once. The restart waits for the instrument to settle (``*OPC?``) before it
+    reads back, so the write that landed late is ``executed``, never "failed"; and a request
+    approved behind it is rechecked against the state read after that, so it goes stale."""
+    import threading
+    import time
+
+    from bench.crash import Bench
+
+    bench = Bench(tmp_path, seed=5, write_delay=8.0, hangup_drop=0.0)
+    try:
+        bench.start()
+        with bench.client("script-7") as me, bench.client("olga") as olga:
+            run = me.post("/v1/runs", json={"kind": "script"}).json()["id"]
+            first = me.post(f"/v1/runs/{run}/scpi", json={
+                "instrument": "psu", "command": "VOLT 2.5,(@1)"}).json()["takeover"]
+            second = me.post(f"/v1/runs/{run}/scpi", json={
+                "instrument": "psu", "command": "VOLT 3,(@1)"}).json()["takeover"]
+            grant = f"/v1/runs/{run}/takeover/{{}}/grant"
+
+            def decide(tk: dict[str, Any]) -> None:
+                try:
+                    olga.post(grant.format(tk["id"]),
+                              json={"approve": ["setpoint"], "proposalHash": tk["proposalHash"]})
+                except Exception:  # the gateway died under it
+                    pass
+
+            threads = [threading.Thread(target=decide, args=(tk,)) for tk in (first, second)]
+            for t in threads:
+                t.start()
+                time.sleep(0.2)
+            time.sleep(0.3)
+            bench.kill()
+            for t in threads:
+                t.join()
+            bench.start()
+            done = olga.get(f"/v1/takeover/{first['id']}").json()
+            assert done["status"] == "executed", done["outcome"]
+            behind = olga.get(f"/v1/takeover/{second['id']}").json()
+            for _ in range(100):
+                if behind["status"] not in ("approved", "executing"):
+                    break
+                time.sleep(0.1)
+                behind = olga.get(f"/v1/takeover/{second['id']}").json()
+            assert behind["status"] == "stale", behind["outcome"]
+        with socket.create_connection(("127.0.0.1", bench.psu_port), timeout=10) as panel:
+            panel.sendall(b"VOLT? (@1)\n")
+            assert Decimal(panel.recv(100).decode().strip()) == Decimal("2.5")
+    finally:
+        bench.close()
