@@ -225,6 +225,7 @@ def test_instrument_panel_and_an_engineers_own_change(page: Any, bench: Bench) -
     shot(pg, "panel")
     form = pg.locator("#change-3")
     form.locator("input[name=voltage]").fill("2.25")
+    form.locator("input[name=current]").fill("0.4")  # CH3's 1 A default is above 0.5 A
     form.locator("select[name=output]").select_option("ON")
     form.locator("input[name=rationale]").fill("scope the CH3 ramp")
     form.locator("button").click()

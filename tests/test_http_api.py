@@ -13,7 +13,7 @@ import pytest
 
 from bench_gate.client import ApiError, Client
 
-from ._http_bench import Bench, start_bench
+from ._http_bench import Bench, shown_hash, start_bench
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +35,13 @@ def submit(bench: Bench, run_id: str, command: str, who: str = "bot", **kw: Any
                                                        "command": command}, **kw)
 
 
-def grant(bench: Bench, who: str, run_id: str, tk: str, *kinds: str) -> httpx.Response:
+def grant(bench: Bench, who: str, run_id: str, tk: str, *kinds: str,
+          proposal_hash: str | None = None) -> httpx.Response:
+    """A grant naming ``proposal_hash``, or the proposal ``who`` reads just before."""
     with bench.http(who) as h:
-        return h.post(f"/v1/runs/{run_id}/takeover/{tk}/grant", json={"approve": list(kinds)})
+        seen = proposal_hash or shown_hash(h, tk)
+        return h.post(f"/v1/runs/{run_id}/takeover/{tk}/grant",
+                      json={"approve": list(kinds), "proposalHash": seen})
 
 
 def volts(text: str) -> Decimal:
@@ -65,7 +69,7 @@ def test_write_is_held_and_runs_only_after_grant(bench: Bench) -> None:
         one = h.get(f"/v1/takeover/{tk['id']}").json()
         assert one["handoff"]["reversibility"] and one["expiresAt"]
         assert one["approvalsGiven"] == []
-    g = grant(bench, "olga", run, tk["id"], "setpoint")
+    g = grant(bench, "olga", run, tk["id"], "setpoint", proposal_hash=one["proposalHash"])
     assert g.status_code == 200, g.text
     assert g.json()["request"]["status"] == "executed"
     assert g.json()["request"]["receipt"]["sent"] == ["VOLT 4.5,(@1)"]
@@ -77,7 +81,7 @@ def test_write_is_held_and_runs_only_after_grant(bench: Bench) -> None:
 def test_two_approvals_either_order(bench: Bench, channel: int, first: str,
                                     second: str) -> None:
     run = run_for(bench)
-    r = submit(bench, run, f"VOLT 1.5,(@{channel});:OUTP ON,(@{channel})")
+    r = submit(bench, run, f"VOLT 1.5,(@{channel});:CURR 0.4,(@{channel});:OUTP ON,(@{channel})")
     assert r.status_code == 202, r.text
     tk = r.json()["takeover"]["id"]
     assert sorted(r.json()["takeover"]["required"]) == ["output_enable", "setpoint"]

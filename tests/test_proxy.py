@@ -140,7 +140,7 @@ async def test_held_write_blocks_the_stream_until_granted(
     assert req.message == "VOLT 5,(@1)"
     await asyncio.sleep(0.2)
     assert not task.done(), "the query overtook the held write"
-    result = await gateway.grant(req.id, olga, kinds(req))
+    result = await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
     assert result.request.status is Status.EXECUTED
     assert Decimal(await task) == 5
     run = gateway.get_run(req.run_id)
@@ -152,7 +152,7 @@ async def test_denial_shows_in_syst_err_with_notes(
     psu = open_client()
     await in_thread(psu.write, "VOLT 4,(@1)")
     req = await next_pending(gateway)
-    await gateway.deny(req.id, olga, "not on this DUT")
+    await gateway.deny(req.id, olga, "not on this DUT", proposal_hash=req.proposal_hash)
 
     def script() -> tuple[str, str, str]:
         return psu.query("VOLT? (@1)"), psu.query("SYST:ERR?"), psu.query("SYST:ERR?")
@@ -190,7 +190,7 @@ async def test_opc_answers_only_after_the_earlier_write_is_decided(
     req = await next_pending(gateway)
     await asyncio.sleep(0.2)
     assert not task.done()
-    await gateway.grant(req.id, olga, kinds(req))
+    await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
     assert (await task).strip() == "1"
 
 
@@ -231,7 +231,7 @@ async def test_two_scripts_writing_different_channels_never_mix(
         seen.add(req.id)
         assert [x.canonical for x in req.actions if x.effect == "setpoint"] in (
             ["VOLT 3.0,(@1)"], ["VOLT 7.0,(@2)"])
-        await gateway.grant(req.id, olga, kinds(req))
+        await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
     assert [Decimal(x) for x in await asyncio.gather(*tasks)] == [3, 7]
 
 
@@ -239,17 +239,18 @@ async def test_output_enable_without_an_approved_setpoint_is_refused(
         open_client: Callable[..., Any], gateway: Gateway, olga: Principal,
         clock: Clock, front_panel: Any) -> None:
     psu = open_client()
-    await in_thread(psu.write, "OUTP ON,(@2)")
+    await in_thread(psu.write, "OUTP ON,(@1)")
     req = await next_pending(gateway)
     assert set(req.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
-    result = await gateway.grant(req.id, olga, [ApprovalKind.OUTPUT_ENABLE])
+    result = await gateway.grant(req.id, olga, [ApprovalKind.OUTPUT_ENABLE],
+                                 proposal_hash=req.proposal_hash)
     assert result.missing == [ApprovalKind.SETPOINT]
     assert "no approved setpoint" in result.message
     clock.advance(minutes=31)
     await gateway.sweep()
     err = await in_thread(psu.query, "SYST:ERR?")
     assert err.startswith("-203,") and "expired" in err and req.id in err
-    assert int(front_panel.query("OUTP? (@2)")) == 0
+    assert int(front_panel.query("OUTP? (@1)")) == 0
 
 
 async def test_stale_write_follows_to_its_fresh_request(
@@ -264,12 +265,12 @@ async def test_stale_write_follows_to_its_fresh_request(
     task = asyncio.ensure_future(in_thread(script))
     first = await next_pending(gateway)
     front_panel.write("VOLT 1,(@3)")  # someone at the bench changes it meanwhile
-    stale = await gateway.grant(first.id, olga, kinds(first))
+    stale = await gateway.grant(first.id, olga, kinds(first), proposal_hash=first.proposal_hash)
     assert stale.request.status is Status.STALE and stale.request.superseded_by
     fresh = gateway.get_request(stale.request.superseded_by)
     await asyncio.sleep(0.2)
     assert not task.done()
-    await gateway.grant(fresh.id, olga, kinds(fresh))
+    await gateway.grant(fresh.id, olga, kinds(fresh), proposal_hash=fresh.proposal_hash)
     assert Decimal(await task) == 2
 
 
@@ -286,7 +287,7 @@ async def test_disconnect_while_pending_cancels_and_never_executes(
     types = [e.type for e in gateway.store.journal(req.run_id, limit=1000)]
     assert EventType.TAKEOVER_CANCELLED in types
     with pytest.raises(Exception):  # noqa: B017 - any refusal: it is no longer pending
-        await gateway.grant(req.id, olga, kinds(req))
+        await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
 
 
@@ -335,7 +336,7 @@ async def test_gate_commands_on_the_wire(
     assert req.rationale == "step 3: 4 V into the DUT" and req.confidence == 0.9
     status = await in_thread(psu.query, "GATE:STAT?")  # answered while the write is held
     assert status.startswith(f'PENDING,"{req.id}"') and "setpoint" in status
-    await gateway.grant(req.id, olga, kinds(req))
+    await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
     assert Decimal(await in_thread(psu.query, "VOLT? (@1)")) == 4
     assert (await in_thread(psu.query, "GATE:STAT?")).startswith("EXECUTED,")
     assert await in_thread(psu.query, "GATE:RAT?") == '""'  # used by that write
@@ -383,7 +384,7 @@ async def test_pymeasure_driver_unmodified(
         task = asyncio.ensure_future(in_thread(set_volts))
         req = await next_pending(gateway)
         assert set(req.required) == {ApprovalKind.SETPOINT}
-        await gateway.grant(req.id, olga, kinds(req))
+        await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
         await task
         assert await in_thread(lambda: supply.ch_1.voltage_setpoint) == 5
 
@@ -394,7 +395,7 @@ async def test_pymeasure_driver_unmodified(
         task = asyncio.ensure_future(in_thread(enable))
         req = await next_pending(gateway, seen)
         assert set(req.required) == {ApprovalKind.OUTPUT_ENABLE}  # setpoint already approved
-        await gateway.grant(req.id, olga, kinds(req))
+        await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
         await task
         assert await in_thread(lambda: supply.ch_1.output_enabled) is True
         assert await in_thread(lambda: supply.ch_1.voltage) == 5

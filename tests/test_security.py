@@ -24,7 +24,7 @@ from bench_gate.gateway import Gateway
 from bench_gate.proxy import start_doors
 from bench_gate.store import SqliteStore
 
-from ._http_bench import Bench, start_bench
+from ._http_bench import Bench, shown_hash, start_bench
 
 NONE, BAD, REVOKED, REQ, OP, ADMIN = "none", "bad", "revoked", "requester", "operator", "admin"
 OWNER = "owner"  # the requester whose run it is, and nobody else
@@ -197,7 +197,8 @@ def test_self_approval_is_refused_on_every_door(bench: Bench, errors: list[str])
     # HTTP: an operator's own script run
     run, tk = held(bench, "VOLT 0.3,(@3)", who="olga")
     with client(bench, "olga") as h:
-        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant", json={"approve": ["setpoint"]})
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["setpoint"], "proposalHash": shown_hash(h, tk)})
     assert r.status_code == 403 and "cannot approve" in r.json()["reason"]
     errors.append(r.text)
     # console: the same person, signed in
@@ -220,26 +221,30 @@ def _find(rx: re.Pattern[str], text: str, default: str) -> str:
 def test_two_person_rule_across_doors(bench: Bench) -> None:
     """One person approves the setpoint (HTTP); the same person may not give the output
     enable, on any door; a second person can."""
-    run, tk = held(bench, "VOLT 0.4,(@2);:OUTP ON,(@2)")
+    run, tk = held(bench, "VOLT 0.4,(@2);:CURR 0.4,(@2);:OUTP ON,(@2)")
     with client(bench, "olga") as h:
+        seen = shown_hash(h, tk)
         both = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
-                      json={"approve": ["setpoint", "output_enable"]})
+                      json={"approve": ["setpoint", "output_enable"], "proposalHash": seen})
         assert both.status_code == 403
         assert h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
-                      json={"approve": ["setpoint"]}).status_code == 200
+                      json={"approve": ["setpoint"], "proposalHash": seen}).status_code == 200
         again = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
-                       json={"approve": ["output_enable"]})
+                       json={"approve": ["output_enable"], "proposalHash": seen})
         assert again.status_code == 403 and "second person" in again.json()["reason"]
     assert status(bench, tk) == "pending"
     assert bench.psu("OUTP? (@2)") == "0"
     with client(bench, "oscar") as h:
-        ok = h.post(f"/v1/runs/{run}/takeover/{tk}/grant", json={"approve": ["output_enable"]})
+        ok = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                    json={"approve": ["output_enable"], "proposalHash": shown_hash(h, tk)})
         assert ok.status_code == 200 and ok.json()["request"]["status"] == "executed"
     assert bench.psu("OUTP? (@2)") == "1"
     assert Decimal(bench.psu("VOLT? (@2)")) == Decimal("0.4")
     with client(bench, "oscar") as h:  # leave the bench off for the other tests
         run2, tk2 = held(bench, "OUTP OFF,(@2)")
-        h.post(f"/v1/runs/{run2}/takeover/{tk2}/grant", json={"approve": ["state"]})
+        off = h.post(f"/v1/runs/{run2}/takeover/{tk2}/grant",
+                     json={"approve": ["state"], "proposalHash": shown_hash(h, tk2)})
+        assert off.status_code == 200, off.text
 
 
 def test_mcp_door_needs_a_live_token(bench: Bench, errors: list[str]) -> None:
@@ -406,7 +411,7 @@ def test_door_operator_token_cannot_self_approve(bench: Bench) -> None:
         assert gw.get_run(tk.run_id).principal == "olga"
         with client(bench, "olga") as h:
             r = h.post(f"/v1/runs/{tk.run_id}/takeover/{tk.id}/grant",
-                       json={"approve": ["setpoint"]})
+                       json={"approve": ["setpoint"], "proposalHash": tk.proposal_hash})
         assert r.status_code == 403, r.text
     assert bench.psu("VOLT? (@3)") == before
 
