@@ -178,7 +178,8 @@ async def approver(url: str, token: str, stop: float, res: Results) -> None:
                 return
             for tk in pending:
                 g = await h.post(f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/grant",
-                                 json={"approve": tk["approvalsMissing"]})
+                                 json={"approve": tk["approvalsMissing"],
+                                       "proposalHash": tk["proposalHash"]})
                 if g.status_code not in (200, 409):  # 409: the other operator was first
                     res.errors.append(f"grant {tk['id']}: {g.status_code} {g.text[:200]}")
             await asyncio.sleep(0.05)

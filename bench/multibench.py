@@ -48,7 +48,8 @@ async def measure(url: str, grants: int, seconds: float) -> None:
                 req = (await b.submit(run.id, "psu", f"VOLT {(i % 20) / 4},(@1)")).request
                 assert req is not None
                 started = time.perf_counter()
-                result = await a.grant(req.id, OLGA, ["setpoint"])
+                result = await a.grant(req.id, OLGA, ["setpoint"],
+                                       proposal_hash=req.proposal_hash)
                 assert result.request.status is Status.EXECUTED, result.message
                 latencies.append(time.perf_counter() - started)
             latencies.sort()

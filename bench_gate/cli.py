@@ -5,7 +5,9 @@ server (``--url``, token from ``--token`` or ``BENCH_GATE_TOKEN``).
 
 ``bench-gate wait TK`` exits with the outcome: 0 executed, 3 denied, 4 expired, 5 stale,
 6 failed or ambiguous, 7 cancelled, 8 still undecided at ``--timeout``; 1 is any other error
-and 2 a usage error.
+and 2 a usage error. ``approve`` and ``deny`` print the proposal they decide on and name its
+hash; they exit 9 when the request changed since (nothing is decided; the current proposal
+is printed).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from typing import Any
 
 import httpx
 
-from .client import ApiError, Client
+from .client import ApiError, Client, ProposalChangedError
 
 __all__ = ["EXIT_CODES", "main"]
 
 EXIT_CODES = {"executed": 0, "denied": 3, "expired": 4, "stale": 5, "failed": 6,
               "ambiguous": 6, "cancelled": 7, "pending": 8, "approved": 8, "executing": 8}
 ERROR = 1
+#: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
+CHANGED = 9
 
 
 class CliError(Exception):
@@ -191,6 +195,12 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps(tk, indent=2))
         return 0
+    _summary(tk)
+    return 0
+
+
+def _summary(tk: dict[str, Any]) -> None:
+    """A request as a reviewer reads it (``show``, and what ``approve``/``deny`` decide)."""
     h = tk.get("handoff") or {}
     _out(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
     _out(f"  command       {tk['message']}")
@@ -212,7 +222,27 @@ def _show(args: argparse.Namespace) -> int:
     _out(f"  expires       {tk['expiresAt']} ({_ago(tk['expiresAt'])})")
     if tk.get("outcome"):
         _out(f"  outcome       {tk['outcome']}")
-    return 0
+    _out(f"  proposal      {tk['proposalHash']}")
+
+
+def _shown(c: Client, args: argparse.Namespace, doing: str) -> str:
+    """Fetch the request and print what is being decided; the hash to name. A ``--hash``
+    pinned earlier is named as it is (if it is no longer current the server says so)."""
+    tk = c.get(args.request)
+    if args.hash is None or args.hash == tk["proposalHash"]:
+        _out(f"{doing}:")
+        _summary(tk)
+    return str(args.hash or tk["proposalHash"])
+
+
+def _changed(request_id: str, exc: ProposalChangedError, nothing: str) -> int:
+    """The 409 of a decision on a proposal that is no longer current: show the current one."""
+    print(f"bench-gate: {request_id} changed since it was shown (proposal "
+          f"{(exc.seen_hash or '?')[:12]}, now {(exc.current_hash or '?')[:12]}); nothing "
+          f"was {nothing}. Read the current proposal and decide again:", file=sys.stderr)
+    if exc.current:
+        _summary(exc.current)
+    return CHANGED
 
 
 def _approve(args: argparse.Namespace) -> int:
@@ -227,7 +257,13 @@ def _approve(args: argparse.Namespace) -> int:
             raise CliError(f"--set {item!r}: write it as CH1.voltage=5")
         edits[key.strip()] = value.strip()
     with _client(args) as c:
-        result = c.grant(args.request, kinds, notes=args.notes or "", edits=edits or None)
+        seen = _shown(c, args, f"approving {', '.join(kinds)}"
+                               + (f" with {', '.join(args.set)}" if edits else ""))
+        try:
+            result = c.grant(args.request, kinds, notes=args.notes or "", edits=edits or None,
+                             proposal_hash=seen)
+        except ProposalChangedError as exc:
+            return _changed(args.request, exc, "approved")
     req = result["request"]
     _out(f"{req['id']}: {req['status']}" + (f" — {result['message']}" if result["message"]
                                              else ""))
@@ -236,7 +272,11 @@ def _approve(args: argparse.Namespace) -> int:
 
 def _deny(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        req = c.deny(args.request, args.notes)
+        seen = _shown(c, args, "denying")
+        try:
+            req = c.deny(args.request, args.notes, proposal_hash=seen)
+        except ProposalChangedError as exc:
+            return _changed(args.request, exc, "denied")
     _out(f"{req['id']}: {req['status']} — {req.get('outcome') or ''}")
     return 0
 
@@ -504,6 +544,10 @@ def _parser() -> argparse.ArgumentParser:
     d = cmd("deny", _deny, "deny a request; the notes go back to the requester")
     d.add_argument("request")
     d.add_argument("--notes", required=True)
+    for sp in (a, d):
+        sp.add_argument("--hash", metavar="PROPOSAL_HASH", help=(
+            "decide only on this proposal (the hash `show` printed); without it, on the "
+            "proposal fetched and printed now. A proposal that changed exits 9"))
     r = cmd("release", _release, "end a takeover: the run's writes go on")
     r.add_argument("run")
     cmd("runs", _runs, "the runs")

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ApiError", "Client", "Outcome"]
+__all__ = ["ApiError", "Client", "Outcome", "ProposalChangedError"]
 
 MAX_WAIT_PER_CALL = 60.0
 UNDECIDED = frozenset({"pending", "approved", "executing"})
@@ -33,6 +33,18 @@ class ApiError(Exception):
         self.problem = problem or {}
         self.scpi_code: int | None = self.problem.get("scpiCode")
         super().__init__(f"{status}: {reason}" if status else reason)
+
+
+class ProposalChangedError(ApiError):
+    """A grant or denial named a proposal that is no longer the request's (409): someone
+    edited it, or it was proposed again. Nothing was decided. ``current`` is the request as
+    it stands, with its handoff; show it, then decide again naming ``current_hash``."""
+
+    def __init__(self, reason: str, problem: dict[str, Any]) -> None:
+        super().__init__(409, reason, problem)
+        self.seen_hash: str | None = problem.get("seenProposalHash")
+        self.current_hash: str | None = problem.get("currentProposalHash")
+        self.current: dict[str, Any] = problem.get("current") or {}
 
 
 @dataclass
@@ -78,6 +90,9 @@ class Client:
                 reason = str(body.get("reason") or body.get("detail") or r.reason_phrase)
             except ValueError:
                 body, reason = None, r.text or r.reason_phrase
+            if r.status_code == 409 and isinstance(body, dict) \
+                    and "currentProposalHash" in body:
+                raise ProposalChangedError(reason, body)
             raise ApiError(r.status_code, reason, body)
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
@@ -229,20 +244,30 @@ class Client:
         return result
 
     def grant(self, request_id: str, approve: list[str], *, notes: str = "",
-              edits: dict[str, str] | None = None) -> dict[str, Any]:
-        """Give approvals; returns ``{request, missing, message}``."""
-        run_id = self.get(request_id)["runId"]
-        body: dict[str, Any] = {"approve": approve, "notes": notes}
+              edits: dict[str, str] | None = None, proposal_hash: str | None = None
+              ) -> dict[str, Any]:
+        """Give approvals of exactly one proposal: ``proposal_hash``, the ``proposalHash``
+        of the request as its approver was shown it (``get()``), or without it the proposal
+        this call fetches first. Returns ``{request, missing, message}``: the request with
+        the approvals it now holds. A proposal that is no longer current raises
+        ProposalChangedError (with the current one) and approves nothing."""
+        tk = self.get(request_id)
+        body: dict[str, Any] = {"approve": approve, "notes": notes,
+                                "proposalHash": proposal_hash or tk["proposalHash"]}
         if edits:
             body["edits"] = edits
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{run_id}/takeover/{request_id}/grant", json=body)
+            "POST", f"/v1/runs/{tk['runId']}/takeover/{request_id}/grant", json=body)
         return result
 
-    def deny(self, request_id: str, notes: str) -> dict[str, Any]:
-        run_id = self.get(request_id)["runId"]
+    def deny(self, request_id: str, notes: str, *, proposal_hash: str | None = None
+             ) -> dict[str, Any]:
+        """Deny exactly one proposal (``proposal_hash`` as in ``grant``); returns the request.
+        A proposal that is no longer current raises ProposalChangedError."""
+        tk = self.get(request_id)
+        body = {"notes": notes, "proposalHash": proposal_hash or tk["proposalHash"]}
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{run_id}/takeover/{request_id}/deny", json={"notes": notes})
+            "POST", f"/v1/runs/{tk['runId']}/takeover/{request_id}/deny", json=body)
         return result
 
     def take_over(self, run_id: str, reason: str) -> dict[str, Any]:

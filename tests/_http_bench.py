@@ -57,6 +57,14 @@ class Bench:
             res.close()
 
 
+def shown_hash(h: httpx.Client, tk: str) -> str:
+    """The proposal hash of a request as its reader is shown it now (GET /v1/takeover/{tk}):
+    what a grant or a denial names."""
+    r = h.get(f"/v1/takeover/{tk}")
+    assert r.status_code == 200, r.text
+    return str(r.json()["proposalHash"])
+
+
 def start_bench(tmp: Path, **policy: Any) -> Iterator[Bench]:
     with SimBenchThread() as sim:
         config = default_config(sim.psu_port, sim.dmm_port)

@@ -164,7 +164,10 @@ def test_deny_needs_a_note_and_edits_are_checked_against_the_envelope(bench: Ben
 def test_history_and_timeline_render(bench: Bench, tmp_path: Path) -> None:
     run, tk = held(bench, "VOLT 0.5,(@3)")
     c, csrf = sign_in(bench, "olga")
-    assert c.post(f"/requests/{tk}/deny", data={"csrf": csrf, "notes": "not now"}
+    shown = HASH.search(c.get(f"/requests/{tk}").text)
+    assert shown
+    assert c.post(f"/requests/{tk}/deny", data={"csrf": csrf, "notes": "not now",
+                                                "shown_hash": shown.group(1)}
                   ).status_code == 303
     hist = c.get("/history", params={"outcome": "denied"}).text
     assert tk in hist

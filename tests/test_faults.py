@@ -78,7 +78,7 @@ async def test_read_timeout_at_recheck_fails_and_writes_nothing(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.READ_TIMEOUT, match="*IDN?")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.FAILED
     assert "could not re-read" in (done.outcome or "") and "nothing was written" in (
         done.outcome or "")
@@ -101,7 +101,7 @@ async def test_read_timeout_at_read_back_is_ambiguous(
             link.arm(Fault.READ_TIMEOUT, match="VOLT?")
 
     link.write = write_then_arm  # type: ignore[method-assign]
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.AMBIGUOUS
     assert "could not be read back" in (done.outcome or "")
     assert "a person must check" in (done.outcome or "")
@@ -116,7 +116,7 @@ async def test_write_timeout_before_it_lands_fails(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.WRITE_TIMEOUT, match="VOLT")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.FAILED
     assert "timed out" in (done.outcome or "") and "read back 0 of 1" in (done.outcome or "")
     assert done.receipt is not None and done.receipt.reconciled
@@ -130,7 +130,7 @@ async def test_write_timeout_after_it_landed_is_reconciled(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.WRITE_LANDED, match="VOLT")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.EXECUTED
     assert (done.outcome or "").startswith("executed (reconciled from read-back)")
     assert done.receipt is not None and done.receipt.reconciled
@@ -145,7 +145,8 @@ async def test_write_timeout_of_an_unverifiable_command_is_ambiguous(
     gw, link = faulty
     req = await held(gw, script, "*RST")
     link.arm(Fault.WRITE_TIMEOUT, match="*RST")
-    done = (await gw.grant(req.id, olga, list(req.required))).request
+    done = (await gw.grant(req.id, olga, list(req.required),
+                           proposal_hash=req.proposal_hash)).request
     assert done.status is Status.AMBIGUOUS, done.outcome
     assert "cannot be confirmed by a read-back" in (done.outcome or "")
     assert last(gw, done)[0] == "step_failed"
@@ -158,12 +159,13 @@ async def test_dropped_connection_fails_then_the_lane_reconnects(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.DROP, match="VOLT 2")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.FAILED
     assert "connection reset" in (done.outcome or "")
     assert volts(front_panel, 1) == 0
     again = await held(gw, script, "VOLT 2.5,(@1)")
-    assert (await gw.grant(again.id, olga, ["setpoint"])).request.status is Status.EXECUTED
+    assert (await gw.grant(again.id, olga, ["setpoint"],
+                           proposal_hash=again.proposal_hash)).request.status is Status.EXECUTED
     assert volts(front_panel, 1) == Decimal("2.5")
 
 
@@ -194,7 +196,7 @@ async def test_garbled_read_back_is_ambiguous(faulty: tuple[Gateway, FaultLink],
             link.arm(fault, match="VOLT?")
 
     link.write = write_then_arm  # type: ignore[method-assign]
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.AMBIGUOUS, done.outcome
     assert "could not be read back" in (done.outcome or "")
     assert volts(front_panel, 1) == 2
@@ -206,7 +208,7 @@ async def test_instrument_error_after_write_is_ambiguous(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.INSTRUMENT_ERROR, match="VOLT 2")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.AMBIGUOUS
     assert 'instrument reported -222,"Data out of range"' in (done.outcome or "")
     kind, data = last(gw, done)
@@ -222,7 +224,7 @@ async def test_wrong_idn_after_reconnect_goes_stale(
     link.arm(Fault.WRONG_IDN)  # the next call drops; what answers then is a DP832
     with pytest.raises(InstrumentError):
         await gw.submit(gw.create_run(script, "script").id, "psu", "VOLT? (@2)")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.STALE
     kind, data = last(gw, done)
     assert kind == "takeover_stale" and data["diff"]["*IDN?"]["live"] == OTHER_IDN
@@ -238,7 +240,7 @@ async def test_wrong_idn_answering_the_read_back_is_ambiguous(
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.WRONG_IDN, match="VOLT 2")
-    done = (await gw.grant(req.id, olga, ["setpoint"])).request
+    done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
     assert done.status is Status.AMBIGUOUS, done.outcome
     assert "another instrument answered" in (done.outcome or "")
 

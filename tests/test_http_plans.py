@@ -49,9 +49,11 @@ def run_for(bench: Bench, who: str = "bot") -> str:
         return str(r.json()["id"])
 
 
-def grant(bench: Bench, who: str, run: str, tk: str, *kinds: str) -> dict[str, Any]:
+def grant(bench: Bench, who: str, run: str, tk: str, *kinds: str, proposal_hash: str
+          ) -> dict[str, Any]:
     with bench.http(who) as h:
-        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant", json={"approve": list(kinds)})
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": list(kinds), "proposalHash": proposal_hash})
         assert r.status_code == 200, r.text
         result: dict[str, Any] = r.json()
         return result
@@ -126,8 +128,10 @@ def test_plan_routes(bench: Bench) -> None:
                              "currentMax": 0.2, "maxStep": 0.5, "outputEnable": True,
                              "maxWrites": 10, "timeoutMinutes": 30}
 
-    assert grant(bench, "olga", run, tk["id"], "setpoint")["request"]["status"] == "pending"
-    done = grant(bench, "oscar", run, tk["id"], "output_enable")["request"]
+    seen = tk["proposalHash"]
+    assert grant(bench, "olga", run, tk["id"], "setpoint",
+                 proposal_hash=seen)["request"]["status"] == "pending"
+    done = grant(bench, "oscar", run, tk["id"], "output_enable", proposal_hash=seen)["request"]
     assert done["status"] == "executed" and done["planId"] == plan["id"]
     with bench.http("bot") as h:
         step = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
@@ -255,10 +259,11 @@ def test_socket_sweep_inside_one_plan(bench: Bench, pool: ThreadPoolExecutor) ->
             shown = h.get(f"/v1/takeover/{tk['id']}").json()
         assert shown["handoff"]["plan"]["words"][2] == "each voltage step at most 0.25 V"
         assert shown["handoff"]["rationale"] == "IV sweep of CH1, 0.25 V steps"
-        grant(bench, "olga", run, tk["id"], "setpoint")
+        grant(bench, "olga", run, tk["id"], "setpoint", proposal_hash=shown["proposalHash"])
         time.sleep(0.3)
         assert not opc.done(), "*OPC? answered before the plan was decided"
-        grant(bench, "oscar", run, tk["id"], "output_enable")
+        grant(bench, "oscar", run, tk["id"], "output_enable",
+              proposal_hash=shown["proposalHash"])
         assert opc.result(timeout=15) == "1"
         status, plan_id, left, seconds = psu.query("GATE:PLAN?").split(",")
         assert (status, left) == ("ACTIVE", "40") and 0 < int(seconds) <= 1800
@@ -288,7 +293,9 @@ def test_socket_sweep_inside_one_plan(bench: Bench, pool: ThreadPoolExecutor) ->
         held = wait_for(lambda: pending_of(bench, run))[0]
         assert held["message"] == "VOLT 5.5,(@1)" and held["planId"] is None
         with bench.http("olga") as h:
-            h.post(f"/v1/runs/{run}/takeover/{held['id']}/deny", json={"notes": "not 5.5"})
+            r = h.post(f"/v1/runs/{run}/takeover/{held['id']}/deny",
+                       json={"notes": "not 5.5", "proposalHash": held["proposalHash"]})
+            assert r.status_code == 200, r.text
         assert psu.query("SYST:ERR?").startswith('-203,"Command protected;')
         assert Decimal(bench.psu("VOLT? (@1)")) == 5
 
@@ -328,7 +335,9 @@ def test_socket_plan_refused_and_denied(bench: Bench) -> None:
         assert psu.query("GATE:STAT?").startswith(f'PENDING,"{tk["id"]}"')
         with bench.http("olga") as h:
             assert [p["status"] for p in h.get(f"/v1/runs/{run}/plans").json()] == ["pending"]
-            h.post(f"/v1/runs/{run}/takeover/{tk['id']}/deny", json={"notes": "not today"})
+            r = h.post(f"/v1/runs/{run}/takeover/{tk['id']}/deny",
+                       json={"notes": "not today", "proposalHash": tk["proposalHash"]})
+            assert r.status_code == 200, r.text
         assert psu.query("*OPC?") == "1"
         err = psu.query("SYST:ERR?")
         assert err.startswith('-203,"Command protected;') and "not today" in err

@@ -36,11 +36,11 @@ async def test_two_approved_writes_on_one_instrument_recheck_one_after_the_other
     runs = [gateway.create_run(script, "script") for _ in range(2)]
     held = [await gateway.submit(r.id, "psu", f"VOLT {v},(@2)")
             for r, v in zip(runs, ("1.5", "2.5"), strict=True)]
-    reqs = [h.request for h in held]
-    assert all(r is not None for r in reqs)
+    reqs = [h.request for h in held if h.request is not None]
+    assert len(reqs) == 2
     results = await asyncio.gather(
-        gateway.grant(reqs[0].id, olga, ["setpoint"]),  # type: ignore[union-attr]
-        gateway.grant(reqs[1].id, pete, ["setpoint"]))  # type: ignore[union-attr]
+        gateway.grant(reqs[0].id, olga, ["setpoint"], proposal_hash=reqs[0].proposal_hash),
+        gateway.grant(reqs[1].id, pete, ["setpoint"], proposal_hash=reqs[1].proposal_hash))
     statuses = sorted(r.request.status.value for r in results)
     assert statuses == ["executed", "stale"], statuses
     executed = next(r.request for r in results if r.request.status.value == "executed")

@@ -114,8 +114,10 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
 
         still = data(await call(client, "wait_for_decision", takeover_id=tk, timeout_s=0.2))
         assert still["status"] == "pending"
+        shown = await operator(bench, "GET", f"/v1/takeover/{tk}")
         await operator(bench, "POST", f"/v1/runs/{run_id}/takeover/{tk}/grant",
-                       json={"approve": ["setpoint"], "notes": "fine"})
+                       json={"approve": ["setpoint"], "notes": "fine",
+                             "proposalHash": shown["proposalHash"]})
         d = await call(client, "wait_for_decision", takeover_id=tk, timeout_s=20)
         done = data(d)
         assert done["status"] == "executed", text(d)
@@ -129,9 +131,11 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
 
         async def deny_soon() -> None:
             await anyio.sleep(0.3)
+            shown = await operator(bench, "GET", f"/v1/takeover/{w2['takeover_id']}")
             await operator(bench, "POST",
                            f"/v1/runs/{run_id}/takeover/{w2['takeover_id']}/deny",
-                           json={"notes": "too close to the DUT's 6 V rating"})
+                           json={"notes": "too close to the DUT's 6 V rating",
+                                 "proposalHash": shown["proposalHash"]})
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(deny_soon)

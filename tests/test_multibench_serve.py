@@ -20,6 +20,7 @@ import pyvisa
 
 from sim_instruments import SimBenchThread
 from tests import pg
+from tests._http_bench import shown_hash
 
 pg_cluster = pg.pg_cluster
 BIN = str(Path(sys.executable).with_name("bench-gate"))
@@ -130,8 +131,10 @@ def test_approve_on_a_what_b_owns(lab: dict[str, Any]) -> None:
     with api(a, lab["olga"]) as h:
         queue = h.get("/v1/takeover", params={"status": "pending"}).json()
         assert tk in [item["id"] for item in queue], "A's queue shows B's request"
+        seen = next(item["proposalHash"] for item in queue if item["id"] == tk)
         started = time.monotonic()
-        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant", json={"approve": ["setpoint"]})
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["setpoint"], "proposalHash": seen})
         assert r.status_code == 200, r.text
     assert psu_volts(lab["sim_b"], 1) == Decimal("2.5")
     assert time.monotonic() - started < 1.5
@@ -143,7 +146,8 @@ def test_owner_killed_with_an_approved_request(lab: dict[str, Any]) -> None:
     run, tk = held_write(b, lab["script"], "VOLT 3,(@2)")
     b.kill()
     with api(a, lab["olga"]) as h:
-        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant", json={"approve": ["setpoint"]})
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["setpoint"], "proposalHash": shown_hash(h, tk)})
         assert r.status_code == 200, r.text
         assert r.json()["request"]["status"] == "approved"
         assert "bench-b" in r.json()["message"]
@@ -170,16 +174,19 @@ def test_racing_decisions_over_http(lab: dict[str, Any]) -> None:
     a, b = lab["a"], lab["b"]
     for i in range(3):
         run, tk = held_write(b, lab["script"], f"VOLT {i + 1},(@3)")
+        with api(a, lab["olga"]) as h:
+            seen = shown_hash(h, tk)  # both operators decide on what they were shown
 
-        def grant(run: str = run, tk: str = tk) -> int:
+        def grant(run: str = run, tk: str = tk, seen: str = seen) -> int:
             with api(a, lab["olga"]) as h:
                 return h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
-                              json={"approve": ["setpoint"]}).status_code
+                              json={"approve": ["setpoint"], "proposalHash": seen}
+                              ).status_code
 
-        def deny(run: str = run, tk: str = tk) -> int:
+        def deny(run: str = run, tk: str = tk, seen: str = seen) -> int:
             with api(b, lab["pete"]) as h:
                 return h.post(f"/v1/runs/{run}/takeover/{tk}/deny",
-                              json={"notes": "no"}).status_code
+                              json={"notes": "no", "proposalHash": seen}).status_code
 
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             codes = sorted(f.result() for f in [pool.submit(grant), pool.submit(deny)])

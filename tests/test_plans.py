@@ -32,9 +32,9 @@ async def active_plan(gw: Gateway, run_id: str, olga: Principal, pete: Principal
     req = await gw.request_plan(run_id, scope or SWEEP_SCOPE, rationale="IV sweep of CH1")
     assert req.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
     assert "voltage setpoints from 0.0 V to 5.0 V" in req.actions[0].words
-    first = await gw.grant(req.id, olga, ["setpoint"])
+    first = await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert first.request.status is Status.PENDING, "a plan needs both approvals"
-    done = await gw.grant(req.id, pete, ["output_enable"])
+    done = await gw.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
     assert done.request.status is Status.EXECUTED, done.request.outcome
     assert req.plan_id is not None
     return req.plan_id
@@ -100,7 +100,7 @@ async def test_plan_without_output_enable_holds_energizing(gateway: Gateway, scr
     run = gateway.create_run(script, "script")
     req = await gateway.request_plan(run.id, {**SWEEP_SCOPE, "output_enable": False})
     assert req.required == [ApprovalKind.SETPOINT]
-    await gateway.grant(req.id, olga, ["setpoint"])
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     assert (await gateway.submit(run.id, "psu", "VOLT 0.5,(@1)")).status == "executed"
     assert (await gateway.submit(run.id, "psu", "OUTP ON,(@1)")).status == "pending"
 
@@ -109,7 +109,7 @@ async def test_denied_plan_request_leaves_no_plan(gateway: Gateway, script: Prin
                                                   olga: Principal) -> None:
     run = gateway.create_run(script, "script")
     req = await gateway.request_plan(run.id, SWEEP_SCOPE)
-    await gateway.deny(req.id, olga, "not this week")
+    await gateway.deny(req.id, olga, "not this week", proposal_hash=req.proposal_hash)
     assert gateway.list_plans(run.id)[0].status is PlanStatus.DENIED
     assert (await gateway.submit(run.id, "psu", "VOLT 1,(@1)")).status == "pending"
 
@@ -225,8 +225,10 @@ async def test_gate_diverts_unsure_agent_writes(gateway: Gateway, olga: Principa
     assert evaluated[0]["estimator"] == "verbalization"
     assert sum(1 for e in journal(gateway, run.id, EventType.COMMAND_RECEIVED)
                if e.get("message") == "VOLT 1,(@1)") == 2, "each command journaled once"
-    await gateway.grant(silent.request.id, olga, ["setpoint"])
-    await gateway.deny(unsure.request.id, olga, "wait for the thermal check")
+    await gateway.grant(silent.request.id, olga, ["setpoint"],
+                        proposal_hash=silent.request.proposal_hash)
+    await gateway.deny(unsure.request.id, olga, "wait for the thermal check",
+                       proposal_hash=unsure.request.proposal_hash)
     failed = journal(gateway, run.id, EventType.STEP_FAILED)
     assert any("diverted step denied" in f["reason"] for f in failed)
     assert Decimal(front_panel.query("VOLT? (@1)")) == 1
@@ -274,7 +276,7 @@ async def test_three_denials_in_a_row_suspend_the_run(gateway: Gateway, script: 
     for i in range(3):
         req = (await gateway.submit(run.id, "psu", f"VOLT {i + 1},(@1)")).request
         assert req is not None
-        await gateway.deny(req.id, olga, f"no {i}")
+        await gateway.deny(req.id, olga, f"no {i}", proposal_hash=req.proposal_hash)
     assert gateway.get_run(run.id).status is RunStatus.SUSPENDED
     refused = await gateway.submit(run.id, "psu", "VOLT 1,(@1)")
     assert refused.status == "refused" and "suspended" in refused.reason
@@ -294,19 +296,19 @@ async def test_an_approval_resets_the_row_but_not_the_total(gateway: Gateway,
         req = (await gateway.submit(run.id, "psu", f"VOLT {i / 10},(@1)")).request
         assert req is not None
         if i == 2:
-            await gateway.grant(req.id, olga, ["setpoint"])
+            await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
             continue
         if i == 4:
             clock.advance(minutes=31)  # an expiry counts as a denial
             await gateway.sweep()
             continue
-        await gateway.deny(req.id, olga, "no")
+        await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
     run_now = gateway.get_run(run.id)
     assert run_now.denials_total == 4 and run_now.denials_in_a_row == 2
     assert run_now.status is RunStatus.ACTIVE
     req = (await gateway.submit(run.id, "psu", "VOLT 0.9,(@1)")).request
     assert req is not None
-    await gateway.deny(req.id, olga, "no")
+    await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
     final = gateway.get_run(run.id)
     assert final.status is RunStatus.SUSPENDED and final.denials_total == 5
     assert final.takeover_reason == "suspended after 3 denials in a row"
@@ -320,13 +322,13 @@ async def test_total_denials_suspend_the_run(gateway: Gateway, script: Principal
         req = (await gateway.submit(run.id, "psu", f"VOLT {i / 10},(@1)")).request
         assert req is not None
         if i % 2:
-            await gateway.grant(req.id, olga, ["setpoint"])
+            await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
         else:
-            await gateway.deny(req.id, olga, "no")
+            await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
     for i in range(2):
         req = (await gateway.submit(run.id, "psu", f"VOLT {i / 10 + 1},(@1)")).request
         assert req is not None
-        await gateway.deny(req.id, olga, "no")
+        await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
     final = gateway.get_run(run.id)
     assert final.status is RunStatus.SUSPENDED
     assert final.takeover_reason == "suspended after 4 denials in all"

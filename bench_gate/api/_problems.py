@@ -22,10 +22,12 @@ from ..errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
+    ProposalChanged,
     Refused,
     StoreError,
     TransitionError,
 )
+from ._schemas import takeover_out
 
 __all__ = ["PROBLEM", "install", "problem"]
 
@@ -38,13 +40,15 @@ _STATUS: list[tuple[type[GatewayError], int, str]] = [
     (InvalidInput, 422, "invalid-input"),
     (Refused, 422, "refused"),
     (PermissionDenied, 403, "forbidden"),
+    (ProposalChanged, 409, "proposal-changed"),
     (TransitionError, 409, "conflict"),
     (InstrumentError, 502, "instrument-error"),
     (StoreError, 503, "store-error"),
 ]
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 422: "Unprocessable Content",
-           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+           428: "Precondition Required", 500: "Internal Server Error", 502: "Bad Gateway",
+           503: "Service Unavailable"}
 
 
 def problem(status: int, reason: str, *, kind: str | None = None,
@@ -67,8 +71,24 @@ def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
                                     "type": "value_error"}]
             if isinstance(exc, IdempotencyKeyReused):
                 extra.update(requestId=exc.request_id, differs=exc.differences)
+            if isinstance(exc, ProposalChanged):
+                extra.update(_proposal_changed(request, exc))
             return problem(status, exc.message, kind=kind, **extra)
     return problem(500, exc.message, kind="gateway-error")
+
+
+def _proposal_changed(request: Request, exc: ProposalChanged) -> dict[str, Any]:
+    """What the approver must see before deciding again: the current proposal, in full
+    (``ProposalChangedOut``)."""
+    extra: dict[str, Any] = {"seenProposalHash": exc.seen, "currentProposalHash": exc.current}
+    try:
+        req = request.app.state.gateway.get_request(exc.request_id)
+    except GatewayError:
+        return extra
+    # The request as read now, so the hash and the proposal shown agree.
+    extra["currentProposalHash"] = req.proposal_hash
+    extra["current"] = takeover_out(req, handoff=True).model_dump(mode="json", by_alias=True)
+    return extra
 
 
 def _validation(request: Request, exc: Exception) -> JSONResponse:

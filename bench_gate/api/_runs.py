@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import Field, TypeAdapter, ValidationError
@@ -20,6 +20,7 @@ from ._schemas import (
     DenyBody,
     GrantBody,
     GrantOut,
+    ProposalChangedOut,
     RunCreate,
     RunOut,
     ScpiBody,
@@ -170,21 +171,77 @@ def run_requests(run_id: str, who: Caller, gw: GatewayDep, status: Status | None
     return [takeover_out(r) for r in gw.list_requests(status, run_id, None, limit, offset)]
 
 
-@router.post("/{run_id}/takeover/{tk_id}/grant", response_model=GrantOut)
+IfMatch = Annotated[str | None, Header(max_length=200, description=(
+    "the proposal hash as an ETag (`\"<proposalHash>\"`, quotes optional), instead of "
+    "proposalHash in the body"))]
+#: A decision names the proposal its approver was shown (DESIGN rule 7).
+_DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "proposalHash and If-Match name different proposals, or If-Match "
+                         "is not one strong ETag"},
+    409: {"model": ProposalChangedOut,
+          "description": "the proposal named is not the current one (someone edited it, or "
+                         "it was re-proposed): nothing was recorded; the body carries the "
+                         "current proposal to show before deciding again. Also a request "
+                         "that is no longer pending"},
+    428: {"description": "no proposal named: send proposalHash (or If-Match)"},
+}
+
+
+def _shown_hash(tk_id: str, body_hash: str | None, if_match: str | None) -> str:
+    """The proposal hash a decision names: ``proposalHash`` in the body or an ``If-Match``
+    ETag (both may be given if they agree)."""
+    header = None
+    if if_match is not None:
+        tag = if_match.strip()
+        if tag == "*":
+            raise HTTPException(428, "If-Match: * names no proposal; send the request's "
+                                     f"proposalHash (GET /v1/takeover/{tk_id} gives it, "
+                                     "and its ETag)")
+        if tag.startswith("W/"):
+            raise HTTPException(400, "If-Match: a weak ETag cannot name a proposal; send "
+                                     f"the ETag of GET /v1/takeover/{tk_id} as it is")
+        if len(tag) >= 2 and tag[0] == tag[-1] == '"':
+            tag = tag[1:-1]
+        if not tag or '"' in tag or "," in tag:
+            raise HTTPException(400, "If-Match must name exactly one proposal: the ETag "
+                                     f"of GET /v1/takeover/{tk_id}")
+        header = tag
+    if body_hash is not None and header is not None and body_hash != header:
+        raise HTTPException(400, f"proposalHash {body_hash[:12]} and If-Match {header[:12]} "
+                                 "name different proposals; send one, the one you showed")
+    named = body_hash if body_hash is not None else header
+    if named is None:
+        raise HTTPException(428, "name the proposal you decide on: send proposalHash in the "
+                                 "JSON body (or an If-Match header), the proposalHash that "
+                                 f"GET /v1/takeover/{tk_id} returned when you showed it "
+                                 "(also its ETag)")
+    return named
+
+
+@router.post("/{run_id}/takeover/{tk_id}/grant", response_model=GrantOut,
+             responses=_DECISION_RESPONSES)
 async def grant(run_id: str, tk_id: str, body: GrantBody, who: Operator,
-                gw: GatewayDep) -> GrantOut:
-    """Give approvals; when none is missing the write runs (recheck, write, read back)."""
+                gw: GatewayDep, if_match: IfMatch = None) -> GrantOut:
+    """Give approvals of exactly the proposal named (``proposalHash`` or ``If-Match``: the
+    one its approver was shown); when none is missing the write runs (recheck, write, read
+    back)."""
     own_request(gw, tk_id, who, run_id)
-    result = await gw.grant(tk_id, who, list(body.approve), body.notes, body.edits)
+    seen = _shown_hash(tk_id, body.proposal_hash, if_match)
+    result = await gw.grant(tk_id, who, list(body.approve), body.notes, body.edits,
+                            proposal_hash=seen)
     return GrantOut(request=takeover_out(result.request, handoff=True),
                     missing=result.missing, message=result.message)
 
 
-@router.post("/{run_id}/takeover/{tk_id}/deny", response_model=TakeoverOut)
+@router.post("/{run_id}/takeover/{tk_id}/deny", response_model=TakeoverOut,
+             responses=_DECISION_RESPONSES)
 async def deny(run_id: str, tk_id: str, body: DenyBody, who: Operator,
-               gw: GatewayDep) -> TakeoverOut:
+               gw: GatewayDep, if_match: IfMatch = None) -> TakeoverOut:
+    """Deny exactly the proposal named (``proposalHash`` or ``If-Match``); the notes go back
+    to the requester."""
     own_request(gw, tk_id, who, run_id)
-    return takeover_out(await gw.deny(tk_id, who, body.notes))
+    seen = _shown_hash(tk_id, body.proposal_hash, if_match)
+    return takeover_out(await gw.deny(tk_id, who, body.notes, proposal_hash=seen))
 
 
 @router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut)

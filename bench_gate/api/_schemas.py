@@ -24,6 +24,7 @@ __all__ = [
     "PlanCreate",
     "PlanOut",
     "PlanRequested",
+    "ProposalChangedOut",
     "RunCreate",
     "RunOut",
     "ScpiBody",
@@ -97,14 +98,25 @@ class TakeoverAsk(_Camel):
     timeout_minutes: int | None = Field(default=None, ge=1, le=1440)
 
 
+def _proposal_hash() -> Any:
+    """A decision names the proposal its approver was shown (DESIGN rule 7)."""
+    return Field(default=None, min_length=1, max_length=128, description=(
+        "the proposalHash of the request as the approver was shown it (GET "
+        "/v1/takeover/{tkId} gives it, and its ETag); an If-Match header may carry it "
+        "instead. One of the two is required (428 without); a hash that is no longer "
+        "current is a 409 with the current proposal"))
+
+
 class GrantBody(_Camel):
     approve: list[ApprovalKind] = Field(min_length=1)
     notes: Annotated[str, _FREE] = Field(default="", max_length=4000)
     edits: dict[str, str] | None = None
+    proposal_hash: str | None = _proposal_hash()
 
 
 class DenyBody(_Camel):
     notes: Annotated[str, _FREE] = Field(min_length=1, max_length=4000)
+    proposal_hash: str | None = _proposal_hash()
 
 
 class ApprovalOut(_Out):
@@ -152,6 +164,24 @@ class GrantOut(_Out):
     request: TakeoverOut
     missing: list[ApprovalKind]
     message: str
+
+
+class ProposalChangedOut(_Out):
+    """The 409 of a grant or denial (problem+json). When it names a proposal that is no
+    longer current (type ``.../problems/proposal-changed``) it carries the current one;
+    any other conflict (the request is no longer pending) has only the problem fields."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    reason: str
+    #: The hash the decision named (what its approver was shown).
+    seen_proposal_hash: str | None = None
+    #: The request's proposal now: decide again on this one, after showing it.
+    current_proposal_hash: str | None = None
+    #: The request as it stands, with its handoff (actions in words, proposed state).
+    current: TakeoverOut | None = None
 
 
 class InstrumentOut(_Out):

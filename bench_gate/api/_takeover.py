@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from ..models import Status
 from ._deps import Caller, GatewayDep, Operator, own_request, wait_seconds
@@ -23,14 +23,18 @@ def queue(who: Operator, gw: GatewayDep, status: Status | None = None,
     return [takeover_out(r) for r in gw.list_requests(status, None, instrument, limit, offset)]
 
 
-@router.get("/{tk_id}", response_model=TakeoverOut)
-async def one(tk_id: str, who: Caller, gw: GatewayDep,
+@router.get("/{tk_id}", response_model=TakeoverOut, responses={200: {"headers": {"ETag": {
+    "description": "the proposal hash, quoted: what a grant or deny names (proposalHash, or "
+                   "this ETag as If-Match)", "schema": {"type": "string"}}}}})
+async def one(tk_id: str, who: Caller, gw: GatewayDep, response: Response,
               wait: Annotated[float | None, Query(ge=0, description="long-poll up to this "
                                                   "many seconds (at most 60) for a "
                                                   "decision")] = None) -> TakeoverOut:
-    """One request with its handoff, approvals given and missing, and expiry."""
+    """One request with its handoff, approvals given and missing, and expiry. Its
+    ``proposalHash`` (also the ``ETag``) is what a grant or deny of it names."""
     req = own_request(gw, tk_id, who)
     seconds = wait_seconds(wait)
     if seconds:
         req = await gw.wait(tk_id, seconds)
+    response.headers["ETag"] = f'"{req.proposal_hash}"'
     return takeover_out(req, handoff=True)

@@ -357,7 +357,8 @@ def create_console(gateway: Gateway, tokens: Tokens,
                                           "was approved")
             return RedirectResponse(f"/requests/{req.id}", status_code=303)
         kinds = [k for k in form.get("kind", []) if k in {x.value for x in ApprovalKind}]
-        if first(form, "shown_hash") != req.proposal_hash:
+        shown_hash = first(form, "shown_hash")
+        if shown_hash != req.proposal_hash:
             return await request_page(
                 request, req, me, status_code=409,
                 refusal="The request changed since this page was loaded (someone edited "
@@ -405,7 +406,9 @@ def create_console(gateway: Gateway, tokens: Tokens,
             return await request_page(request, req, me, status_code=422,
                                       refusal=f"Not approved: the notes {TOKEN_IN_TEXT}.")
         try:
-            result = await gateway.grant(req.id, me, kinds, notes, edits or None)
+            # The core checks the hash again, in the same step that records the approval.
+            result = await gateway.grant(req.id, me, kinds, notes, edits or None,
+                                         proposal_hash=shown_hash)
         except GatewayError as exc:
             return await request_page(request, gateway.get_request(req.id), me,
                                       status_code=409, refusal=f"Not approved: {exc.message}")
@@ -439,8 +442,14 @@ def create_console(gateway: Gateway, tokens: Tokens,
         if carries_token(notes):  # never stored, never shown back
             return await request_page(request, req, me, status_code=422,
                                       refusal=f"Not denied: the notes {TOKEN_IN_TEXT}.")
+        shown_hash = first(form, "shown_hash")
+        if req.status is Status.PENDING and shown_hash != req.proposal_hash:
+            return await request_page(
+                request, req, me, status_code=409,
+                refusal="The request changed since this page was loaded (someone edited "
+                        "it). Nothing was denied: read it again and decide.")
         try:
-            done = await gateway.deny(req.id, me, notes)
+            done = await gateway.deny(req.id, me, notes, proposal_hash=shown_hash)
         except GatewayError as exc:
             return await request_page(request, gateway.get_request(req.id), me,
                                       status_code=409, refusal=f"Not denied: {exc.message}")
