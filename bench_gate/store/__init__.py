@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._base import Store
+from ._base import PendingCheck, RequestPage, RequestSort, Store
 from ._sqlite import MIGRATIONS, SqliteStore
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
-__all__ = ["MIGRATIONS", "PostgresStore", "SqliteStore", "Store", "open_store"]
+__all__ = ["MIGRATIONS", "PendingCheck", "PostgresStore", "RequestPage", "RequestSort",
+           "SqliteStore", "Store", "open_store"]
 
 #: URL schemes that select the PostgreSQL store (libpq accepts both).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

@@ -6,22 +6,57 @@ a change that lost a race is reported, never silently applied over the winner's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..models import Event, Run, Status, TakeoverRequest
 
-__all__ = ["Store"]
+__all__ = ["PendingCheck", "RequestPage", "RequestSort", "Store"]
+
+
+class RequestSort(enum.StrEnum):
+    """The orders a list of requests comes in."""
+
+    NEWEST = "newest"  # created last, first
+    EXPIRY = "expiry"  # expiring soonest, first (what a reviewer must decide before it is lost)
+
+
+class RequestPage(list[TakeoverRequest]):
+    """One page of requests (a list, as before), with ``total``: how many match in all."""
+
+    def __init__(self, items: Iterable[TakeoverRequest], total: int, *, limit: int,
+                 offset: int, order: RequestSort) -> None:
+        super().__init__(items)
+        self.total = total
+        self.limit = limit
+        self.offset = offset
+        self.order = order
+
+
+#: Called inside the transaction that files a pending request: (requester, a function that
+#: counts the requester's pending requests and gives the soonest expiry). Raises to refuse.
+PendingCheck = Callable[[str, Callable[[], tuple[int, datetime | None]]], None]
 
 
 class Store(Protocol):
+    #: The per-requester quota on pending requests, checked atomically with each insert of
+    #: one (``bench_gate.quotas`` installs it); None checks nothing.
+    pending_check: PendingCheck | None
+
     def create_run(self, run: Run, events: list[Event]) -> None: ...
     def save_run(self, run: Run, events: list[Event]) -> None: ...
     def get_run(self, run_id: str) -> Run | None: ...
-    def list_runs(self, limit: int = 100, offset: int = 0) -> list[Run]: ...
+    def list_runs(self, limit: int = 100, offset: int = 0, principal: str | None = None
+                  ) -> list[Run]:
+        """Newest first; ``principal`` keeps only that requester's runs, filtered before
+        the page is cut (a requester's page is full of its own runs)."""
+        ...
 
     def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
-        """Insert; if (run, idempotency key) exists already, return the existing request."""
+        """Insert; if (run, idempotency key) exists already, return the existing request.
+        A pending request passes ``pending_check`` first, in the same transaction."""
         ...
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
@@ -34,6 +69,23 @@ class Store(Protocol):
     def list_requests(self, status: Status | None = None, run_id: str | None = None,
                       instrument: str | None = None, limit: int = 100,
                       offset: int = 0) -> list[TakeoverRequest]: ...
+    def page_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100, offset: int = 0,
+                      sort: RequestSort | str = RequestSort.NEWEST,
+                      requester: str | None = None) -> RequestPage:
+        """One page, sorted in SQL, with the total that match (counted in the same read).
+        ``requester`` keeps the requests of that principal's runs."""
+        ...
+
+    def pending_of(self, principal: str) -> tuple[int, datetime | None]:
+        """How many requests of ``principal``'s runs wait for a decision, and the soonest
+        of their expiries."""
+        ...
+
+    def open_runs_of(self, principal: str) -> int:
+        """How many of ``principal``'s runs are not closed."""
+        ...
+
     def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]: ...
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]: ...

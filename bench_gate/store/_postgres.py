@@ -30,6 +30,8 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
+from . import _queries as q
+from ._base import PendingCheck, RequestPage, RequestSort
 from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
@@ -84,6 +86,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tbl, key)
     );
     """,
+    # 2: who owns a run and whether it is closed, as columns (per-requester quotas count
+    # them); the queue sorted by expiry.
+    """
+    ALTER TABLE runs ADD COLUMN principal TEXT COLLATE "C";
+    ALTER TABLE runs ADD COLUMN status TEXT;
+    UPDATE runs SET principal = data::json->>'principal', status = data::json->>'status';
+    CREATE INDEX runs_principal ON runs (principal, status);
+    CREATE INDEX requests_expiry ON requests (status, expires_at);
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error
@@ -93,6 +104,7 @@ if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programmin
 #: Namespaces (first key) of the two-key advisory locks this store takes.
 _LOCK_MIGRATE = 0x62670001
 _LOCK_JOURNAL = 0x62670002
+_LOCK_QUOTA = 0x62670003
 
 _SCHEMA_VERSION_TABLE = """
     CREATE TABLE IF NOT EXISTS schema_version (
@@ -147,6 +159,7 @@ class PostgresStore:
         }
         self.last_connect_error = ""
         self._connect_kwargs = kwargs
+        self.pending_check: PendingCheck | None = None
         store = self
 
         class _Connection(psycopg.Connection[TupleRow]):
@@ -230,28 +243,37 @@ class PostgresStore:
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
         with self._tx() as cur:
-            cur.execute("INSERT INTO runs (id, created_at, data) VALUES (%s, %s, %s)",
-                        (run.id, run.created_at, run.model_dump_json()))
+            cur.execute("INSERT INTO runs (id, created_at, principal, status, data) "
+                        "VALUES (%s, %s, %s, %s, %s)",
+                        (run.id, run.created_at, run.principal, run.status.value,
+                         run.model_dump_json()))
             self._append(cur, events)
 
     def save_run(self, run: Run, events: list[Event]) -> None:
         with self._tx() as cur:
-            cur.execute("UPDATE runs SET data = %s WHERE id = %s",
-                        (run.model_dump_json(), run.id))
+            cur.execute("UPDATE runs SET data = %s, status = %s WHERE id = %s",
+                        (run.model_dump_json(), run.status.value, run.id))
             self._append(cur, events)
 
     def get_run(self, run_id: str) -> Run | None:
         rows = self._read("SELECT data FROM runs WHERE id = %s", (run_id,))
         return Run.model_validate_json(rows[0][0]) if rows else None
 
-    def list_runs(self, limit: int = 100, offset: int = 0) -> list[Run]:
-        rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id "
-                          "LIMIT %s OFFSET %s", (limit, offset))
+    def list_runs(self, limit: int = 100, offset: int = 0, principal: str | None = None
+                  ) -> list[Run]:
+        if principal is None:
+            rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id "
+                              "LIMIT %s OFFSET %s", (limit, offset))
+        else:  # filtered in the query, before the page is cut
+            rows = self._read("SELECT data FROM runs WHERE principal = %s "
+                              "ORDER BY created_at DESC, id LIMIT %s OFFSET %s",
+                              (principal, limit, offset))
         return [Run.model_validate_json(r[0]) for r in rows]
 
     # -- requests
     def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
         with self._tx() as cur:
+            self._admit(cur, req)
             # ON CONFLICT waits for a concurrent insert of the same key, then yields to it.
             cur.execute(
                 "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
@@ -268,6 +290,26 @@ class PostgresStore:
                 return TakeoverRequest.model_validate_json(row[0])
             self._append(cur, events)
         return req
+
+    def _admit(self, cur: psycopg.Cursor[TupleRow], req: TakeoverRequest) -> None:
+        """The pending-request quota, inside the inserting transaction: a lock per requester
+        (held to the commit) makes concurrent inserts, from any gateway, count one by one."""
+        check = self.pending_check
+        if check is None or req.status is not Status.PENDING or req.supersedes is not None:
+            return  # a stale request's fresh replacement is no new filing
+        cur.execute(q.pg(q.RUN_PRINCIPAL), (req.run_id,))
+        row = cur.fetchone()
+        if row is None or row[0] is None:
+            return
+        principal = str(row[0])
+
+        def count() -> tuple[int, datetime | None]:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                        (_LOCK_QUOTA, _lock_key(principal)))
+            cur.execute(q.pg(q.PENDING_OF), (principal,))
+            found = cur.fetchone()
+            return (int(found[0]), found[1]) if found else (0, None)
+        check(principal, count)
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:
@@ -300,19 +342,34 @@ class PostgresStore:
     def list_requests(self, status: Status | None = None, run_id: str | None = None,
                       instrument: str | None = None, limit: int = 100,
                       offset: int = 0) -> list[TakeoverRequest]:
-        where: list[str] = []
-        args: list[Any] = []
-        for column, value in (("status", status), ("run_id", run_id),
-                              ("instrument", instrument)):
-            if value is not None:
-                where.append(f"{column} = %s")
-                args.append(str(value))
-        sql = "SELECT data FROM requests"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, id LIMIT %s OFFSET %s"
-        rows = self._read(sql, (*args, limit, offset))
-        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+        sql, args, _, _ = q.page(status, run_id, instrument, None, RequestSort.NEWEST,
+                                 limit, offset)
+        return [TakeoverRequest.model_validate_json(r[0])
+                for r in self._read(q.pg(sql), args)]
+
+    def page_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100, offset: int = 0,
+                      sort: RequestSort | str = RequestSort.NEWEST,
+                      requester: str | None = None) -> RequestPage:
+        sort = RequestSort(sort)
+        sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
+                                                  sort, limit, offset)
+        with self._tx() as cur:  # one snapshot for the page and its total
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(q.pg(sql), args)
+            rows = cur.fetchall()
+            cur.execute(q.pg(count_sql), count_args)
+            counted = cur.fetchone()
+        return RequestPage((TakeoverRequest.model_validate_json(r[0]) for r in rows),
+                           int(counted[0]) if counted else 0, limit=limit, offset=offset,
+                           order=sort)
+
+    def pending_of(self, principal: str) -> tuple[int, datetime | None]:
+        row = self._read(q.pg(q.PENDING_OF), (principal,))[0]
+        return int(row[0]), row[1]
+
+    def open_runs_of(self, principal: str) -> int:
+        return int(self._read(q.pg(q.OPEN_RUNS_OF), (principal,))[0][0])
 
     def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]:
         try:

@@ -8,11 +8,14 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
+from . import _queries as q
+from ._base import PendingCheck, RequestPage, RequestSort
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
@@ -63,6 +66,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tbl, key)
     );
     """,
+    # 2: who owns a run and whether it is closed, as columns (per-requester quotas count
+    # them); the queue sorted by expiry.
+    """
+    ALTER TABLE runs ADD COLUMN principal TEXT;
+    ALTER TABLE runs ADD COLUMN status TEXT;
+    UPDATE runs SET principal = json_extract(data, '$.principal'),
+                    status = json_extract(data, '$.status');
+    CREATE INDEX runs_principal ON runs (principal, status);
+    CREATE INDEX requests_expiry ON requests (status, expires_at);
+    """,
 )
 
 
@@ -90,6 +103,7 @@ class SqliteStore:
         # Its own lock for its own connection: a read being journaled on the journal's
         # thread never makes the loop wait to read a run (WAL lets the two overlap).
         self._fast_lock = self._lock if self._fast is self._db else threading.Lock()
+        self.pending_check: PendingCheck | None = None
         self.migrate()
 
     @contextmanager
@@ -113,6 +127,19 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
 
+    def _read_together(self, *queries: tuple[str, tuple[Any, ...]]
+                       ) -> list[list[tuple[Any, ...]]]:
+        """Several SELECTs in one read transaction: they see the same moment."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                try:
+                    return [self._db.execute(sql, args).fetchall() for sql, args in queries]
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
+
     def schema_version(self) -> int:
         return int(self._read("PRAGMA user_version")[0][0])
 
@@ -130,22 +157,31 @@ class SqliteStore:
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO runs (id, created_at, data) VALUES (?, ?, ?)",
-                       (run.id, run.created_at.isoformat(), run.model_dump_json()))
+            db.execute("INSERT INTO runs (id, created_at, principal, status, data) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (run.id, run.created_at.isoformat(), run.principal, run.status.value,
+                        run.model_dump_json()))
             self._append(db, events)
 
     def save_run(self, run: Run, events: list[Event]) -> None:
         with self._tx() as db:
-            db.execute("UPDATE runs SET data = ? WHERE id = ?", (run.model_dump_json(), run.id))
+            db.execute("UPDATE runs SET data = ?, status = ? WHERE id = ?",
+                       (run.model_dump_json(), run.status.value, run.id))
             self._append(db, events)
 
     def get_run(self, run_id: str) -> Run | None:
         rows = self._read("SELECT data FROM runs WHERE id = ?", (run_id,))
         return Run.model_validate_json(rows[0][0]) if rows else None
 
-    def list_runs(self, limit: int = 100, offset: int = 0) -> list[Run]:
-        rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-                          (limit, offset))
+    def list_runs(self, limit: int = 100, offset: int = 0, principal: str | None = None
+                  ) -> list[Run]:
+        if principal is None:
+            rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id "
+                              "LIMIT ? OFFSET ?", (limit, offset))
+        else:  # filtered in the query, before the page is cut
+            rows = self._read("SELECT data FROM runs WHERE principal = ? "
+                              "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+                              (principal, limit, offset))
         return [Run.model_validate_json(r[0]) for r in rows]
 
     # -- requests
@@ -157,6 +193,7 @@ class SqliteStore:
                     (req.run_id, req.idempotency_key)).fetchone()
                 if row:
                     return TakeoverRequest.model_validate_json(row[0])
+            self._admit(db, req)
             db.execute(
                 "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
                 " idempotency_key, version, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -165,6 +202,21 @@ class SqliteStore:
                  req.version, req.model_dump_json()))
             self._append(db, events)
         return req
+
+    def _admit(self, db: sqlite3.Connection, req: TakeoverRequest) -> None:
+        """The pending-request quota, inside the inserting transaction (which holds SQLite's
+        write lock, so two inserts never both take the last slot)."""
+        check = self.pending_check
+        if check is None or req.status is not Status.PENDING or req.supersedes is not None:
+            return  # a stale request's fresh replacement is no new filing
+        row = db.execute(q.RUN_PRINCIPAL, (req.run_id,)).fetchone()
+        if row is None or row[0] is None:
+            return
+
+        def count() -> tuple[int, datetime | None]:
+            found = db.execute(q.PENDING_OF, (row[0],)).fetchone()
+            return int(found[0]), datetime.fromisoformat(found[1]) if found[1] else None
+        check(str(row[0]), count)
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:
@@ -193,18 +245,27 @@ class SqliteStore:
     def list_requests(self, status: Status | None = None, run_id: str | None = None,
                       instrument: str | None = None, limit: int = 100,
                       offset: int = 0) -> list[TakeoverRequest]:
-        where, args = [], []
-        for column, value in (("status", status), ("run_id", run_id),
-                              ("instrument", instrument)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(str(value))
-        sql = "SELECT data FROM requests"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, id LIMIT ? OFFSET ?"
-        rows = self._read(sql, (*args, limit, offset))
-        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+        sql, args, _, _ = q.page(status, run_id, instrument, None, RequestSort.NEWEST,
+                                 limit, offset)
+        return [TakeoverRequest.model_validate_json(r[0]) for r in self._read(sql, args)]
+
+    def page_requests(self, status: Status | None = None, run_id: str | None = None,
+                      instrument: str | None = None, limit: int = 100, offset: int = 0,
+                      sort: RequestSort | str = RequestSort.NEWEST,
+                      requester: str | None = None) -> RequestPage:
+        sort = RequestSort(sort)
+        sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
+                                                  sort, limit, offset)
+        rows, counted = self._read_together((sql, args), (count_sql, count_args))
+        return RequestPage((TakeoverRequest.model_validate_json(r[0]) for r in rows),
+                           int(counted[0][0]), limit=limit, offset=offset, order=sort)
+
+    def pending_of(self, principal: str) -> tuple[int, datetime | None]:
+        row = self._read(q.PENDING_OF, (principal,))[0]
+        return int(row[0]), datetime.fromisoformat(row[1]) if row[1] else None
+
+    def open_runs_of(self, principal: str) -> int:
+        return int(self._read(q.OPEN_RUNS_OF, (principal,))[0][0])
 
     def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]:
         rows = self._read("SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?",
