@@ -206,14 +206,18 @@ def check_sims(logs: dict[str, SimLog], res: Results) -> None:
                 continue
             if not m.startswith("VOLT "):
                 continue
-            # the write's own job: read-back of channel 2 and *IDN?, then SYST:ERR?, nothing
-            # foreign between (a client's read names channel 1)
+            # the write's own job: *IDN? and the read-back (channel 2's fields, and every
+            # channel's enveloped fields), each asked once, then SYST:ERR?; nothing foreign
+            # between. A client's read is a measurement or repeats a read-back query.
             j = i + 1
+            asked: set[str] = set()
             while j < len(msgs) and msgs[j] != "SYST:ERR?":
-                if not (msgs[j].endswith("(@2)") or msgs[j] == "*IDN?"):
+                if msgs[j] in asked or msgs[j].startswith("MEAS:") or not (
+                        msgs[j].endswith(")") or msgs[j] == "*IDN?"):
                     res.errors.append(f"{name}: {msgs[j]!r} came between write {m!r} and its "
                                       f"read-back: {msgs[max(0, i - 8):j + 3]}")
                     break
+                asked.add(msgs[j])
                 j += 1
     res.checks.append(f"simulators received {total} messages, each whole and canonical; each "
                       "write followed by its own read-back, nothing interleaved")
