@@ -20,6 +20,7 @@ __all__ = [
     "ConfidenceConfig",
     "Costs",
     "InstrumentConfig",
+    "LimitsConfig",
     "PolicyConfig",
     "ServerConfig",
     "default_config",
@@ -94,6 +95,9 @@ class ConfidenceConfig(_Strict):
     #: An OpenAI-compatible chat-completions URL for self-consistency.
     endpoint: str | None = None
     model: str = "default"
+    #: The longest the self-consistency estimator may take for all its samples; past it the
+    #: estimate fails and the write goes to a person.
+    timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     #: Per effect (setpoint, output_enable, state): threshold = 1 - review / wrong.
     costs: dict[str, Costs] = Field(default_factory=dict)
 
@@ -103,6 +107,31 @@ class ServerConfig(_Strict):
     port: int = Field(default=8000, ge=0, le=65535)
     #: Peers allowed on the socket doors (exact addresses).
     allowed_peers: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+    #: The largest HTTP request body accepted, before authentication; a larger one is
+    #: refused with 413 without being read (1 MiB).
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+
+
+RoleName = Literal["requester", "operator", "admin"]
+_DECIDERS: tuple[RoleName, ...] = ("operator", "admin")
+
+
+class LimitsConfig(_Strict):
+    """Per-requester quotas (``[limits]``): how much one requester may hold at once. Past
+    a quota the doors answer 429 (HTTP), a -200 error (socket door) or a tool error (MCP),
+    naming the quota. The roles in ``exempt_roles`` (people who decide: operators and
+    admins, by default) have none."""
+
+    #: Requests waiting for a decision, across all of the requester's runs.
+    pending_requests: int = Field(default=200, ge=1)
+    #: Runs not closed (a socket-door connection's or MCP session's run closes with it; an
+    #: HTTP run with ``POST /v1/runs/{id}/close``).
+    open_runs: int = Field(default=500, ge=1)
+    #: Live MCP sessions on ``/mcp``.
+    mcp_sessions: int = Field(default=20, ge=1)
+    #: Open event streams (``/v1/events`` and the console's ``/events``).
+    sse_streams: int = Field(default=10, ge=1)
+    exempt_roles: list[RoleName] = Field(default_factory=lambda: list(_DECIDERS))
 
 
 class BenchConfig(_Strict):
@@ -113,6 +142,7 @@ class BenchConfig(_Strict):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchConfig:

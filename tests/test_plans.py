@@ -191,16 +191,19 @@ async def test_self_consistency(endpoint: str, answers: list[str], expected: flo
     assert result.value == pytest.approx(expected)
     assert result.estimator == "self-consistency"
     assert len(StandIn.seen) == 5
-    assert "VOLT 3,(@1)" in StandIn.seen[0]["messages"][0]["content"]
+    assert '"VOLT 3,(@1)"' in StandIn.seen[0]["messages"][-1]["content"]
 
 
-async def test_self_consistency_unreachable_falls_back() -> None:
+async def test_self_consistency_unreachable_fails_closed() -> None:
+    """Never the requester's own stated confidence: an estimator error scores 0
+    (tests/test_confidence_gate.py drives every kind of error through the HTTP door)."""
     config = ConfidenceConfig(estimator="self-consistency",
                               endpoint="http://127.0.0.1:9/v1/chat/completions")
     result = await score(config, stated=None, rationale="Confidence: 80%", action="x",
                          goal=None, trajectory=[])
-    assert result.value == pytest.approx(0.8)
-    assert "fell back to verbalization (endpoint unreachable)" in result.note
+    assert result.value == 0 and result.estimator == "self-consistency"
+    assert result.note.startswith("estimator failed, so a person decides: cannot reach "
+                                  "http://127.0.0.1:9/v1/chat/completions")
 
 
 async def test_gate_diverts_unsure_agent_writes(gateway: Gateway, olga: Principal,
@@ -246,10 +249,11 @@ async def test_calibration_lowers_the_score_after_bad_feedback(gateway: Gateway,
         ok = await gateway.submit(run.id, "psu", f"VOLT {i / 4},(@1)", confidence=0.8,
                                   step_id=f"step-{i}")
         assert ok.status == "executed"
-    gateway.feedback(run.id, "step-0", 1, "wrong rail")
-    gateway.feedback(run.id, "step-1", 2, "overshoot")
+    gateway.feedback(run.id, "step-0", 1, "wrong rail", olga)
+    gateway.feedback(run.id, "step-1", 2, "overshoot", pete)
+    gateway.feedback(run.id, "step-2", 1, "not counted: the requester's", agent)
     with pytest.raises(InvalidInput):
-        gateway.feedback(run.id, "step-2", 9)
+        gateway.feedback(run.id, "step-2", 9, who=olga)
     after = await gateway.submit(run.id, "psu", "VOLT 0.75,(@1)", confidence=0.8,
                                  step_id="step-3")
     assert after.status == "pending"
