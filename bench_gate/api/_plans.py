@@ -78,8 +78,12 @@ async def revoke_plan(run_id: str, plan_id: str, who: Operator, gw: GatewayDep) 
 
 @router.post("/{run_id}/feedback")
 async def feedback(run_id: str, body: FeedbackBody, who: Caller, gw: GatewayDep) -> dict[str, Any]:
-    """Score an unattended step 1 to 5; 2 or less counts as regret for calibration."""
+    """Score an unattended step 1 to 5; 2 or less counts as regret for calibration.
+
+    Kept per (step, person). Only an operator's or admin's feedback calibrates
+    (``calibrates``); a requester's is journaled and changes nothing."""
     own_run(gw, run_id, who)
     record = gw.feedback(run_id, body.step_id, body.score, body.notes, who)
     return {"runId": record["run_id"], "stepId": record["step_id"], "score": record["score"],
-            "notes": record["notes"], "by": record["by"], "at": record["at"]}
+            "notes": record["notes"], "by": record["by"], "role": record["role"],
+            "calibrates": record["calibrates"], "at": record["at"]}
