@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from ..auth import Tokens
 from ..gateway import Gateway
 from . import _bench, _plans, _problems, _questions, _runs, _takeover
+from ._limits import BodyLimit
 
 __all__ = ["create_app"]
 
@@ -32,6 +33,8 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.state.doors_info = dict(doors_info or {})
     app.state.stopping = stopping
     _problems.install(app)
+    # Before authentication and routing, on everything mounted later (/mcp, the console).
+    app.add_middleware(BodyLimit, max_bytes=gateway.config.server.max_body_bytes)
     app.include_router(_runs.router)
     app.include_router(_plans.router)
     app.include_router(_takeover.router)
