@@ -111,6 +111,25 @@ def test_runs_create_get_save_list(store: AnyStore) -> None:
     assert kinds(store.journal("run-3")) == [EventType.RUN_CREATED, EventType.RUN_TAKEN_OVER]
 
 
+def test_list_runs_filters_by_principal_before_paging(store: AnyStore) -> None:
+    """A requester's page is full of its own runs, however many others' are newer."""
+    def add(run_id: str, principal: str, second: int) -> None:
+        run = Run(id=run_id, kind=RunKind.AGENT, principal=principal,
+                  created_at=T0 + timedelta(seconds=second))
+        store.create_run(run, [ev(run_id, EventType.RUN_CREATED)])
+
+    add("mine-old", "bot", 0)
+    for i in range(300):
+        add(f"other-{i:03}", "bot2" if i % 2 else "ada", i + 1)
+    add("mine-new", "bot", 400)
+    assert [r.id for r in store.list_runs(limit=100, principal="bot")] == ["mine-new",
+                                                                            "mine-old"]
+    assert [r.id for r in store.list_runs(limit=1, offset=1, principal="bot")] == ["mine-old"]
+    assert store.list_runs(principal="nobody") == []
+    assert len(store.list_runs(limit=1000, principal="bot2")) == 150
+    assert "mine-old" not in [r.id for r in store.list_runs(limit=100)]  # unfiltered: paged
+
+
 def test_duplicate_run_is_a_store_error(store: AnyStore) -> None:
     store.create_run(make_run(), [ev(kind=EventType.RUN_CREATED)])
     with pytest.raises(StoreError):
