@@ -1,18 +1,28 @@
 """Bearer tokens, stored hashed (sha256); a token is shown once, when it is created.
 
 Identity always comes from a token, never from a request body.
+
+A door that keeps a connection open on a token (the socket door after ``GATE:TOK``, an MCP
+session) watches it (:meth:`Tokens.watch`): a revocation made through this object is
+announced at once, and one made elsewhere (the CLI, another gateway on the same store) is
+found by a re-check of the watched tokens every ``RECHECK_SECONDS``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import secrets
+import threading
 import time
+import unicodedata
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidInput, NotFound
+from .errors import GatewayError, InvalidInput, NotFound
 from .models import Principal, Role, now
 from .store import Store
 
@@ -21,6 +31,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "Tokens",
     "carries_token",
+    "normalize_name",
     "redact",
     "refuse_token",
     "token_free",
@@ -33,6 +44,24 @@ TABLE = "tokens"
 #: process takes effect at once; one made elsewhere (the CLI, another gateway) within this.
 VERIFIED_SECONDS = 2.0
 _CACHE_MAX = 4096
+#: How often watched tokens are checked against the store for a revocation made elsewhere.
+RECHECK_SECONDS = 1.0
+
+
+_RE_SPACES = re.compile(r"\s+")
+
+
+def normalize_name(name: str) -> str:
+    """A person's name as identities are compared: Unicode NFKC, case-folded, invisible
+    format characters (zero-width spaces, direction marks) removed, runs of whitespace made
+    one space, trimmed. ``Olga``, ``olga `` and ``OLGA`` are one person.
+
+    Token names are unique in this form, and a verified token's Principal carries it, so
+    every comparison of people (who requested, who approved what) sees one spelling."""
+    text = unicodedata.normalize("NFKC", name)
+    text = unicodedata.normalize("NFKC", text.casefold())
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return _RE_SPACES.sub(" ", text).strip()
 
 
 def carries_token(text: str | None) -> bool:
@@ -73,26 +102,56 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+@dataclass(eq=False, slots=True)
+class _Watch:
+    """One door's interest in one token: call ``on_revoked`` on ``loop``, once."""
+
+    digest: str
+    on_revoked: Callable[[], None]
+    loop: asyncio.AbstractEventLoop
+
+
 class Tokens:
     def __init__(self, store: Store) -> None:
         self.store = store
         # digest -> (trusted until, monotonic; principal). Only valid tokens are kept, so
         # guessing gets no cache and a new token works at once.
         self._verified: dict[str, tuple[float, Principal]] = {}
+        # digest -> the watches on it; revoke() may run in a worker thread, hence the lock.
+        self._watches: dict[str, set[_Watch]] = {}
+        self._watch_lock = threading.Lock()
+        self._recheck: asyncio.Task[None] | None = None
+        self._create_lock = threading.Lock()
 
     def create(self, name: str, role: Role | str) -> tuple[dict[str, Any], str]:
-        """A new token for ``name``: returns (its record, the secret to hand over once)."""
-        if not name.strip() or len(name) > 64:
-            raise InvalidInput("a token needs a name of 1 to 64 characters")
+        """A new token for ``name``: returns (its record, the secret to hand over once).
+
+        The name is kept normalized (:func:`normalize_name`), and is unique in that form
+        among active tokens: ``Olga`` or ``olga `` when ``olga`` holds one is refused
+        (InvalidInput naming the holder), so two spellings never pass for two people."""
+        person = normalize_name(name)
+        if not person or len(person) > 64:
+            raise InvalidInput(f"a token needs a name of 1 to 64 characters, not {name!r}",
+                               field="name")
         try:
             role = Role(role)
         except ValueError as exc:
             raise InvalidInput(f"role must be one of {[r.value for r in Role]}, "
-                               f"not {role!r}") from exc
-        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": name, "role": role.value,
-                  "created_at": now().isoformat(), "revoked_at": None}
-        self.store.kv_put(TABLE, _digest(secret), record)
+                               f"not {role!r}", field="role") from exc
+        with self._create_lock:
+            for record in self.store.kv_list(TABLE):
+                if record.get("revoked_at") or normalize_name(str(record["name"])) != person:
+                    continue
+                raise InvalidInput(
+                    f"the name {name!r} is taken: active token {record['id']} belongs to "
+                    f"{record['name']!r} ({record['role']}), and names are compared "
+                    "case-folded and trimmed; revoke that token first, or choose another "
+                    "name", field="name")
+            secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+            record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": person,
+                      "role": role.value, "created_at": now().isoformat(),
+                      "revoked_at": None}
+            self.store.kv_put(TABLE, _digest(secret), record)
         return record, secret
 
     def verify(self, token: str | None) -> Principal | None:
@@ -107,7 +166,7 @@ class Tokens:
         if record is None or record.get("revoked_at"):
             self._verified.pop(digest, None)
             return None
-        who = Principal(name=record["name"], role=Role(record["role"]))
+        who = Principal(name=normalize_name(record["name"]), role=Role(record["role"]))
         if len(self._verified) >= _CACHE_MAX:
             self._verified.clear()
         self._verified[digest] = (clock + VERIFIED_SECONDS, who)
@@ -117,17 +176,78 @@ class Tokens:
         return sorted(self.store.kv_list(TABLE), key=lambda r: str(r["created_at"]))
 
     def revoke(self, id_or_name: str) -> int:
-        """Revoke a token by id, or every token of a name; returns how many."""
-        count = 0
+        """Revoke a token by id, or every token of a name; returns how many. Whatever
+        watches a revoked token (live socket-door connections, MCP sessions) hears of it
+        at once."""
+        revoked = []
         for digest, record in self._entries():
-            if id_or_name in (record["id"], record["name"]) and not record.get("revoked_at"):
+            if not record.get("revoked_at") and (
+                    id_or_name == record["id"] or
+                    normalize_name(id_or_name) == normalize_name(record["name"])):
                 record["revoked_at"] = now().isoformat()
                 self.store.kv_put(TABLE, digest, record)
                 self._verified.pop(digest, None)
-                count += 1
-        if not count:
+                revoked.append(digest)
+        if not revoked:
             raise NotFound(f"no active token {id_or_name!r}")
-        return count
+        self._announce(revoked)
+        return len(revoked)
+
+    def role_of(self, name: str) -> Role | None:
+        """The highest role among ``name``'s active tokens; None when it has none."""
+        roles = [Role(r["role"]) for r in self.store.kv_list(TABLE)
+                 if r.get("name") == name and not r.get("revoked_at")]
+        return max(roles, key=list(Role).index) if roles else None
+
+    # ------------------------------------------------------------------ revocation watch
+    def watch(self, token: str, on_revoked: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_revoked`` once, on the running loop, when ``token`` is revoked (or found
+        missing): at once for a revocation made through this object, within
+        ``RECHECK_SECONDS`` for one made elsewhere. Returns a function that stops watching."""
+        loop = asyncio.get_running_loop()
+        watch = _Watch(_digest(token), on_revoked, loop)
+        with self._watch_lock:
+            self._watches.setdefault(watch.digest, set()).add(watch)
+            if self._recheck is None or self._recheck.done():
+                self._recheck = loop.create_task(self._recheck_forever())
+
+        def unwatch() -> None:
+            with self._watch_lock:
+                watches = self._watches.get(watch.digest)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del self._watches[watch.digest]
+        return unwatch
+
+    def _announce(self, digests: list[str]) -> None:
+        """Tell every watch of these tokens, each on its own loop (from any thread)."""
+        with self._watch_lock:
+            fired = [w for d in digests for w in self._watches.pop(d, ())]
+        for watch in fired:
+            if not watch.loop.is_closed():
+                watch.loop.call_soon_threadsafe(watch.on_revoked)
+
+    async def _recheck_forever(self) -> None:
+        """Revocations made by another process: the watched tokens, read every
+        ``RECHECK_SECONDS`` while any is watched."""
+        while True:
+            await asyncio.sleep(RECHECK_SECONDS)
+            with self._watch_lock:
+                watched = list(self._watches)
+                if not watched:
+                    self._recheck = None
+                    return
+            try:
+                records = dict(self._entries())
+            except GatewayError:
+                continue  # the store is away: look again next time
+            gone = [d for d in watched
+                    if (r := records.get(d)) is None or r.get("revoked_at")]
+            for digest in gone:
+                self._verified.pop(digest, None)
+            if gone:
+                self._announce(gone)
 
     def any(self) -> bool:
         return bool(self.store.kv_list(TABLE))
