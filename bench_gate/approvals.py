@@ -29,24 +29,6 @@ class Grant:
     by: str
 
 
-def _setpoint_people(req: TakeoverRequest, grants: list[Grant],
-                     remembered: dict[int, list[str]]) -> dict[int, set[str]]:
-    """For each channel this request energizes: who approved the setpoint that will be in
-    force when it turns on. This request's own setpoint approval when it needs one (it sets
-    the setpoint, or no approved setpoint matched the live one); else the earlier approval
-    remembered for that channel, whoever gave it, in a request, an edit or a plan."""
-    own = {person(g.by) for g in grants if g.kind is ApprovalKind.SETPOINT}
-    out: dict[int, set[str]] = {}
-    for a in req.actions:
-        if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
-            continue
-        if ApprovalKind.SETPOINT in req.required:
-            out[a.channel] = set(own)
-        else:
-            out[a.channel] = {person(p) for p in remembered.get(a.channel, [])}
-    return out
-
-
 def violation(req: TakeoverRequest, run: Run, policy: PolicyConfig, grants: list[Grant],
               remembered: dict[int, list[str]]) -> str | None:
     """Why these approvals may not stand under ``policy``, or None.
@@ -55,7 +37,10 @@ def violation(req: TakeoverRequest, run: Run, policy: PolicyConfig, grants: list
       (the engineer at the bench confirming their own change), and not even that with
       ``independent_approver``.
     - With ``two_person_output_enable``, whoever enables an output differs from whoever
-      approved the setpoint in force on that channel (DESIGN.md rule 3).
+      approves a setpoint in the same request (when it needs both), and from everyone whose
+      approval put the setpoint in force on that channel: ``remembered`` maps each channel
+      the request switches on to those people, for the fields it does not set itself
+      (DESIGN.md rule 3).
     """
     requester = person(run.principal)
     for g in grants:
@@ -69,11 +54,19 @@ def violation(req: TakeoverRequest, run: Run, policy: PolicyConfig, grants: list
                     "requester")
     if not policy.two_person_output_enable:
         return None
+    setters = {person(g.by): g.by for g in grants if g.kind is ApprovalKind.SETPOINT}
     enablers = {person(g.by): g.by for g in grants if g.kind is ApprovalKind.OUTPUT_ENABLE}
-    for channel, people in sorted(_setpoint_people(req, grants, remembered).items()):
-        both = sorted(enablers[p] for p in set(enablers) & people)
-        if both:
-            return (f"{both[0]} approved the setpoint in force on CH{channel} and cannot also "
-                    "enable its output: this bench requires a second person (two different "
-                    "people for the setpoint and the output enable)")
+    both = sorted(enablers[p] for p in set(enablers) & set(setters))
+    if both and {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE} <= set(req.required):
+        # One request that needs both halves (an energize, a plan with outputs, *RCL...).
+        return (f"{both[0]} cannot approve both the setpoint and the output enable: this "
+                "bench requires a second person (two different people for the setpoint and "
+                "the output enable)")
+    for channel, people in sorted(remembered.items()):
+        # The setpoint already in force on a channel this request switches on.
+        again = sorted(enablers[p] for p in set(enablers) & {person(x) for x in people})
+        if again:
+            return (f"{again[0]} approved the setpoint in force on CH{channel} and cannot "
+                    "also enable its output: this bench requires a second person (two "
+                    "different people for the setpoint and the output enable)")
     return None

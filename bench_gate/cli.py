@@ -65,6 +65,14 @@ def _serve(args: argparse.Namespace) -> int:
             config = default_config(bench.psu_port, bench.dmm_port)
     if args.bench:
         config.bench = args.bench
+    for spec in args.door or []:
+        name, _, port = spec.partition("=")
+        ic = config.instrument(name)
+        if ic is None or not port.isdigit() or int(port) > 65535:
+            raise CliError(f"--door {spec!r}: write NAME=PORT with an instrument of this bench "
+                           f"({', '.join(i.name for i in config.instruments)}) and a port "
+                           "(0 picks a free one)")
+        ic.socket_port = int(port)
     db, shown = _db(args.db)
     store = open_store(db)
     tokens = Tokens(store)
@@ -100,7 +108,8 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        raise CliError(f"cannot serve: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot serve: {exc.strerror or exc} (move the HTTP port with --port, "
+                       "a socket door with --door NAME=PORT)") from exc
     finally:
         if bench is not None:
             bench.close()
@@ -179,13 +188,26 @@ def _ago(iso: str) -> str:
     return f"{sign}{seconds // 60}m{seconds % 60:02d}s"
 
 
+_SORT_WORDS = {"expiry": "soonest expiry first", "newest": "newest first"}
+
+
 def _pending(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
-                 ",".join(tk["approvalsMissing"]) or "-",
-                 ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
-                 _ago(tk["expiresAt"])] for tk in c.pending()]
+        page, total = c.pending_page(args.instrument, sort=args.sort, limit=args.limit,
+                                     offset=args.offset)
+    rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
+             ",".join(tk["approvalsMissing"]) or "-",
+             ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
+             _ago(tk["expiresAt"])] for tk in page]
     _table(["REQUEST", "RUN", "INSTR", "COMMAND", "NEEDS", "GIVEN", "EXPIRES IN"], rows)
+    if page:
+        shown = f"{args.offset + 1}-{args.offset + len(page)} of {total}"
+    else:
+        shown = f"none of {total} at offset {args.offset}" if total else "0"
+    line = f"{shown} pending, {_SORT_WORDS[args.sort]}"
+    if args.offset + len(page) < total:
+        line += f"; next page: --offset {args.offset + len(page)}"
+    _out(line)
     return 0
 
 
@@ -511,6 +533,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--sim", action="store_true", help="start the simulated bench with --config")
     s.add_argument("--sim-psu-port", type=int, default=5555, help="(default %(default)s)")
     s.add_argument("--sim-dmm-port", type=int, default=5556, help="(default %(default)s)")
+    s.add_argument("--door", action="append", metavar="NAME=PORT",
+                   help="the raw-SCPI socket door of instrument NAME on PORT (0: a free one); "
+                        "repeat per instrument (default: psu=5025, dmm=5026 on the simulated "
+                        "bench)")
     s.add_argument("-v", "--verbose", action="store_true", help="log every HTTP request")
 
     t = sub.add_parser("token", help="create, list and revoke tokens (on the local store)")
@@ -529,7 +555,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     tr.set_defaults(fn=_token_revoke)
 
-    cmd("pending", _pending, "the requests waiting for a decision")
+    pe = cmd("pending", _pending, "the requests waiting for a decision, a page at a time, "
+                                  "with how many wait in all")
+    pe.add_argument("--sort", choices=["expiry", "newest"], default="expiry",
+                    help="expiry: soonest first, what must be decided before it is lost "
+                         "(the default); newest: created last, first")
+    pe.add_argument("--limit", type=int, default=100, help="rows per page (1 to 1000; "
+                                                           "default %(default)s)")
+    pe.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    pe.add_argument("--instrument", help="only this instrument's")
     sh = cmd("show", _show, "one request with its full handoff")
     sh.add_argument("request")
     sh.add_argument("--json", action="store_true")

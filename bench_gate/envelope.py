@@ -16,7 +16,8 @@ from .config import ChannelLimits
 from .models import Action
 from .scpi import Profile, classify, format_number
 
-__all__ = ["Breach", "action_breaches", "breaches", "enveloped_fields", "safe_commands", "summary"]
+__all__ = ["Breach", "action_breaches", "breaches", "enveloped_fields", "no_worse",
+           "safe_commands", "summary"]
 
 
 def _key(channel: int, field: str) -> str:
@@ -120,6 +121,17 @@ def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],
         if limit is not None and value > limit:
             out.append(Breach(a.channel, a.field, a.new, limit))
     return out
+
+
+def no_worse(now: Breach, before: Breach | None) -> bool:
+    """True when ``now`` was already there before, at the same value or a safer one."""
+    if before is None:
+        return False
+    try:
+        return now.value is not None and before.value is not None and \
+            Decimal(now.value) <= Decimal(before.value)
+    except InvalidOperation:
+        return False
 
 
 def summary(profile: Profile, found: list[Breach]) -> str:

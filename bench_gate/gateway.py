@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -85,6 +86,8 @@ SELECT_NAME_QUERY = "INST:SEL?"
 SWEEP_SECONDS = 0.5
 #: Runs remembered with their owner; past this the memory starts over.
 RUNS_REMEMBERED = 100_000
+#: The fields of a channel's setpoint: what an approved setpoint remembers.
+SETPOINT_FIELDS = ("voltage", "current")
 #: How long a restart waits for an interrupted write to finish inside the instrument.
 SETTLE_SECONDS = 30.0
 #: The store's table of runs that live and die with one connection (socket door, MCP).
@@ -221,6 +224,8 @@ class Gateway:
         #: recheck and the write are two lane jobs, and another write between them would
         #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
         self._executing: dict[str, asyncio.Lock] = {}
+        #: Runs closed through this gateway: a read of a known run checks this, not the store.
+        self._closed_runs: set[str] = set()
         #: One plan decision at a time per run: judge, then spend, with nothing between.
         self._plan_locks: dict[str, asyncio.Lock] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -417,6 +422,8 @@ class Gateway:
         self._require_operator(operator)
         refuse_token(reason, "reason")
         run = self.get_run(run_id)
+        if run.status is RunStatus.CLOSED:
+            raise TransitionError(run_id, run.status.value, "take over", "the run is closed")
         run.status = RunStatus.TAKEN_OVER
         run.takeover_reason = reason
         run.takeover_by = operator.name
@@ -449,7 +456,13 @@ class Gateway:
                            {"reason": reason},
                            outcome=f"cancelled: {reason}; nothing was written")
         self.questions.cancel_run(run_id)
+        for plan in self._plans_of(run_id):  # a closed run's standing approval ends with it
+            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
+                plan.status = PlanStatus.REVOKED
+                plan.revoked_by = "the run was closed"
+                self._save_plan(plan)
         run.status = RunStatus.CLOSED
+        self._closed_runs.add(run_id)
         self.store.save_run(run, [])
         self.store.kv_delete(ATTACHED, run_id)
         self._plan_locks.pop(run_id, None)
@@ -542,8 +555,15 @@ class Gateway:
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": decision.code, "reason": decision.reason})])
             return SubmitResult("refused", code=decision.code, reason=decision.reason)
-        if run is None and (not c.read_only or decision.verdict is not Verdict.PASS):
+        if run is None and (not c.read_only or decision.verdict is not Verdict.PASS
+                            or run_id in self._closed_runs):
             run = self.get_run(run_id)  # fresh: a takeover or suspension decides a write
+        if run is not None and run.status is RunStatus.CLOSED:
+            reason = "the run is closed: nothing more runs in it; start a new run"
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": -203, "reason": reason})])
+            return SubmitResult("refused", code=-203, reason=reason)
         if run is not None and run.status is RunStatus.SUSPENDED:
             reason = "the run is suspended; an operator must release it"
             if not c.read_only:
@@ -754,14 +774,38 @@ class Gateway:
                    for f in ("voltage", "current"))
 
     def _check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
-        """Invariant 4 before anything is sent: the state this write will produce (the live
-        snapshot plus every action) keeps every energized channel inside the envelope, the
-        fields the write does not touch included. Raises Refused (-222) naming the field."""
+        """Invariant 4 before anything is sent, on every channel the write names: the state
+        it ends in (the live snapshot plus every action) keeps each energized channel inside
+        the envelope, the fields the write does not touch included; and no state it passes
+        through on the way (units run in the order they are sent) is outside where the one
+        before was not. ``OUTP ON`` before the ``VOLT`` that would make it safe is refused.
+        Commands whose effect cannot be predicted are judged by the read-back after them.
+        Raises Refused (-222) naming the field."""
         limits = self.config.envelope.get(inst.config.name, {})
-        found = envelope.breaches(inst.profile, limits, self._proposed(actions, snap))
-        if found:
-            raise Refused(-222, "outside the envelope once this runs: "
-                          f"{envelope.summary(inst.profile, found)}; nothing was sent")
+        over = envelope.action_breaches(inst.profile, limits, actions)
+        if over:  # a value above its limit, energized or not
+            raise Refused(-222, f"{envelope.summary(inst.profile, over)}; nothing was sent")
+        named = {a.channel for a in actions if a.channel is not None and not a.unpredictable
+                 and a.effect in ("setpoint", "output", "protection")}
+        if not named:
+            return
+        profile = inst.profile
+        before = {(b.channel, b.field): b for b in envelope.breaches(
+            profile, limits, snap.values, named)}
+        for done in range(1, len(actions) + 1):
+            found = envelope.breaches(profile, limits, self._proposed(actions[:done], snap),
+                                      named)
+            final = done == len(actions)
+            worse = [b for b in found if not envelope.no_worse(b, before.get(
+                (b.channel, b.field)))]
+            if final and found:
+                raise Refused(-222, "outside the envelope once this runs: "
+                              f"{envelope.summary(profile, found)}; nothing was sent")
+            if worse:
+                raise Refused(-222, f"outside the envelope after {actions[done - 1].canonical}: "
+                              f"{envelope.summary(profile, worse)}; nothing was sent (units run "
+                              "in the order they are sent: make the state safe first)")
+            before = {(b.channel, b.field): b for b in found}
 
     # ------------------------------------------------------------------ hold
     async def _hold(self, run: Run, inst: Instrument, message: str, c: Classification,
@@ -882,14 +926,25 @@ class Gateway:
         return self.config.policy, self.config.envelope
 
     def _remembered_people(self, req: TakeoverRequest) -> dict[int, list[str]]:
-        """Who approved the setpoint remembered for each channel this request energizes."""
+        """For each channel this request switches on: who approved the setpoint fields in
+        force there that the request does not set itself. A remembered setpoint is in force
+        only while it equals the state the request was judged on."""
         out: dict[int, list[str]] = {}
         key = f"{req.bench or self.config.bench}/{req.instrument}"
+        snap = req.snapshot.values
         for a in req.actions:
-            if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None:
-                stored = self.store.get_setpoint(key, a.channel) or {}
-                people = stored.get("people") or ([stored["by"]] if stored.get("by") else [])
-                out[a.channel] = [str(p) for p in people]
+            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+                continue
+            ch = a.channel
+            stored = self.store.get_setpoint(key, ch) or {}
+            if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS):
+                continue  # not in force: the request needs (and shows) its own setpoint
+            mine = {b.field for b in req.actions if b.channel == ch and b.effect == "setpoint"}
+            by_field = stored.get("by_field") or {}
+            people = {str(p) for f in SETPOINT_FIELDS if f not in mine
+                      for p in (by_field.get(f) or stored.get("people")
+                                or ([stored["by"]] if stored.get("by") else []))}
+            out[ch] = sorted(people)
         return out
 
     def _policy_refusal(self, req: TakeoverRequest) -> str | None:
@@ -1192,6 +1247,17 @@ class Gateway:
                 k.value for k in req.missing())
         return None
 
+    @staticmethod
+    def _same_units(inst: Instrument, req: TakeoverRequest) -> Classification:
+        """The units the approver was shown, from their canonical text (explicit channels),
+        never the message again under the run's selection now: that may have moved, or been
+        lost with a restart, and would aim the fresh request at another channel."""
+        units: list[Unit] = []
+        for a in req.actions:
+            units.extend(dataclasses.replace(u, source=a.source, text=a.text)
+                         for u in classify(a.canonical, inst.profile.name).units)
+        return Classification(req.message, inst.profile.name, tuple(units), None)
+
     async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
                         diff: dict[str, tuple[str | None, str | None]]) -> TakeoverRequest:
         run = self.get_run(req.run_id)
@@ -1201,8 +1267,7 @@ class Gateway:
                           outcome=f"stale: the instrument changed since approval ({summary}); "
                                   "nothing was written, sent back for fresh review"):
             return self.get_request(req.id)
-        c = classify(req.message, inst.profile.name,
-                     selected=self._selected.get((run.id, inst.config.name)))
+        c = self._same_units(inst, req)
         fresh_required = list(required_for([a.approval for a in req.actions],
                                            any(a.unpredictable for a in req.actions))
                               ) or [ApprovalKind.STATE]
@@ -1255,8 +1320,7 @@ class Gateway:
             out.after, out.read_error = await self._read_back(link, inst, readback,
                                                               req.snapshot.idn)
             out.instrument_errors = await self._drain_errors(link, inst)
-            if out.after is not None:
-                out.safed = await self._make_safe(link, inst, out.after)
+            out.safed = await self._make_safe(link, inst, out.after)
             return out
 
         w = await inst.lane.run(job)
@@ -1316,12 +1380,25 @@ class Gateway:
                 errors.append(answer)
         return errors
 
-    async def _make_safe(self, link: AsyncLink, inst: Instrument, after: dict[str, str]
-                         ) -> _Safed | None:
+    async def _make_safe(self, link: AsyncLink, inst: Instrument,
+                         after: dict[str, str] | None) -> _Safed | None:
         """Invariant 4 after a write: an energized channel read back outside the envelope
-        gets the profile's safe action at once, on the same lane turn, waiting for nobody."""
+        gets the profile's safe action at once, on the same lane turn, waiting for nobody.
+        When the read-back failed, every enveloped field is read again one by one: a channel
+        that cannot be shown inside (an unreadable output or limit counts as outside) is
+        made safe too. One garbled answer never stops the safe action."""
         limits = self.config.envelope.get(inst.config.name, {})
-        found = envelope.breaches(inst.profile, limits, after)
+        if after is None:
+            after = {}
+            for ch, f in envelope.enveloped_fields(inst.profile, limits):
+                query = inst.profile.field_query(f, ch)
+                with contextlib.suppress(InstrumentError):
+                    after[snapshot_key(ch, f)] = _normalize(
+                        inst.profile, f, await link.query(query), query)
+            found = envelope.breaches(inst.profile, limits, after,
+                                      set(limits) & set(inst.profile.channels))
+        else:
+            found = envelope.breaches(inst.profile, limits, after)
         if not found:
             return None
         channels = sorted({b.channel for b in found})
@@ -1387,7 +1464,9 @@ class Gateway:
 
     def _remember_setpoints(self, req: TakeoverRequest, inst: Instrument,
                             after: dict[str, str]) -> None:
-        """The live setpoint of each channel whose setpoint was approved here."""
+        """The live setpoint of each channel whose setpoint was approved here, with who
+        approved each field of it: a field this request did not set keeps its approvers
+        while its value is the one they approved."""
         if ApprovalKind.SETPOINT not in req.approved_kinds():
             return
         channels = {a.channel for a in req.actions if a.channel is not None and (
@@ -1396,11 +1475,27 @@ class Gateway:
         by = setpoint[0].by if setpoint else ""
         # Everyone whose approval put this setpoint in force: a plan's approvers for a step.
         people = sorted({p for a in setpoint for p in (a.people or [a.by])})
+        key = self._qualified(inst.config.name)
+        # Channels switched on with no approved setpoint in force: this request's setpoint
+        # approval approved their present setpoint as it was.
+        needed_on = {int(n["channel"]) for n in req.handoff.get("setpoint_needed") or []}
         for ch in channels:
-            self.store.put_setpoint(self._qualified(inst.config.name), ch, {
-                "voltage": after.get(snapshot_key(ch, "voltage")),
-                "current": after.get(snapshot_key(ch, "current")),
-                "request": req.id, "by": by, "people": people, "at": self.clock().isoformat()})
+            mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
+            needed = ch in needed_on
+            prior = self.store.get_setpoint(key, ch) or {}
+            by_field: dict[str, list[str]] = {}
+            for f in SETPOINT_FIELDS:
+                value = after.get(snapshot_key(ch, f))
+                kept = (prior.get("by_field") or {}).get(f) or prior.get("people") or []
+                if f in mine or needed or prior.get(f) != value or not kept:
+                    by_field[f] = people
+                else:
+                    by_field[f] = sorted(kept)
+            self.store.put_setpoint(key, ch, {
+                **{f: after.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS},
+                "request": req.id, "by": by, "by_field": by_field,
+                "people": sorted({p for v in by_field.values() for p in v}),
+                "at": self.clock().isoformat()})
 
     async def _reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
@@ -1419,8 +1514,7 @@ class Gateway:
                 return out
             out.after, out.read_error = await self._read_back(link, inst, fields,
                                                               req.snapshot.idn)
-            if out.after is not None:
-                out.safed = await self._make_safe(link, inst, out.after)
+            out.safed = await self._make_safe(link, inst, out.after)
             return out
 
         w = await inst.lane.run(job)

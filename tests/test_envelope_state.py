@@ -294,3 +294,51 @@ async def test_no_sequence_of_granted_requests_leaves_the_envelope(
         if result.request is not None and result.status == "pending":
             await grant_all(gateway, result.request.id, olga)
         assert energized_outside(front_panel) == [], (sequence, message)
+
+
+async def test_units_run_in_order_so_no_state_on_the_way_may_leave_the_envelope(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """CH2 at 20 V with its output off. ``OUTP ON`` before the ``VOLT`` that makes it safe
+    would energize 20 V for the length of the write, though the final state is inside."""
+    front_panel.write("VOLT 20,(@2)")
+    run = gateway.create_run(script, "script")
+    result = await gateway.submit(run.id, "psu", "OUTP ON,(@2);:VOLT 5,(@2);:CURR 0.1,(@2)")
+    assert result.status == "refused" and result.code == -222
+    assert "after OUTP 1,(@2)" in result.reason and "make the state safe first" in result.reason
+    fine = await gateway.submit(run.id, "psu", "VOLT 5,(@2);:CURR 0.1,(@2);:OUTP ON,(@2)")
+    assert fine.status == "pending"
+    assert panel(front_panel, "OUTP? (@2)") == 0
+
+
+async def test_a_fresh_request_after_stale_keeps_the_channels_the_approver_saw(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """``VOLT 5.5`` held on the run's selected CH1; the run then selects CH3 for a read.
+    When the request goes stale, its successor is still CH1's, never the new selection."""
+    run = gateway.create_run(script, "script")
+    assert (await gateway.submit(run.id, "psu", "INST:NSEL 1;:VOLT?")).status == "executed"
+    req = (await gateway.submit(run.id, "psu", "VOLT 5.5")).request
+    assert req is not None and req.actions[0].canonical == "VOLT 5.5,(@1)"
+    assert (await gateway.submit(run.id, "psu", "INST:NSEL 3;:MEAS:VOLT?")).status == "executed"
+    front_panel.write("CURR 0.2,(@1)")  # the knob turns: the request goes stale
+    stale = (await gateway.grant(req.id, olga, ["setpoint"],
+                                 proposal_hash=req.proposal_hash)).request
+    assert stale.status is Status.STALE and stale.superseded_by
+    fresh = gateway.get_request(stale.superseded_by)
+    assert [a.canonical for a in fresh.actions] == ["VOLT 5.5,(@1)"]
+    assert panel(front_panel, "VOLT? (@3)") == 0 and panel(front_panel, "VOLT? (@1)") == 0
+
+
+async def test_a_closed_run_runs_nothing_more(gateway: Gateway, script: Principal,
+                                              olga: Principal, front_panel: Any) -> None:
+    run = gateway.create_run(script, "script")
+    plan = await gateway.request_plan(run.id, {
+        "instrument": "psu", "channels": [2], "voltage": [0, 5], "current_max": 0.5,
+        "output_enable": False, "max_writes": 5})
+    await gateway.grant(plan.id, olga, ["setpoint"], proposal_hash=plan.proposal_hash)
+    assert plan.plan_id is not None
+    gateway.close_run(run.id)
+    result = await gateway.submit(run.id, "psu", "VOLT 3,(@2)")
+    assert result.status == "refused" and "the run is closed" in result.reason
+    assert (await gateway.submit(run.id, "psu", "VOLT? (@2)")).status == "refused"
+    assert gateway.get_plan(plan.plan_id).status.value == "revoked"
+    assert panel(front_panel, "VOLT? (@2)") == 0

@@ -261,3 +261,30 @@ async def test_dmm_answers_while_the_psu_lane_is_faulted(
     with pytest.raises(InstrumentError, match="timed out"):
         await psu
     assert (await gw.submit(run.id, "psu", "*IDN?")).status == "executed"
+
+
+async def test_one_garbled_read_back_answer_never_stops_the_safe_action(
+        faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """``*RCL`` of a state with CH2 on at 20 V, and the read-back's answer to an unrelated
+    field is garbage: the read-back fails, yet every enveloped field is read again one by
+    one, CH2 is found outside and switched off at once."""
+    gw, link = faulty
+    for command in ("VOLT 20,(@2)", "CURR 0.1,(@2)", "OUTP 1,(@2)", "*SAV 4", "*RST"):
+        front_panel.write(command)
+    req = await held(gw, script, "*RCL 4")
+    orig_write = link.write
+
+    def write_then_arm(command: str) -> None:
+        orig_write(command)
+        if command.startswith("*RCL"):
+            link.arm(Fault.GARBLED, match="VOLT:PROT:TRIP? (@1)")
+
+    link.write = write_then_arm  # type: ignore[method-assign]
+    done = (await gw.grant(req.id, olga, ["setpoint", "output_enable", "state"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    assert "envelope breach" in (done.outcome or "")
+    assert int(front_panel.query("OUTP? (@2)")) == 0, "the safe action ran"
+    kinds = [e.type.value for e in gw.store.journal(done.run_id, limit=100)]
+    assert "envelope_breach" in kinds

@@ -107,7 +107,7 @@ def test_serve_and_token_commands(tmp_path: Path) -> None:
     env = {**os.environ, "BENCH_GATE_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench_gate.cli", "serve", "--port", "0", "--db", str(db),
-         "--sim-psu-port", "0", "--sim-dmm-port", "0"],
+         "--sim-psu-port", "0", "--sim-dmm-port", "0", "--door", "psu=0", "--door", "dmm=0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None

@@ -176,7 +176,8 @@ async def test_two_operators_approve_the_two_halves_at_once(
         ch = 1 + attempt % 3
         volts = f"{1 + attempt / 10:.1f}"
         bench.psu.handle_message(f"OUTP OFF,(@{ch})")
-        req = (await gw.submit(run.id, "psu", f"VOLT {volts},(@{ch});:CURR 0.4,(@{ch});:OUTP ON,(@{ch})")).request
+        message = f"VOLT {volts},(@{ch});:CURR 0.4,(@{ch});:OUTP ON,(@{ch})"
+        req = (await gw.submit(run.id, "psu", message)).request
         assert req is not None
         first, second = (OLGA, PETE) if attempt % 2 else (PETE, OLGA)
         outcomes = await asyncio.gather(

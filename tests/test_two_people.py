@@ -109,3 +109,71 @@ async def test_the_owner_refuses_at_execution_what_its_rules_forbid(
     assert final.status is Status.FAILED
     assert "this bench's rules refuse it now" in (final.outcome or "")
     assert not on(front_panel, 1)
+
+
+async def test_one_person_cannot_give_every_approval_of_an_unpredictable_command(
+        strict: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    for command in ("VOLT 5,(@1)", "CURR 0.5,(@1)", "OUTP 1,(@1)", "*SAV 3", "*RST"):
+        front_panel.write(command)
+    run = strict.create_run(script, "script")
+    req = (await strict.submit(run.id, "psu", "*RCL 3")).request
+    assert req is not None
+    with pytest.raises(PermissionDenied, match="second person"):
+        await strict.grant(req.id, olga, ["setpoint", "output_enable", "state"],
+                           proposal_hash=req.proposal_hash)
+    await strict.grant(req.id, olga, ["setpoint", "state"], proposal_hash=req.proposal_hash)
+    with pytest.raises(PermissionDenied, match="second person"):
+        await strict.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
+    assert not on(front_panel, 1)
+    done = await strict.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.EXECUTED and on(front_panel, 1)
+
+
+async def test_one_person_cannot_approve_a_plan_that_includes_output_enable(
+        strict: Gateway, script: Principal, olga: Principal) -> None:
+    run = strict.create_run(script, "script")
+    plan = await strict.request_plan(run.id, {
+        "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": 0.5,
+        "output_enable": True, "max_writes": 5})
+    with pytest.raises(PermissionDenied, match="second person"):
+        await strict.grant(plan.id, olga, ["setpoint", "output_enable"],
+                           proposal_hash=plan.proposal_hash)
+
+
+async def test_everyone_behind_the_setpoint_in_force_counts(
+        strict: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """olga approved the voltage, pete the current limit: neither may switch it on."""
+    ann = Principal(name="ann", role=Role.OPERATOR)
+    run = strict.create_run(script, "script")
+    for message, who in (("VOLT 5,(@1)", olga), ("CURR 0.9,(@1)", pete)):
+        req = (await strict.submit(run.id, "psu", message)).request
+        assert req is not None
+        done = await strict.grant(req.id, who, ["setpoint"], proposal_hash=req.proposal_hash)
+        assert done.request.status is Status.EXECUTED
+    enable = (await strict.submit(run.id, "psu", "OUTP ON,(@1)")).request
+    assert enable is not None
+    for who in (olga, pete):
+        with pytest.raises(PermissionDenied, match="setpoint in force on CH1"):
+            await strict.grant(enable.id, who, ["output_enable"],
+                               proposal_hash=enable.proposal_hash)
+    assert not on(front_panel, 1)
+    done = await strict.grant(enable.id, ann, ["output_enable"],
+                              proposal_hash=enable.proposal_hash)
+    assert done.request.status is Status.EXECUTED and on(front_panel, 1)
+
+
+async def test_a_setpoint_on_another_channel_does_not_launder_the_one_in_force(
+        strict: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    run = strict.create_run(script, "script")
+    first = (await strict.submit(run.id, "psu", "VOLT 5,(@1);:CURR 0.5,(@1)")).request
+    assert first is not None
+    await strict.grant(first.id, olga, ["setpoint"], proposal_hash=first.proposal_hash)
+    mixed = (await strict.submit(run.id, "psu", "VOLT 1,(@2);:OUTP ON,(@1)")).request
+    assert mixed is not None
+    await strict.grant(mixed.id, pete, ["setpoint"], proposal_hash=mixed.proposal_hash)
+    with pytest.raises(PermissionDenied, match="setpoint in force on CH1"):
+        await strict.grant(mixed.id, olga, ["output_enable"], proposal_hash=mixed.proposal_hash)
+    assert not on(front_panel, 1)
