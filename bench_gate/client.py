@@ -80,6 +80,9 @@ class Client:
 
     # --------------------------------------------------------------- plumbing
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._body(self._send(method, path, **kwargs))
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             r = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -94,6 +97,10 @@ class Client:
                     and "currentProposalHash" in body:
                 raise ProposalChangedError(reason, body)
             raise ApiError(r.status_code, reason, body)
+        return r
+
+    @staticmethod
+    def _body(r: httpx.Response) -> Any:
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
         return r.text
@@ -237,10 +244,25 @@ class Client:
 
     # --------------------------------------------------------------- operators
     def pending(self, instrument: str | None = None) -> list[dict[str, Any]]:
-        params: dict[str, str] = {"status": "pending"}
+        """The first page (100) of requests waiting for a decision, newest first."""
+        return self.pending_page(instrument)[0]
+
+    def pending_page(self, instrument: str | None = None, *, sort: str = "newest",
+                     limit: int = 100, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """One page of the requests waiting for a decision (``sort``: ``newest`` or
+        ``expiry``, soonest first), and how many wait in all."""
+        params: dict[str, str | int] = {"status": "pending", "sort": sort, "limit": limit,
+                                        "offset": offset}
         if instrument:
             params["instrument"] = instrument
-        result: list[dict[str, Any]] = self.request("GET", "/v1/takeover", params=params)
+        r = self._send("GET", "/v1/takeover", params=params)
+        page: list[dict[str, Any]] = self._body(r)
+        return page, int(r.headers.get("X-Total-Count", len(page)))
+
+    def close_run(self, run_id: str | None = None) -> dict[str, Any]:
+        """Close the run: its undecided requests are cancelled, and it no longer counts
+        against the requester's ``limits.open_runs``."""
+        result: dict[str, Any] = self.request("POST", f"/v1/runs/{self._run(run_id)}/close")
         return result
 
     def grant(self, request_id: str, approve: list[str], *, notes: str = "",

@@ -65,13 +65,17 @@ def shown_hash(h: httpx.Client, tk: str) -> str:
     return str(r.json()["proposalHash"])
 
 
-def start_bench(tmp: Path, **policy: Any) -> Iterator[Bench]:
+def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, **policy: Any
+                ) -> Iterator[Bench]:
+    """``policy`` sets ``[policy]`` keys, ``limits`` the ``[limits]`` ones."""
     with SimBenchThread() as sim:
         config = default_config(sim.psu_port, sim.dmm_port)
         for ic in config.instruments:
             ic.socket_port = 0
         for key, value in policy.items():
             setattr(config.policy, key, value)
+        for key, value in (limits or {}).items():
+            setattr(config.limits, key, value)
         db = tmp / "bench.db"
         store = open_store(db)
         tokens = Tokens(store)

@@ -110,6 +110,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/runs/{run_id}/scpi"): (OWNER, {"instrument": "nope", "command": "*IDN?"}),
     ("POST", "/v1/runs/{run_id}/takeover/request"): (OP, {"nope": 1}),
     ("POST", "/v1/runs/{run_id}/release"): (OP, None),
+    ("POST", "/v1/runs/{run_id}/close"): (REQ, {"reason": 5}),
     ("GET", "/v1/runs/{run_id}/takeover"): (REQ, None),
     ("POST", "/v1/runs/{run_id}/takeover/{tk_id}/grant"): (OP, {"approve": []}),
     ("POST", "/v1/runs/{run_id}/takeover/{tk_id}/deny"): (OP, {"notes": 5}),

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
+from starlette.types import Receive, Scope, Send
 
 from ..auth import Tokens
 from ..models import Principal, Role, Status
+from ..quotas import Lease, Quota, lease
 from ._auth import can_operate
 from ._deps import Admin, Caller, GatewayDep
 from ._schemas import InstrumentOut
@@ -56,17 +58,44 @@ def _visible(gw: GatewayDep, who: Principal, message: dict[str, Any]) -> bool:
     return run is not None and run.principal == who.name
 
 
+class _LeasedStream(StreamingResponse):
+    """An event stream that gives its quota lease back, and stops watching its token,
+    however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], held: Lease,
+                 unwatch: Callable[[], None], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self.held = held
+        self.unwatch = unwatch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.held.release()
+            self.unwatch()
+
+
 @router.get("/v1/events", tags=["bench"],
             responses={200: {"content": {"text/event-stream": {}},
-                             "description": "Server-Sent Events"}})
+                             "description": "Server-Sent Events"},
+                       429: {"description": "the requester has limits.sse_streams streams "
+                                            "open already"}})
 async def events(who: Caller, gw: GatewayDep, request: Request) -> StreamingResponse:
-    """Request and run changes as Server-Sent Events (a requester sees its own runs)."""
+    """Request and run changes as Server-Sent Events (a requester sees its own runs; it may
+    hold ``limits.sse_streams`` of them open at once). The stream ends when its token is
+    revoked."""
     stopping: asyncio.Event = request.app.state.stopping
+    held = lease(gw, who, Quota.SSE_STREAMS)
+    tokens: Tokens = request.app.state.tokens
+    revoked = asyncio.Event()
+    unwatch = tokens.watch(request.headers["authorization"].partition(" ")[2].strip(),
+                           revoked.set)
 
     async def stream() -> AsyncIterator[str]:
         async with gw.subscribe() as queue:
             yield ": connected\n\n"
-            while not stopping.is_set():
+            while not stopping.is_set() and not revoked.is_set():
                 try:
                     message = await asyncio.wait_for(queue.get(), timeout=1.0)
                 except TimeoutError:
@@ -76,14 +105,14 @@ async def events(who: Caller, gw: GatewayDep, request: Request) -> StreamingResp
                 if _visible(gw, who, message):
                     yield f"event: {message['type']}\ndata: {json.dumps(message)}\n\n"
 
-    return StreamingResponse(stream(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+    return _LeasedStream(stream(), held, unwatch, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/metrics", response_class=PlainTextResponse, tags=["bench"])
 def metrics(who: Caller, gw: GatewayDep) -> str:
     """Prometheus text exposition."""
-    pending = len(gw.list_requests(Status.PENDING, limit=100_000))
+    pending = gw.store.page_requests(Status.PENDING, limit=1).total
     lines = [
         "# HELP bench_gate_pending_requests Takeover requests waiting for a decision.",
         "# TYPE bench_gate_pending_requests gauge",

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from starlette.exceptions import HTTPException
 
 from ..gateway import Gateway
 from ..models import Principal, Role, Run, TakeoverRequest
+from ..store import RequestPage
 from ._auth import can_operate, requires
 
-__all__ = ["Admin", "Caller", "GatewayDep", "Operator", "own_request", "own_run",
-           "wait_seconds"]
+__all__ = ["PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator", "own_request",
+           "own_run", "page_headers", "wait_seconds"]
 
 MAX_WAIT = 60.0
 
@@ -44,6 +45,29 @@ def own_request(gateway: Gateway, request_id: str, who: Principal,
         raise HTTPException(404, f"{request_id} is not a request of {run_id}")
     own_run(gateway, req.run_id, who)
     return req
+
+
+#: How a list endpoint documents its paging headers (OpenAPI ``responses``).
+PAGE_HEADERS: dict[int | str, dict[str, Any]] = {200: {"headers": {
+    "X-Total-Count": {"description": "how many match in all, across every page",
+                      "schema": {"type": "integer"}},
+    "Link": {"description": "the next and previous pages (rel=\"next\", rel=\"prev\"), "
+                            "when there are any", "schema": {"type": "string"}}}}}
+
+
+def page_headers(response: Response, request: Request, page: RequestPage) -> None:
+    """The total in ``X-Total-Count`` and the neighbouring pages in ``Link``: the body
+    stays the plain list it always was."""
+    response.headers["X-Total-Count"] = str(page.total)
+    links = []
+    if page.offset + page.limit < page.total:
+        nxt = request.url.include_query_params(offset=page.offset + page.limit)
+        links.append(f'<{nxt}>; rel="next"')
+    if page.offset > 0:
+        prev = request.url.include_query_params(offset=max(0, page.offset - page.limit))
+        links.append(f'<{prev}>; rel="prev"')
+    if links:
+        response.headers["Link"] = ", ".join(links)
 
 
 def wait_seconds(wait: float | None) -> float:

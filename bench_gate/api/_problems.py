@@ -7,6 +7,7 @@ body is not JSON) or 422 (it is JSON but not what the endpoint takes).
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +24,7 @@ from ..errors import (
     NotFound,
     PermissionDenied,
     ProposalChanged,
+    QuotaExceeded,
     Refused,
     StoreError,
     TransitionError,
@@ -40,6 +42,7 @@ _STATUS: list[tuple[type[GatewayError], int, str]] = [
     (InvalidInput, 422, "invalid-input"),
     (Refused, 422, "refused"),
     (PermissionDenied, 403, "forbidden"),
+    (QuotaExceeded, 429, "quota-exceeded"),
     (ProposalChanged, 409, "proposal-changed"),
     (TransitionError, 409, "conflict"),
     (InstrumentError, 502, "instrument-error"),
@@ -47,8 +50,8 @@ _STATUS: list[tuple[type[GatewayError], int, str]] = [
 ]
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 422: "Unprocessable Content",
-           428: "Precondition Required", 500: "Internal Server Error", 502: "Bad Gateway",
-           503: "Service Unavailable"}
+           428: "Precondition Required", 429: "Too Many Requests",
+           500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 def problem(status: int, reason: str, *, kind: str | None = None,
@@ -73,7 +76,13 @@ def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
                 extra.update(requestId=exc.request_id, differs=exc.differences)
             if isinstance(exc, ProposalChanged):
                 extra.update(_proposal_changed(request, exc))
-            return problem(status, exc.message, kind=kind, **extra)
+            headers = None
+            if isinstance(exc, QuotaExceeded):
+                extra.update(quota=exc.quota, limit=exc.limit)
+                if exc.retry_after is not None:  # a slot frees by then at the latest
+                    extra["retryAfter"] = math.ceil(exc.retry_after)
+                    headers = {"Retry-After": str(math.ceil(exc.retry_after))}
+            return problem(status, exc.message, kind=kind, headers=headers, **extra)
     return problem(500, exc.message, kind="gateway-error")
 
 

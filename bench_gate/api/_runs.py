@@ -13,14 +13,25 @@ from starlette.exceptions import HTTPException
 
 from ..gateway import Gateway
 from ..models import Event, Role, Status
+from ..store import RequestSort
 from ._auth import can_operate, requires
-from ._deps import Caller, GatewayDep, Operator, own_request, own_run, wait_seconds
+from ._deps import (
+    PAGE_HEADERS,
+    Caller,
+    GatewayDep,
+    Operator,
+    own_request,
+    own_run,
+    page_headers,
+    wait_seconds,
+)
 from ._problems import problem
 from ._schemas import (
     DenyBody,
     GrantBody,
     GrantOut,
     ProposalChangedOut,
+    RunClose,
     RunCreate,
     RunOut,
     ScpiBody,
@@ -131,8 +142,9 @@ async def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
 @router.get("", response_model=list[RunOut])
 def list_runs(who: Caller, gw: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[RunOut]:
-    runs = gw.store.list_runs(limit=limit, offset=offset)
-    return [run_out(r) for r in runs if can_operate(who) or r.principal == who.name]
+    """Newest first. A requester sees its own runs only, filtered before paging."""
+    mine = None if can_operate(who) else who.name
+    return [run_out(r) for r in gw.store.list_runs(limit=limit, offset=offset, principal=mine)]
 
 
 @router.get("/{run_id}", response_model=RunOut)
@@ -163,12 +175,31 @@ async def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     return run_out(gw.release(run_id, who))
 
 
-@router.get("/{run_id}/takeover", response_model=list[TakeoverOut])
-def run_requests(run_id: str, who: Caller, gw: GatewayDep, status: Status | None = None,
-                 limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                 offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[TakeoverOut]:
+@router.post("/{run_id}/close", response_model=RunOut)
+async def close(run_id: str, who: Caller, gw: GatewayDep, body: RunClose | None = None
+                ) -> RunOut:
+    """The run is done: its undecided requests are cancelled (nothing is written), and it
+    no longer counts against its requester's ``limits.open_runs``."""
     own_run(gw, run_id, who)
-    return [takeover_out(r) for r in gw.list_requests(status, run_id, None, limit, offset)]
+    reason = body.reason if body is not None and body.reason else None
+    gw.close_run(run_id, f"the run was closed by {who.name}"
+                 + (f": {reason}" if reason else ""))
+    return run_out(gw.get_run(run_id))
+
+
+@router.get("/{run_id}/takeover", response_model=list[TakeoverOut], responses=PAGE_HEADERS)
+def run_requests(run_id: str, who: Caller, gw: GatewayDep, request: Request,
+                 response: Response, status: Status | None = None,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                 offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+                 sort: Annotated[RequestSort, Query(description=(
+                     "newest (the default) or expiry: expiring soonest, first"))
+                 ] = RequestSort.NEWEST) -> list[TakeoverOut]:
+    """The run's requests, one page at a time; ``X-Total-Count`` says how many match."""
+    own_run(gw, run_id, who)
+    page = gw.store.page_requests(status, run_id, None, limit, offset, sort)
+    page_headers(response, request, page)
+    return [takeover_out(r) for r in page]
 
 
 IfMatch = Annotated[str | None, Header(max_length=200, description=(

@@ -25,6 +25,7 @@ __all__ = [
     "PlanOut",
     "PlanRequested",
     "ProposalChangedOut",
+    "RunClose",
     "RunCreate",
     "RunOut",
     "ScpiBody",
@@ -67,6 +68,11 @@ def _confidence_in_range(rationale: str | None) -> str | None:
 class RunCreate(_Camel):
     kind: RunKind
     goal: Annotated[str | None, _FREE] = Field(default=None, max_length=2000)
+
+
+class RunClose(_Camel):
+    #: Why, for the outcome of each request it cancels (default: closed by whom).
+    reason: Annotated[str | None, _FREE] = Field(default=None, min_length=1, max_length=500)
 
 
 class RunOut(_Out):

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from ..models import Status
-from ._deps import Caller, GatewayDep, Operator, own_request, wait_seconds
+from ..store import RequestSort
+from ._deps import (
+    PAGE_HEADERS,
+    Caller,
+    GatewayDep,
+    Operator,
+    own_request,
+    page_headers,
+    wait_seconds,
+)
 from ._schemas import TakeoverOut, takeover_out
 
 __all__ = ["router"]
@@ -15,12 +24,21 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/takeover", tags=["takeover"])
 
 
-@router.get("", response_model=list[TakeoverOut])
-def queue(who: Operator, gw: GatewayDep, status: Status | None = None,
-          instrument: str | None = None,
+SortQuery = Annotated[RequestSort, Query(description=(
+    "newest: created last, first (the default); expiry: expiring soonest, first (what must "
+    "be decided before it is lost)"))]
+
+
+@router.get("", response_model=list[TakeoverOut], responses=PAGE_HEADERS)
+def queue(who: Operator, gw: GatewayDep, request: Request, response: Response,
+          status: Status | None = None, instrument: str | None = None,
           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-          offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[TakeoverOut]:
-    return [takeover_out(r) for r in gw.list_requests(status, None, instrument, limit, offset)]
+          offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+          sort: SortQuery = RequestSort.NEWEST) -> list[TakeoverOut]:
+    """Requests across runs, one page at a time; ``X-Total-Count`` says how many match."""
+    page = gw.store.page_requests(status, None, instrument, limit, offset, sort)
+    page_headers(response, request, page)
+    return [takeover_out(r) for r in page]
 
 
 @router.get("/{tk_id}", response_model=TakeoverOut, responses={200: {"headers": {"ETag": {

@@ -11,6 +11,7 @@ from ..errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
+    QuotaExceeded,
     Refused,
     TransitionError,
 )
@@ -26,7 +27,8 @@ T = TypeVar("T")
 UNDECIDED = frozenset({Status.PENDING, Status.APPROVED, Status.EXECUTING})
 _KINDS: list[tuple[type[GatewayError], str]] = [
     (NotFound, "not_found"), (InvalidInput, "invalid_input"), (Refused, "refused"),
-    (PermissionDenied, "forbidden"), (TransitionError, "conflict"),
+    (PermissionDenied, "forbidden"), (QuotaExceeded, "quota_exceeded"),
+    (TransitionError, "conflict"),
     (InstrumentError, "instrument_error"), (GatewayError, "gateway_error")]
 
 

@@ -6,6 +6,7 @@ never blocks (a long-poll holds one worker thread, never the loop).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,7 +23,8 @@ T = TypeVar("T")
 UNDECIDED = frozenset({"pending", "approved", "executing"})
 LONG_POLL = 60.0
 _KINDS = {400: "invalid_input", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          409: "conflict", 422: "invalid_input", 502: "instrument_error", 503: "unavailable"}
+          409: "conflict", 422: "invalid_input", 429: "quota_exceeded", 502: "instrument_error",
+          503: "unavailable"}
 
 
 def _failure(exc: ApiError) -> ToolFailure:
@@ -71,7 +73,10 @@ class HttpBench:
         return str(run["id"])
 
     async def close_run(self, run_id: str) -> None:
-        return None  # the HTTP API has no route to close a run; its requests expire
+        """Close the run: its undecided requests are cancelled, and it no longer counts
+        against ``limits.open_runs``. If the server is away, they expire instead."""
+        with contextlib.suppress(ToolFailure):
+            await self._call(lambda: self.client.request("POST", f"/v1/runs/{run_id}/close"))
 
     async def instruments(self) -> list[InstrumentInfo]:
         rows = await self._call(lambda: self.client.request("GET", "/v1/instruments"))

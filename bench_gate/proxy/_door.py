@@ -15,6 +15,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..auth import Tokens, refuse_token
@@ -92,6 +93,10 @@ class Connection:
         self.errors: collections.deque[str] = collections.deque()
         self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=MAX_QUEUED)
         self.gone = asyncio.Event()
+        #: The token presented with GATE:TOK was revoked: nothing more is handled, and the
+        #: connection is closed.
+        self.revoked = False
+        self._unwatch: Callable[[], None] | None = None
         #: Queued messages that will produce an answer (a '?' in them): GATE:STAT? waits behind.
         self._queued_queries = 0
 
@@ -101,7 +106,7 @@ class Connection:
         try:
             while True:
                 item = await self.queue.get()
-                if item is _EOF:
+                if item is _EOF or self.revoked:  # nothing queued runs in a revoked name
                     break
                 if item is _OVERSIZED:
                     await self._push_error(-223, f"message longer than {MAX_MESSAGE_LENGTH} "
@@ -127,10 +132,13 @@ class Connection:
 
     def _finish(self) -> None:
         """The client is gone: cancel whatever it still has pending (journaled by the core)."""
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         if self.run_id is None:
             return
         try:
-            self.gateway.close_run(self.run_id)
+            self.gateway.close_run(self.run_id, self._why_gone())
         except GatewayError as exc:  # pragma: no cover - the store failing at close
             logger.warning("closing run %s failed: %s", self.run_id, exc.message)
 
@@ -217,6 +225,17 @@ class Connection:
         self.gone.set()
         self.writer.close()
 
+    def _revoked(self) -> None:
+        """The connection's token was revoked (told by ``Tokens.watch``): hang up now; the
+        held write and the run's undecided requests are cancelled, nothing queued runs."""
+        self.revoked = True
+        logger.info("%s door: closing %s's connection from %s: its token was revoked",
+                    self.instrument, self.principal.name, self.peer)
+        self.hang_up()
+
+    def _why_gone(self) -> str:
+        return "its token was revoked" if self.revoked else "the requester disconnected"
+
     # ------------------------------------------------------------------ output
     def _send(self, response: str) -> None:
         if self.gone.is_set() and self.writer.is_closing():
@@ -255,7 +274,8 @@ class Connection:
     # ------------------------------------------------------------------ messages
     def _ensure_run(self) -> str:
         if self.run_id is None:
-            run = self.gateway.create_run(self.principal, RunKind.SCRIPT, self.goal)
+            run = self.gateway.create_run(self.principal, RunKind.SCRIPT, self.goal,
+                                          attached="socket")
             self.run_id = run.id
         return self.run_id
 
@@ -325,8 +345,7 @@ class Connection:
     async def _cancel(self, req: TakeoverRequest) -> TakeoverRequest:
         """The client is gone: its request stays for the operator to see, cancelled."""
         try:
-            return await self.gateway.cancel(req.id, self.principal,
-                                             "the requester disconnected")
+            return await self.gateway.cancel(req.id, self.principal, self._why_gone())
         except TransitionError:  # decided in the meantime
             return self.gateway.get_request(req.id)
 
@@ -372,6 +391,9 @@ class Connection:
                                        f"to {self.principal.name}")
             else:
                 self.principal = principal
+                if self._unwatch is not None:  # the latest token presented is the one
+                    self._unwatch()
+                self._unwatch = self.door.tokens.watch(str(cmd.text), self._revoked)
         elif op is GateOp.GOAL:
             try:
                 refuse_token(cmd.text, "GATE:GOAL")

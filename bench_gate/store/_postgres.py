@@ -95,6 +95,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_principal ON runs (principal, status);
     CREATE INDEX requests_expiry ON requests (status, expires_at);
     """,
+    # 3: each request names its requester (its run's principal), so one requester's
+    # pending requests are counted from an index, however many others wait.
+    """
+    ALTER TABLE requests ADD COLUMN requester TEXT COLLATE "C";
+    UPDATE requests SET requester = runs.principal FROM runs WHERE runs.id = requests.run_id;
+    CREATE INDEX requests_requester ON requests (requester, status, expires_at);
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error
@@ -273,14 +280,19 @@ class PostgresStore:
     # -- requests
     def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
         with self._tx() as cur:
-            self._admit(cur, req)
+            cur.execute(q.pg(q.RUN_PRINCIPAL), (req.run_id,))
+            row = cur.fetchone()
+            requester = str(row[0]) if row and row[0] is not None else None
+            self._admit(cur, req, requester)
             # ON CONFLICT waits for a concurrent insert of the same key, then yields to it.
             cur.execute(
                 "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
-                " idempotency_key, version, data) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " idempotency_key, version, requester, data) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (run_id, idempotency_key) DO NOTHING RETURNING id",
                 (req.id, req.run_id, req.instrument, req.status.value, req.created_at,
-                 req.expires_at, req.idempotency_key, req.version, req.model_dump_json()))
+                 req.expires_at, req.idempotency_key, req.version, requester,
+                 req.model_dump_json()))
             if cur.fetchone() is None:
                 cur.execute("SELECT data FROM requests WHERE run_id = %s "
                             "AND idempotency_key = %s", (req.run_id, req.idempotency_key))
@@ -291,25 +303,22 @@ class PostgresStore:
             self._append(cur, events)
         return req
 
-    def _admit(self, cur: psycopg.Cursor[TupleRow], req: TakeoverRequest) -> None:
+    def _admit(self, cur: psycopg.Cursor[TupleRow], req: TakeoverRequest,
+               requester: str | None) -> None:
         """The pending-request quota, inside the inserting transaction: a lock per requester
         (held to the commit) makes concurrent inserts, from any gateway, count one by one."""
         check = self.pending_check
-        if check is None or req.status is not Status.PENDING or req.supersedes is not None:
+        if check is None or requester is None or req.status is not Status.PENDING \
+                or req.supersedes is not None:
             return  # a stale request's fresh replacement is no new filing
-        cur.execute(q.pg(q.RUN_PRINCIPAL), (req.run_id,))
-        row = cur.fetchone()
-        if row is None or row[0] is None:
-            return
-        principal = str(row[0])
 
         def count() -> tuple[int, datetime | None]:
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)",
-                        (_LOCK_QUOTA, _lock_key(principal)))
-            cur.execute(q.pg(q.PENDING_OF), (principal,))
+                        (_LOCK_QUOTA, _lock_key(str(requester))))
+            cur.execute(q.pg(q.PENDING_OF), (requester,))
             found = cur.fetchone()
             return (int(found[0]), found[1]) if found else (0, None)
-        check(principal, count)
+        check(requester, count)
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:

@@ -14,8 +14,8 @@ __all__ = ["OPEN_RUNS_OF", "PENDING_OF", "RUN_PRINCIPAL", "page", "pg"]
 _ORDER = {RequestSort.NEWEST: "created_at DESC, id", RequestSort.EXPIRY: "expires_at, id"}
 
 OPEN_RUNS_OF = "SELECT count(*) FROM runs WHERE principal = ? AND status <> 'closed'"
-PENDING_OF = ("SELECT count(*), min(r.expires_at) FROM requests r JOIN runs u ON u.id = r.run_id "
-              "WHERE r.status = 'pending' AND u.principal = ?")
+PENDING_OF = ("SELECT count(*), min(expires_at) FROM requests "
+              "WHERE requester = ? AND status = 'pending'")
 RUN_PRINCIPAL = "SELECT principal FROM runs WHERE id = ?"
 
 
@@ -32,7 +32,7 @@ def page(status: Status | None, run_id: str | None, instrument: str | None,
             where.append(f"{column} = ?")
             args.append(str(value))
     if requester is not None:
-        where.append("run_id IN (SELECT id FROM runs WHERE principal = ?)")
+        where.append("requester = ?")
         args.append(requester)
     clause = (" WHERE " + " AND ".join(where)) if where else ""
     select = f"SELECT data FROM requests{clause} ORDER BY {order} LIMIT ? OFFSET ?"

@@ -76,6 +76,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_principal ON runs (principal, status);
     CREATE INDEX requests_expiry ON requests (status, expires_at);
     """,
+    # 3: each request names its requester (its run's principal), so one requester's
+    # pending requests are counted from an index, however many others wait.
+    """
+    ALTER TABLE requests ADD COLUMN requester TEXT;
+    UPDATE requests SET requester = (SELECT principal FROM runs WHERE runs.id = requests.run_id);
+    CREATE INDEX requests_requester ON requests (requester, status, expires_at);
+    """,
 )
 
 
@@ -193,30 +200,32 @@ class SqliteStore:
                     (req.run_id, req.idempotency_key)).fetchone()
                 if row:
                     return TakeoverRequest.model_validate_json(row[0])
-            self._admit(db, req)
+            row = db.execute(q.RUN_PRINCIPAL, (req.run_id,)).fetchone()
+            requester = str(row[0]) if row and row[0] is not None else None
+            self._admit(db, req, requester)
             db.execute(
                 "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
-                " idempotency_key, version, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " idempotency_key, version, requester, data) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (req.id, req.run_id, req.instrument, req.status.value,
                  req.created_at.isoformat(), req.expires_at.isoformat(), req.idempotency_key,
-                 req.version, req.model_dump_json()))
+                 req.version, requester, req.model_dump_json()))
             self._append(db, events)
         return req
 
-    def _admit(self, db: sqlite3.Connection, req: TakeoverRequest) -> None:
+    def _admit(self, db: sqlite3.Connection, req: TakeoverRequest, requester: str | None
+               ) -> None:
         """The pending-request quota, inside the inserting transaction (which holds SQLite's
         write lock, so two inserts never both take the last slot)."""
         check = self.pending_check
-        if check is None or req.status is not Status.PENDING or req.supersedes is not None:
+        if check is None or requester is None or req.status is not Status.PENDING \
+                or req.supersedes is not None:
             return  # a stale request's fresh replacement is no new filing
-        row = db.execute(q.RUN_PRINCIPAL, (req.run_id,)).fetchone()
-        if row is None or row[0] is None:
-            return
 
         def count() -> tuple[int, datetime | None]:
-            found = db.execute(q.PENDING_OF, (row[0],)).fetchone()
+            found = db.execute(q.PENDING_OF, (requester,)).fetchone()
             return int(found[0]), datetime.fromisoformat(found[1]) if found[1] else None
-        check(str(row[0]), count)
+        check(requester, count)
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:

@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,14 +22,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from ..auth import TOKEN_IN_TEXT, Tokens, carries_token
-from ..errors import GatewayError, InstrumentError, NotFound
+from ..errors import GatewayError, InstrumentError, NotFound, QuotaExceeded
 from ..gateway import Gateway
 from ..models import ApprovalKind, Principal, RunKind, RunStatus, Status, TakeoverRequest, now
 from ..questions import Answer, QuestionSet, QuestionStatus
+from ..quotas import Lease, Quota, lease
 from ..states import TERMINAL
+from ..store import RequestPage, RequestSort
 from . import _views as views
+from ._frames import FrameGuard
 from ._session import COOKIE, LOGIN_CSRF_COOKIE, Session, Sessions, can_decide, new_token
 
 __all__ = ["create_console"]
@@ -38,6 +42,27 @@ HERE = Path(__file__).parent
 SHOWN_TABLE = "console_shown"
 ENGINEER_RUNS = "console_engineer_runs"
 HISTORY_POINTS = 120
+#: Pending requests on one page of the queue.
+QUEUE_PAGE = 100
+_SORT_WORDS = {RequestSort.EXPIRY: "soonest expiry first", RequestSort.NEWEST: "newest first"}
+
+
+class _LeasedStream(StreamingResponse):
+    """An event stream that gives its quota lease back, and stops watching its token,
+    however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], held: Lease,
+                 unwatch: Callable[[], None], **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self.held = held
+        self.unwatch = unwatch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.held.release()
+            self.unwatch()
 
 
 class SignInRequired(Exception):
@@ -112,10 +137,13 @@ class Console:
             "at": at, "proposal_hash": req.proposal_hash, "live": live or {},
             "summary": summary})
 
-    def queue(self, me: Principal) -> list[TakeoverRequest]:
-        pending = self.gateway.list_requests(Status.PENDING, limit=500)
-        mine = [r for r in pending if self.visible(me, r.run_id)]
-        return sorted(mine, key=lambda r: r.created_at, reverse=True)
+    def queue(self, me: Principal, sort: RequestSort = RequestSort.EXPIRY,
+              offset: int = 0) -> RequestPage:
+        """One page of the pending requests ``me`` may see, sorted and counted in the store
+        (a requester's own runs are chosen there too, before paging)."""
+        return self.gateway.store.page_requests(
+            Status.PENDING, limit=QUEUE_PAGE, offset=max(0, offset), sort=sort,
+            requester=None if can_decide(me) else me.name)
 
     def engineer_run(self, me: Principal) -> str:
         """This engineer's console run: reused while active, else a new one."""
@@ -167,6 +195,7 @@ def create_console(gateway: Gateway, tokens: Tokens,
     app = FastAPI(title="bench-gate console", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.console = console
+    app.add_middleware(FrameGuard)  # never framed: X-Frame-Options and CSP frame-ancestors
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     @app.exception_handler(SignInRequired)
@@ -228,19 +257,44 @@ def create_console(gateway: Gateway, tokens: Tokens,
         asks = gateway.questions.find(QuestionStatus.OPEN, limit=200)
         return [q for q in reversed(asks) if console.visible(me, q.run_id)]
 
+    def queue_page(request: Request, me: Principal) -> dict[str, Any]:
+        """The queue's page from ``?sort=expiry|newest&offset=N``: what the page shows and
+        the links to the other pages and orders."""
+        try:
+            sort = RequestSort(request.query_params.get("sort") or RequestSort.EXPIRY)
+        except ValueError:
+            sort = RequestSort.EXPIRY
+        try:
+            offset = max(0, int(request.query_params.get("offset") or 0))
+        except ValueError:
+            offset = 0
+        page = console.queue(me, sort, offset)
+
+        def at(sort_: RequestSort, offset_: int) -> str:
+            return f"/?sort={sort_.value}" + (f"&offset={offset_}" if offset_ else "")
+        return {"pending": page, "questions": open_questions(me), "now": gateway.clock(),
+                "paging": {"total": page.total, "offset": page.offset, "limit": page.limit,
+                           "sort": sort.value, "words": _SORT_WORDS[sort],
+                           "first": page.offset + 1 if page else 0,
+                           "last": page.offset + len(page),
+                           "next": at(sort, page.offset + page.limit)
+                           if page.offset + page.limit < page.total else None,
+                           "prev": at(sort, max(0, page.offset - page.limit))
+                           if page.offset > 0 else None,
+                           "sorts": [(s.value, _SORT_WORDS[s], at(s, 0)) for s in RequestSort]}}
+
     @app.get("/", response_class=HTMLResponse)
     async def queue(request: Request) -> Response:
         _, me = console.who(request)
-        return console.page(request, "queue.html", {"pending": console.queue(me),
-                                                    "questions": open_questions(me),
-                                                    "now": gateway.clock()})
+        return console.page(request, "queue.html", queue_page(request, me))
 
     @app.get("/fragments/queue", response_class=HTMLResponse)
     async def queue_rows(request: Request) -> Response:
         _, me = console.who(request)
-        return console.page(request, "_queue_rows.html", {"pending": console.queue(me),
-                                                          "questions": open_questions(me),
-                                                          "now": gateway.clock()})
+        ctx = queue_page(request, me)
+        response = console.page(request, "_queue_rows.html", ctx)
+        response.headers["X-Total-Count"] = str(ctx["paging"]["total"])
+        return response
 
     def one_question(me: Principal, question_id: str) -> QuestionSet:
         try:
@@ -282,13 +336,19 @@ def create_console(gateway: Gateway, tokens: Tokens,
         return RedirectResponse("/", status_code=303)
 
     @app.get("/events")
-    async def events(request: Request) -> StreamingResponse:
-        _, me = console.who(request)
+    async def events(request: Request) -> Response:
+        session, me = console.who(request)
+        try:
+            held = lease(gateway, me, Quota.SSE_STREAMS)
+        except QuotaExceeded as exc:
+            return Response(exc.message, status_code=429, media_type="text/plain")
+        revoked = asyncio.Event()  # a revoked token ends its sessions' streams too
+        unwatch = tokens.watch(session.token, revoked.set)
 
         async def stream() -> AsyncIterator[str]:
             async with gateway.subscribe() as queue:
                 yield "retry: 2000\n: connected\n\n"
-                while not console.stopping.is_set():
+                while not console.stopping.is_set() and not revoked.is_set():
                     try:
                         message = await asyncio.wait_for(queue.get(), timeout=1.0)
                     except TimeoutError:
@@ -302,8 +362,8 @@ def create_console(gateway: Gateway, tokens: Tokens,
                     if console.visible(me, run_id):
                         yield f"event: {message['type']}\ndata: {json.dumps(message)}\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return _LeasedStream(stream(), held, unwatch, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
 
     # ------------------------------------------------------------------ one request
     async def request_page(request: Request, req: TakeoverRequest, me: Principal, *,

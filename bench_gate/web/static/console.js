@@ -36,13 +36,21 @@ async function refreshQueue(announce) {
   const body = document.getElementById("queue-rows");
   if (!body) return;
   const known = new Set([...body.querySelectorAll("tr.req")].map((r) => r.dataset.id));
-  const res = await fetch("/fragments/queue", { credentials: "same-origin" });
+  // The same page and order as shown (?sort=...&offset=...); the total comes in a header.
+  const res = await fetch("/fragments/queue" + location.search, { credentials: "same-origin" });
   if (!res.ok) return;
   body.innerHTML = await res.text();
   const rows = [...body.querySelectorAll("tr.req")];
   const fresh = rows.filter((r) => !known.has(r.dataset.id));
   fresh.forEach((r) => r.classList.add("new"));
-  setCount(rows.length);
+  const total = Number(res.headers.get("X-Total-Count") || rows.length);
+  body.dataset.total = String(total);
+  const shownTotal = document.getElementById("queue-total");
+  if (shownTotal) shownTotal.textContent = String(total);
+  const range = document.getElementById("queue-range");
+  const offset = Number(body.dataset.offset || 0);
+  if (range) range.textContent = rows.length ? (offset + 1) + "–" + (offset + rows.length) : "";
+  setCount(total);
   if (announce && fresh.length) beep();
   countdowns();
 }
@@ -111,7 +119,7 @@ document.addEventListener("DOMContentLoaded", () => {
   setInterval(countdowns, 1000);
   if (document.querySelector("header nav")) liveEvents();
   const body = document.getElementById("queue-rows");
-  if (body) setCount(body.querySelectorAll("tr.req").length);
+  if (body) setCount(Number(body.dataset.total || body.querySelectorAll("tr.req").length));
   livePanel();
   approveForm();
 });
