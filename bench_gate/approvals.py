@@ -7,18 +7,26 @@ own policy, just before it executes (a decision made elsewhere never skips them)
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
+from .auth import normalize_name
 from .config import PolicyConfig
-from .models import ApprovalKind, Run, RunKind, TakeoverRequest
+from .errors import PermissionDenied
+from .models import ApprovalKind, Principal, Role, Run, RunKind, TakeoverRequest
 
-__all__ = ["Grant", "person", "violation"]
+__all__ = ["Grant", "person", "require_operator", "violation"]
+
+
+def require_operator(who: Principal) -> None:
+    """Deciding, taking over and releasing are for operators and admins."""
+    if who.role not in (Role.OPERATOR, Role.ADMIN):
+        raise PermissionDenied(f"{who.name} is a {who.role.value}; deciding needs an operator")
 
 
 def person(name: str) -> str:
-    """One identity however it is spelled: ``Olga``, ``olga `` and ``OLGA`` are one person."""
-    return unicodedata.normalize("NFKC", name).casefold().strip()
+    """One identity however it is spelled: ``Olga``, ``olga `` and ``OLGA`` are one person
+    (the same normalization token names get)."""
+    return normalize_name(name)
 
 
 @dataclass(frozen=True, slots=True)

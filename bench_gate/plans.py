@@ -16,9 +16,10 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field, model_validator
 
+from .models import TakeoverRequest
 from .scpi import Effect, Unit, format_number
 
-__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "scope_words"]
+__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words"]
 
 
 class PlanStatus(enum.StrEnum):
@@ -69,6 +70,11 @@ class Plan(BaseModel):
     @property
     def writes_left(self) -> int:
         return max(0, self.scope.max_writes - self.writes_used)
+
+
+def is_plan_request(req: TakeoverRequest) -> bool:
+    """A takeover request whose proposal is a plan's scope (not a write)."""
+    return req.plan_id is not None and all(a.effect == "plan" for a in req.actions)
 
 
 def scope_words(scope: PlanScope) -> list[str]:

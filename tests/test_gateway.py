@@ -471,7 +471,7 @@ async def test_many_waiters_on_one_request_all_wake(gateway: Gateway, script: Pr
     done = await asyncio.gather(*waits)
     assert all(r.status is Status.DENIED for r in done)
     assert loop.time() - started < 0.5, "every waiter is woken, not left to time out"
-    assert gateway._waiters == {}
+    assert gateway.waiting_on(req.id) == 0
 
 
 @pytest.mark.parametrize("message", [

@@ -226,7 +226,7 @@ async def test_an_edit_between_read_and_swap_voids_the_other_approval(
         fresh = real.get_request(req.id)
         assert fresh is not None
         version = fresh.version
-        events = gw._apply_edits(fresh, {"CH2.voltage": "9"}, OLGA)
+        events = gw._decisions._apply_edits(fresh, {"CH2.voltage": "9"}, OLGA)
         from bench_gate.models import Approval, ApprovalKind, Event
         fresh.approvals.append(Approval(kind=ApprovalKind.SETPOINT, by="olga",
                                         proposal_hash=fresh.proposal_hash))

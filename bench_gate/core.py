@@ -1,0 +1,120 @@
+"""What every part of the gateway core shares: the bench's configuration, the store, the
+clock, the instruments with their lanes, this gateway's claim on its bench name, and the
+event fan-out. One object, built once by :class:`~bench_gate.gateway.Gateway` and handed to
+each part (intake, snapshots, takeover, executor, runs, plans, decisions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import BenchConfig, ChannelLimits, InstrumentConfig
+from .errors import NotFound
+from .federation import Registry
+from .instruments import AsyncLink, Lane, Link, open_link
+from .models import TakeoverRequest
+from .notify import Notifier
+from .scpi import Profile, ProfileError, get_profile
+from .store import Store
+
+__all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id"]
+
+#: Compare-and-swap retries before a change reports that it lost too many races.
+MAX_RETRIES = 8
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+@dataclass(slots=True)
+class Instrument:
+    """One instrument of this bench: its configuration, its profile and its lane."""
+
+    config: InstrumentConfig
+    profile: Profile
+    lane: Lane
+
+
+class Core:
+    """The shared state of one gateway."""
+
+    def __init__(self, config: BenchConfig, store: Store,
+                 links: dict[str, Link | AsyncLink] | None, clock: Callable[[], Any]) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.instruments: dict[str, Instrument] = {}
+        for ic in config.instruments:
+            link = (links or {}).get(ic.name) or open_link(ic)
+            self.instruments[ic.name] = Instrument(ic, get_profile(ic.profile),
+                                                   Lane(ic.name, link))
+        #: This gateway's claim on its bench name, and the other benches' published rules.
+        self.registry = Registry(store, config)
+        self.notifier = Notifier(store, config.bench)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def bench(self) -> str:
+        return self.config.bench
+
+    def instrument(self, name: str) -> Instrument:
+        inst = self.instruments.get(name)
+        if inst is None:
+            raise NotFound(f"no instrument {name!r}; this bench has "
+                           f"{', '.join(self.instruments) or 'none'}")
+        return inst
+
+    def owns(self, req: TakeoverRequest) -> bool:
+        """Only the gateway whose bench owns the instrument ever executes a request."""
+        return req.bench in ("", self.config.bench) and req.instrument in self.instruments
+
+    def qualified(self, instrument: str, bench: str | None = None) -> str:
+        """Instrument names are per bench; the shared store keys them by bench too."""
+        return f"{bench or self.config.bench}/{instrument}"
+
+    def profile_for(self, req: TakeoverRequest) -> Profile:
+        """The profile a request was judged with, also for another bench's request."""
+        if self.owns(req):
+            return self.instruments[req.instrument].profile
+        try:
+            return get_profile(str(req.handoff.get("profile") or "generic"))
+        except ProfileError:
+            return get_profile("generic")
+
+    def limits(self, instrument: str) -> dict[int, ChannelLimits]:
+        """The envelope of one of this bench's instruments, as configured now."""
+        return self.config.envelope.get(instrument, {})
+
+    def spawn(self, coro: Any) -> None:
+        """Run a coroutine in the background; ``close`` waits for what is still running."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def running(self) -> list[asyncio.Task[Any]]:
+        return list(self._tasks)
+
+
+class Part:
+    """A part of the core. It reads the shared state through ``core`` every time, so the
+    whole core always sees one store, one configuration and one clock."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    @property
+    def store(self) -> Store:
+        return self.core.store
+
+    @property
+    def config(self) -> BenchConfig:
+        return self.core.config
+
+    @property
+    def clock(self) -> Callable[[], Any]:
+        return self.core.clock

@@ -1,0 +1,248 @@
+"""Decisions: a person grants some approval kinds of exactly the proposal they were shown,
+optionally with edits (a new proposal), denies it with a note, or a requester withdraws
+it. Who may approve what is ``approvals.violation``; when nothing is missing, the executor
+takes over. Expiry, the decision nobody made, is here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .approvals import Grant, person, require_operator, violation
+from .auth import refuse_token
+from .core import MAX_RETRIES, Core, Part
+from .errors import InvalidInput, PermissionDenied, ProposalChanged, TransitionError
+from .executor import Executor
+from .federation import Rules
+from .handoff import describe
+from .models import (
+    Approval,
+    ApprovalKind,
+    Event,
+    EventType,
+    Principal,
+    Role,
+    Run,
+    RunKind,
+    Status,
+    TakeoverRequest,
+    proposal_hash,
+)
+from .policy import envelope_breach
+from .runs import Runs
+from .scpi import ScpiError, classify, render_value
+from .setpoints import Setpoints
+from .snapshots import Snapshots
+from .states import Event as Move
+from .takeover import Requests
+
+__all__ = ["Decisions", "GrantResult"]
+
+
+@dataclass(slots=True)
+class GrantResult:
+    request: TakeoverRequest
+    missing: list[ApprovalKind] = field(default_factory=list)
+    message: str = ""
+
+
+
+class Decisions(Part):
+    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints,
+                 requests: Requests, runs: Runs, executor: Executor) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+        self.setpoints = setpoints
+        self.requests = requests
+        self.runs = runs
+        self.executor = executor
+        self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
+
+    async def expire_due(self) -> int:
+        """Expire every pending request whose time is up (an expiry is a denial)."""
+        count = 0
+        for req in self.store.due_for_expiry(self.clock().isoformat()):
+            if self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                                  {"expires_at": req.expires_at.isoformat()},
+                                  outcome="expired: no decision before "
+                                          f"{req.expires_at.isoformat()}; nothing was written"):
+                count += 1
+                self.runs.after_denial(req, "expired")
+        return count
+
+    def _check_approver(self, req: TakeoverRequest, run: Run, who: Principal,
+                        kinds: list[ApprovalKind]) -> None:
+        require_operator(who)
+        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()] + [
+            Grant(k, who.name) for k in kinds]
+        why = violation(req, run, self.rules(req)[0], grants, self.setpoints.people_in_force(req))
+        if why is not None:
+            raise PermissionDenied(why)
+        if person(who.name) == person(run.principal) and len(kinds) != 1:
+            raise InvalidInput("approving your own change confirms one approval kind at "
+                               "a time: confirm setpoint and output enable separately")
+
+    def rules(self, req: TakeoverRequest) -> Rules:
+        """The policy and envelope a request is decided by: its owner's, published through
+        the shared store when another bench owns it (the owner checks them again anyway)."""
+        if not self.core.owns(req):
+            published = self.core.registry.rules(req.bench)
+            if published is not None:
+                return published
+        return self.config.policy, self.config.envelope
+
+    async def grant(self, request_id: str, approver: Principal,
+                    kinds: list[ApprovalKind | str], notes: str = "",
+                    edits: dict[str, str] | None = None, *, proposal_hash: str
+                    ) -> GrantResult:
+        """Approve some kinds of exactly the proposal ``proposal_hash`` names (the one the
+        approver was shown); when none is missing, execute (recheck, write, read back).
+        A hash that is not the current one raises ProposalChanged and records nothing."""
+        try:
+            wanted = [ApprovalKind(k) for k in kinds]
+        except ValueError as exc:
+            raise InvalidInput(f"approval kinds are {[k.value for k in ApprovalKind]}: "
+                               f"{exc}") from exc
+        if not wanted:
+            raise InvalidInput("say which approvals you give: setpoint, output_enable, state")
+        refuse_token(notes, "notes")
+        seen = proposal_hash  # the proposal this approver is deciding on
+        for _ in range(MAX_RETRIES):
+            req = self.requests.get(request_id)
+            run = self.runs.get(req.run_id)
+            if req.status is Status.PENDING and req.expires_at <= self.clock():
+                await self.expire_due()
+                req = self.requests.get(request_id)
+            if req.status is not Status.PENDING:
+                raise TransitionError(req.id, req.status.value, "grant")
+            if req.proposal_hash != seen:
+                # Never bind an approval to a proposal its approver has not seen: an edit
+                # by someone else, or a fresh proposal, needs a fresh look.
+                raise ProposalChanged(req.id, req.status.value, "grant", seen,
+                                      req.proposal_hash)
+            unknown = [k.value for k in wanted if k not in req.required]
+            if unknown:
+                raise InvalidInput(f"{req.id} does not need {', '.join(unknown)} approval; it "
+                                   f"needs {', '.join(k.value for k in req.required)}")
+            self._check_approver(req, run, approver, wanted)
+            version = req.version
+            events: list[Event] = []
+            if edits:
+                events.extend(self._apply_edits(req, edits, approver))
+            for kind in wanted:
+                if kind in req.approved_kinds():
+                    continue
+                req.approvals.append(Approval(kind=kind, by=approver.name, notes=notes,
+                                              proposal_hash=req.proposal_hash))
+                events.append(Event(run_id=req.run_id, request_id=req.id,
+                                    type=EventType.APPROVAL_GRANTED,
+                                    data={"kind": kind.value, "by": approver.name,
+                                          "notes": notes, "proposal_hash": req.proposal_hash}))
+            complete = not req.missing()
+            if complete:
+                req.status = Status.APPROVED
+            if self.store.save_request(req, version, events):
+                break
+        else:
+            raise TransitionError(request_id, "busy", "grant", "too many concurrent changes")
+        self.core.notifier.request_changed(req)
+        if not complete:
+            return GrantResult(req, req.missing(), self.requests.missing_message(req))
+        self._record_decision(req)
+        if not self.core.owns(req):
+            # Another bench owns the instrument: it rechecks and executes (told through the
+            # store). While it is alive, wait a little for its outcome so the approver sees
+            # it; while it is down, the grant is recorded at once and runs when it is back.
+            if not self.core.registry.alive(req.bench):
+                return GrantResult(req, [], f"approved; bench {req.bench!r} is not running: it "
+                                   "executes it after its live recheck when it is back, if "
+                                   "that is before the request expires")
+            final = await self.requests.wait(req.id, timeout=5, follow=False)
+            message = final.outcome or (f"approved; bench {req.bench!r} executes it after its "
+                                        "live recheck")
+            return GrantResult(final, [], message)
+        final = await self.executor.execute(req.id)
+        return GrantResult(final, [], final.outcome or "")
+
+    def _record_decision(self, req: TakeoverRequest) -> None:
+        self.metrics["decisions"] += 1
+        self.metrics["decision_seconds"] += (self.clock() - req.created_at).total_seconds()
+
+    def _apply_edits(self, req: TakeoverRequest, edits: dict[str, str], who: Principal
+                     ) -> list[Event]:
+        """Approve with changes: re-render the edited actions; a new proposal, a new hash."""
+        profile = self.core.profile_for(req)
+        limits = self.rules(req)[1].get(req.instrument, {})
+        old_commands = [a.canonical for a in req.actions]
+        old_hash = req.proposal_hash
+        for key, raw_value in edits.items():
+            channel_text, _, fld = key.partition(".")
+            try:
+                channel = int(channel_text.upper().removeprefix("CH"))
+            except ValueError as exc:
+                raise InvalidInput(f"edit {key!r}: write it as CH1.voltage=5") from exc
+            targets = [a for a in req.actions if a.channel == channel and a.field == fld
+                       and a.new is not None and a.effect == "setpoint"]
+            if not targets:
+                raise InvalidInput(f"edit {key!r}: this request sets no {fld} on CH{channel}")
+            for a in targets:
+                head, _, args = a.canonical.partition(" ")
+                rest = args.split(",", 1)
+                text = f"{head} {raw_value}" + (f",{rest[1]}" if len(rest) > 1 else "")
+                try:
+                    c = classify(text, profile.name)
+                except ScpiError as exc:
+                    raise InvalidInput(f"edit {key}={raw_value!r}: {exc.message}") from exc
+                if len(c.units) != 1:
+                    raise InvalidInput(f"edit {key}={raw_value!r} is not one value")
+                unit = c.units[0]
+                breach = envelope_breach(unit, limits)
+                if breach:
+                    raise InvalidInput(f"edit {key}={raw_value!r}: {breach}")
+                a.canonical = unit.canonical
+                a.new = render_value(unit.value) if unit.value is not None else None
+                a.words = describe(profile, a)
+        req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
+                                          req.snapshot)
+        req.handoff["actions"] = [a.model_dump(mode="json") for a in req.actions]
+        req.handoff["proposed"] = self.snaps.proposed(req.actions, req.snapshot)
+        req.handoff["proposal_hash"] = req.proposal_hash
+        return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
+                      data={"by": who.name, "edits": edits, "old_commands": old_commands,
+                            "new_commands": [a.canonical for a in req.actions],
+                            "old_hash": old_hash, "new_hash": req.proposal_hash})]
+
+    async def deny(self, request_id: str, approver: Principal, notes: str, *,
+                   proposal_hash: str) -> TakeoverRequest:
+        """Deny exactly the proposal ``proposal_hash`` names (the one the approver saw)."""
+        if not notes.strip():
+            raise InvalidInput("a denial needs a note: it goes back to the requester")
+        refuse_token(notes, "notes")
+        req = self.requests.get(request_id)
+        run = self.runs.get(req.run_id)
+        require_operator(approver)
+        if req.status is Status.PENDING and req.proposal_hash != proposal_hash:
+            raise ProposalChanged(req.id, req.status.value, "deny", proposal_hash,
+                                  req.proposal_hash)
+        if approver.name == run.principal and run.kind is not RunKind.ENGINEER:
+            raise PermissionDenied(f"{approver.name} made this request; withdraw it with "
+                                   "cancel instead")
+        if not self.requests.move(req, Move.DENY, EventType.TAKEOVER_DENIED,
+                                  {"by": approver.name, "notes": notes},
+                                  outcome=f"denied by {approver.name}: {notes}", notes=notes):
+            raise TransitionError(req.id, req.status.value, "deny")
+        self._record_decision(req)
+        self.runs.after_denial(req, f"denied by {approver.name}")
+        return req
+
+    async def cancel(self, request_id: str, who: Principal, reason: str = "withdrawn"
+                     ) -> TakeoverRequest:
+        req = self.requests.get(request_id)
+        run = self.runs.get(req.run_id)
+        if who.name != run.principal and who.role not in (Role.OPERATOR, Role.ADMIN):
+            raise PermissionDenied("only the requester or an operator can cancel a request")
+        if not self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                                  {"by": who.name, "reason": reason},
+                                  outcome=f"cancelled: {reason}; nothing was written"):
+            raise TransitionError(req.id, req.status.value, "cancel")
+        return req

@@ -1,0 +1,324 @@
+"""The executor: an approved request, just before it runs, is checked again (its approvals
+bound to this exact proposal, the owner's rules, the expiry), then on the instrument's lane
+the live state is re-read and compared with what the approver saw (a difference sends it
+back as ``stale`` with a fresh request), the envelope is checked on the live state, the
+canonical commands are written, and the read-back is judged (``readback.judge_readback``)
+with the safe action for any breach. A write interrupted by a restart is reconciled from a
+read-back, never re-sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from . import envelope
+from .approvals import Grant, violation
+from .core import MAX_RETRIES, Core, Instrument, Part
+from .errors import InstrumentError, Refused
+from .instruments import AsyncLink
+from .models import (
+    ApprovalKind,
+    Event,
+    EventType,
+    Receipt,
+    Status,
+    TakeoverRequest,
+    proposal_hash,
+)
+from .policy import required_for
+from .readback import Judgement, judge_readback
+from .readback import Verdict as Judged
+from .runs import Runs
+from .safety import Safed, Safety, Written
+from .setpoints import Setpoints
+from .snapshots import Snapshots, unverifiable
+from .states import Event as Move
+from .takeover import Requests
+
+__all__ = ["Executor"]
+
+
+class Executor(Part):
+    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints,
+                 requests: Requests, runs: Runs, safety: Safety) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+        self.setpoints = setpoints
+        self.requests = requests
+        self.runs = runs
+        self.safety = safety
+        self._in_flight: set[str] = set()
+        #: One execution at a time per instrument, from the recheck to the read-back: the
+        #: recheck and the write are two lane jobs, and another write between them would
+        #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
+        self._executing: dict[str, asyncio.Lock] = {}
+        #: Turns an approved plan request into a live plan (set by the plans part).
+        self.activate_plan: Callable[[TakeoverRequest], TakeoverRequest] | None = None
+
+    def in_flight(self, request_id: str) -> bool:
+        return request_id in self._in_flight
+
+    async def run_approved(self) -> None:
+        """Execute approved requests this bench owns that nobody is executing: after a
+        restart, and as the fallback when a notification from another gateway was lost."""
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            if self.core.owns(req) and req.id not in self._in_flight:
+                self.core.spawn(self.execute(req.id))
+
+    def _policy_refusal(self, req: TakeoverRequest) -> str | None:
+        """The owner's own rules, checked again just before it executes: a decision made on
+        another gateway, or before a restart or a config change, never skips them."""
+        if req.plan_id is not None and req.handoff.get("auto_step"):
+            return None  # its plan was approved under these rules; covers() bounds it
+        run = self.runs.get(req.run_id)
+        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
+        why = violation(req, run, self.config.policy, grants, self.setpoints.people_in_force(req))
+        if why is None:
+            inst = self.core.instrument(req.instrument)
+            limits = self.config.envelope.get(req.instrument, {})
+            found = envelope.action_breaches(inst.profile, limits, req.actions)
+            why = envelope.summary(inst.profile, found) if found else None
+        return f"this bench's rules refuse it now: {why}" if why else None
+
+    async def execute(self, request_id: str) -> TakeoverRequest:
+        if request_id in self._in_flight:
+            return await self.requests.wait(request_id, timeout=30, follow=False)
+        self._in_flight.add(request_id)
+        try:
+            return await self._execute_owned(request_id)
+        finally:
+            self._in_flight.discard(request_id)
+
+    async def _execute_owned(self, request_id: str) -> TakeoverRequest:
+        req = self.requests.get(request_id)
+        if req.status is not Status.APPROVED or not self.core.owns(req):
+            return req
+        if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
+            assert self.activate_plan is not None, "a plan request needs the plans part"
+            return self.activate_plan(req)
+        refusal = self._unfit_to_run(req) or self._policy_refusal(req)
+        if refusal is not None:
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
+                               outcome=f"failed: {refusal}; nothing was written")
+            return req
+        if req.expires_at <= self.clock():
+            self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                               {"expires_at": req.expires_at.isoformat()},
+                               outcome="expired before it could run (its bench was away); nothing "
+                                       "was written")
+            return req
+        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
+        async with lock:
+            return await self._recheck_and_write(req)
+
+    async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
+        req = self.requests.get(req.id)  # it may have moved while this waited for the lock
+        if req.status is not Status.APPROVED:
+            return req
+        inst = self.core.instrument(req.instrument)
+        fields = self.snaps.fields(inst, req.actions)
+        try:
+            live = await self.snaps.snapshot(inst, fields)
+        except InstrumentError as exc:
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
+                               outcome=f"failed: could not re-read the instrument before writing "
+                                       f"({exc.message}); nothing was written")
+            return req
+        diff = req.snapshot.diff(live)
+        if not diff:
+            stuck = [a.channel for a in req.actions
+                     if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None
+                     and ApprovalKind.SETPOINT not in req.approved_kinds()
+                     and not self.setpoints.still_approved(inst, a.channel, live)]
+            if stuck:
+                diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
+        if diff:
+            return await self._go_stale(req, inst, diff)
+        try:  # the envelope as it is configured now, on the live state
+            self.snaps.check_envelope(inst, req.actions, live)
+        except Refused as exc:
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
+                               outcome=f"failed: refused at the live recheck: {exc.message}")
+            return req
+        if not self.requests.move(req, Move.START, EventType.STEP_STARTED,
+                                  {"commands": [a.canonical for a in req.actions]}):
+            return self.requests.get(req.id)
+        return await self._write(req, inst, fields)
+
+    @staticmethod
+    def _unfit_to_run(req: TakeoverRequest) -> str | None:
+        """Invariant 3, checked again at the last moment: the approvals are bound to exactly
+        this proposal (its commands and the snapshot shown), and none is missing."""
+        expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
+                                 req.snapshot)
+        if expected != req.proposal_hash:
+            return "the proposal does not match its hash"
+        if req.missing():
+            return "approvals missing for this exact proposal: " + ", ".join(
+                k.value for k in req.missing())
+        return None
+
+    async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
+                        diff: dict[str, tuple[str | None, str | None]]) -> TakeoverRequest:
+        run = self.runs.get(req.run_id)
+        shown = {k: {"shown": v[0], "live": v[1]} for k, v in diff.items()}
+        summary = ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in diff.items())
+        if not self.requests.move(
+                req, Move.GO_STALE, EventType.TAKEOVER_STALE, {"diff": shown},
+                outcome=f"stale: the instrument changed since approval ({summary}); nothing "
+                        "was written, sent back for fresh review"):
+            return self.requests.get(req.id)
+        c = self.snaps.same_units(inst, req)
+        fresh_required = list(required_for([a.approval for a in req.actions],
+                                           any(a.unpredictable for a in req.actions))
+                              ) or [ApprovalKind.STATE]
+        try:
+            fresh = await self.requests.hold(
+                run, inst, req.message, c, fresh_required, reason=req.reason,
+                rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
+                idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
+                stale_diff=diff)
+        except (Refused, InstrumentError) as exc:
+            # No fresh request: on the live state it would leave the envelope (or the
+            # instrument cannot be read). The stale one says why, and nothing runs.
+            self.store.append([Event(run_id=req.run_id, request_id=req.id,
+                                     type=EventType.WRITE_REFUSED,
+                                     data={"message": req.message, "reason": exc.message,
+                                           "code": getattr(exc, "code", -240)})])
+            return self.requests.get(req.id)
+        for _ in range(MAX_RETRIES):
+            current = self.requests.get(req.id)
+            current.superseded_by = fresh.id
+            if self.store.save_request(current, current.version, []):
+                self.core.notifier.request_changed(current)
+                return current
+        return self.requests.get(req.id)
+
+    async def _write(self, req: TakeoverRequest, inst: Instrument,
+                     fields: list[tuple[int | None, str]]) -> TakeoverRequest:
+        started = self.clock()
+        commands = [a.canonical for a in req.actions]
+        profile = inst.profile
+        limits = self.config.envelope.get(inst.config.name, {})
+        # Read back every field the write touched, and every enveloped field of every
+        # channel: the effect of a command may reach further than the profile predicts.
+        readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
+
+        async def job(link: AsyncLink) -> Written:
+            out = Written()
+            try:
+                for i, a in enumerate(req.actions):
+                    if a.effect == "select":
+                        continue
+                    if a.canonical.split(" ")[0].endswith("?"):
+                        out.answers[i] = await link.query(a.canonical)
+                    else:
+                        await link.write(a.canonical)
+            except InstrumentError as exc:
+                out.error = exc.message
+            # Read back whatever happened; never retry the write blindly. Only the instrument
+            # that was judged may answer: another one's values say nothing about ours.
+            out.after, out.read_error = await self.safety.read_back(link, inst, readback,
+                                                                    req.snapshot.idn)
+            out.instrument_errors = await self.safety.drain_errors(link, inst)
+            out.safed = await self.safety.make_safe(link, inst, out.after)
+            return out
+
+        w = await inst.lane.run(job)
+        receipt = Receipt(sent=commands, before=req.snapshot.values, after=w.after or {},
+                          approvals=req.valid_approvals(), started_at=started,
+                          finished_at=self.clock(),
+                          detail=";".join(w.answers[i] for i in sorted(w.answers)))
+        judged = judge_readback(
+            before=req.snapshot.values, expected=self.snaps.proposed(req.actions, req.snapshot),
+            after=w.after, unverifiable=unverifiable(req.actions),
+            blind=any(a.unpredictable for a in req.actions), error=w.error,
+            instrument_errors=w.instrument_errors, read_error=w.read_error)
+        self._conclude(req, inst, receipt, judged, w.safed, w.after,
+                       executed="executed: " + "; ".join(commands))
+        return req
+
+    def _conclude(self, req: TakeoverRequest, inst: Instrument, receipt: Receipt,
+                  judged: Judgement, safed: Safed | None, after: dict[str, str] | None,
+                  *, executed: str) -> None:
+        """One ending for a write from its judged read-back, with any envelope breach."""
+        receipt.reconciled = receipt.reconciled or judged.reconciled
+        req.receipt = receipt
+        data: dict[str, Any] = {"receipt": receipt.model_dump(mode="json")}
+        if judged.unexpected:
+            data["unexpected"] = {k: list(v) for k, v in judged.unexpected.items()}
+        verdict, text = judged.verdict, judged.detail
+        if safed is not None:
+            words = envelope.summary(inst.profile, safed.found)
+            done = (f"the safe action ({'; '.join(safed.sent)}) ran at once" if safed.error
+                    is None else f"the safe action failed ({safed.error})")
+            self.store.append([Event(
+                run_id=req.run_id, request_id=req.id, type=EventType.ENVELOPE_BREACH,
+                data={"breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
+                      "read_back": safed.after, "error": safed.error})])
+            self.core.notifier.publish(
+                "alert", alert="envelope_breach", id=req.id, run_id=req.run_id,
+                instrument=req.instrument, reason=f"{words}; {done}")
+            mine = {a.channel for a in req.actions} | (
+                {b.channel for b in safed.found}
+                if any(a.unpredictable or a.channel is None for a in req.actions) else set())
+            note = f"envelope breach read back: {words}; {done}"
+            if any(b.channel in mine for b in safed.found):
+                verdict, text = Judged.AMBIGUOUS, f"{note}; {text}; a person must check the DUT"
+            else:
+                text = f"{text}; {note}"
+        if verdict is Judged.EXECUTED:
+            reconciled = " (reconciled from read-back)" if judged.reconciled else ""
+            detail = judged.detail if (judged.reconciled or judged.unexpected
+                                       or safed is not None) else ""
+            outcome = executed.replace("executed", f"executed{reconciled}", 1) + (
+                f" ({text})" if detail or safed is not None else "")
+            if judged.reconciled:
+                data["reconciled"] = True
+            self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, data, outcome=outcome)
+            if after is not None:
+                self.setpoints.remember(req, inst, after)
+        elif verdict is Judged.FAILED:
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {**data, "reason": text},
+                               outcome=f"failed: {text}")
+        else:
+            self.requests.move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
+                               {**data, "reason": text},
+                               outcome=f"ambiguous: {text}; a person must check the instrument"
+                               if "a person must" not in text else f"ambiguous: {text}")
+
+    async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
+        """A write was in flight when the gateway stopped: read back, never re-send."""
+        inst = self.core.instrument(req.instrument)
+        limits = self.config.envelope.get(inst.config.name, {})
+        fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
+                                     *envelope.enveloped_fields(inst.profile, limits)]))
+
+        async def job(link: AsyncLink) -> Written:
+            out = Written()
+            # A write cut off by the crash may still be inside the instrument: let it finish
+            # before judging, or a late change would be judged "nothing took effect".
+            unsettled = await self.safety.settle(link, inst)
+            if unsettled is not None:
+                out.read_error = unsettled
+                return out
+            out.after, out.read_error = await self.safety.read_back(link, inst, fields,
+                                                                    req.snapshot.idn)
+            out.safed = await self.safety.make_safe(link, inst, out.after)
+            return out
+
+        w = await inst.lane.run(job)
+        receipt = Receipt(sent=[], before=req.snapshot.values, after=w.after or {},
+                          approvals=req.valid_approvals(), started_at=self.clock(),
+                          finished_at=self.clock(), reconciled=True,
+                          detail="interrupted by a restart; reconciled from read-back")
+        judged = judge_readback(
+            before=req.snapshot.values, expected=self.snaps.proposed(req.actions, req.snapshot),
+            after=w.after, unverifiable=unverifiable(req.actions),
+            blind=any(a.unpredictable for a in req.actions),
+            error="interrupted by a restart before its read-back; nothing is re-sent",
+            instrument_errors=[], read_error=w.read_error)
+        self._conclude(req, inst, receipt, judged, w.safed, w.after,
+                       executed="executed (reconciled after a restart)")

@@ -1,0 +1,301 @@
+"""Intake: what happens to one message a requester submits, up to "it ran" or "it waits".
+
+Screen it (a token or a socket-door command never gets further), classify it with the
+instrument's profile, decide (pass, refuse, hold), apply the run's status (suspended,
+taken over, closed), then either run it at once on the lane (reads, harmless writes, the
+safe action), try the run's plan, or hold it for a person. Idempotent retries get their
+first result; the same key with another request is refused.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from .auth import carries_token, redact, refuse_token
+from .confidence import stated_confidence
+from .core import Core, Instrument, Part
+from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
+from .instruments import AsyncLink
+from .journal import ReadJournal
+from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
+from .planning import PlanDesk
+from .policy import Verdict, decide
+from .runs import Runs
+from .scpi import Classification, Effect, ScpiError, Unit, classify, lex
+from .takeover import Requests
+
+__all__ = ["Intake", "Outcome", "SubmitResult", "door_only"]
+
+#: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
+SELECT_NAME_QUERY = "INST:SEL?"
+
+
+class Outcome(enum.StrEnum):
+    """What a submit came to: it ran, it waits for a person, it was refused, or the status
+    its request ended in (an idempotent retry of a decided request)."""
+
+    EXECUTED = "executed"
+    PENDING = "pending"
+    REFUSED = "refused"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    STALE = "stale"
+
+
+@dataclass(slots=True)
+class SubmitResult:
+    """What a requester gets back from :meth:`Gateway.submit`."""
+
+    status: Outcome
+    response: str | None = None
+    request: TakeoverRequest | None = None
+    code: int = 0
+    reason: str = ""
+
+
+
+def door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
+    """Refuse what must never be journaled or reach an instrument: a token, or the socket
+    door's own GATE commands sent through another door."""
+    if carries_token(message) or carries_token(rationale):
+        return (-203, "the message carries a bench-gate token; a token is never journaled "
+                      "or sent to an instrument: present it in the Authorization header "
+                      "(HTTP) or with GATE:TOK on the socket door")
+    try:
+        units = lex(message)
+    except ScpiError:
+        return None  # the classifier reports the syntax error
+    if any(not u.common and u.mnemonics[0] == "GATE" for u in units):
+        return (-113, "GATE commands belong to the socket door; they are never sent to an "
+                      "instrument")
+    return None
+
+
+def join_answers(units: list[Unit], answers: dict[int, str]) -> str:
+    """IEEE 488.2 §8.4.1: ',' joins the parts of one unit's answer, ';' joins units."""
+    groups: dict[int, list[str]] = {}
+    for i, unit in enumerate(units):
+        if i in answers:
+            groups.setdefault(unit.source, []).append(answers[i])
+    return ";".join(",".join(parts) for parts in groups.values())
+
+
+
+class Intake(Part):
+    def __init__(self, core: Core, requests: Requests, runs: Runs, plans: PlanDesk) -> None:
+        super().__init__(core)
+        self.requests = requests
+        self.runs = runs
+        self.plans = plans
+        #: Each run's selected channel per instrument: selections are per run, never sent.
+        self._selected: dict[tuple[str, str], int] = {}
+        self._reads = ReadJournal(core.store)
+
+    async def close(self) -> None:
+        await self._reads.close()
+
+    async def _classify(self, run_id: str, inst: Instrument, message: str) -> Classification:
+        key = (run_id, inst.config.name)
+        selected = self._selected.get(key)
+        c = classify(message, inst.profile.name, selected=selected)
+        needs_channel = any(
+            u.channel is None and u.field is not None and inst.profile.channels
+            for u in c.units
+        )
+        if needs_channel and selected is None and inst.profile.model.select_query:
+            answer = await inst.lane.run(lambda link: link.query(
+                str(inst.profile.model.select_query)), whole=False)
+            try:
+                selected = int(Decimal(answer))
+            except InvalidOperation as exc:
+                raise InstrumentError(f"{inst.config.name}: bad selection answer "
+                                      f"{answer!r}") from exc
+            c = classify(message, inst.profile.name, selected=selected)
+        if c.selected is not None:
+            self._selected[key] = c.selected
+        return c
+
+    async def submit(self, run_id: str, instrument: str, message: str, *,
+                     rationale: str | None = None, confidence: float | None = None,
+                     step_id: str | None = None, idempotency_key: str | None = None,
+                     timeout_minutes: int | None = None) -> SubmitResult:
+        # A known run exists (runs are never deleted): it is read only if a write needs it.
+        run = None if self.runs.known(run_id) else self.runs.get(run_id)
+        inst = self.core.instrument(instrument)
+        asked = (instrument, message, rationale, confidence, step_id, timeout_minutes)
+        if idempotency_key is not None:
+            earlier = self.store.find_request(run_id, idempotency_key)
+            if earlier is not None:
+                self._same_request(earlier, idempotency_key, *asked)
+                return self.result(earlier)
+        if confidence is not None and not 0 <= confidence <= 1:
+            raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
+        refuse_token(step_id, "step_id")
+        stated_confidence(rationale)  # a "Confidence: 9500%" is refused, never clamped
+        timeout = self.requests.timeout(timeout_minutes)
+        refusal = door_only(message, rationale)
+        if refusal is not None:
+            code, reason = refusal
+            self.store.append([
+                Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
+                      data={"instrument": instrument, "message": redact(message),
+                            "rationale": redact(rationale), "step_id": step_id}),
+                Event(run_id=run_id, type=EventType.WRITE_REFUSED,
+                      data={"message": redact(message), "code": code, "reason": reason})])
+            return SubmitResult(Outcome.REFUSED, code=code, reason=reason)
+        received = Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
+                         data={"instrument": instrument, "message": message,
+                               "rationale": rationale, "confidence": confidence,
+                               "step_id": step_id})
+        selected_before = self._selected.get((run_id, inst.config.name))
+        try:
+            c = await self._classify(run_id, inst, message)
+        except ScpiError as exc:
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": exc.code, "reason": exc.message})])
+            return SubmitResult(Outcome.REFUSED, code=exc.code, reason=exc.message)
+        limits = self.config.envelope.get(instrument, {})
+        decision = decide(c, limits, self.config.policy)
+        if decision.verdict is Verdict.REFUSE:
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": decision.code, "reason": decision.reason})])
+            return SubmitResult(Outcome.REFUSED, code=decision.code, reason=decision.reason)
+        if run is None and (not c.read_only or decision.verdict is not Verdict.PASS
+                            or self.runs.is_closed(run_id)):
+            run = self.runs.get(run_id)  # fresh: a takeover or suspension decides a write
+        if run is not None and run.status is RunStatus.CLOSED:
+            reason = "the run is closed: nothing more runs in it; start a new run"
+            self.store.append([received, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": -203, "reason": reason})])
+            return SubmitResult(Outcome.REFUSED, code=-203, reason=reason)
+        if run is not None and run.status is RunStatus.SUSPENDED:
+            reason = "the run is suspended; an operator must release it"
+            if not c.read_only:
+                self.store.append([received, Event(
+                    run_id=run_id, type=EventType.WRITE_REFUSED,
+                    data={"message": message, "code": -203, "reason": reason})])
+                return SubmitResult(Outcome.REFUSED, code=-203, reason=reason)
+        held = decision.verdict is Verdict.HOLD or (
+            run is not None and run.status is RunStatus.TAKEN_OVER and not c.read_only)
+        if not held:
+            self._reads.reading += 1
+            try:
+                try:
+                    response = await self._run_units(inst, list(c.units), selected_before,
+                                                     read_only=c.read_only)
+                except InstrumentError as exc:
+                    self.store.append([received, Event(
+                        run_id=run_id, type=EventType.STEP_FAILED,
+                        data={"message": message, "reason": exc.message})])
+                    raise
+                executed = [received, Event(
+                    run_id=run_id, type=EventType.READ_EXECUTED,
+                    data={"message": message, "canonical": list(c.canonical),
+                          "response": response})]
+                if c.read_only:
+                    await self._reads.append(executed)
+                else:  # a write that runs unattended (the safe action): fsync'd like any
+                    self.store.append(executed)
+            finally:
+                self._reads.reading -= 1
+            return SubmitResult(Outcome.EXECUTED, response=response)
+        if run is None:  # pragma: no cover - a held message always loaded its run above
+            run = self.runs.get(run_id)
+        required = list(decision.required) or [ApprovalKind.STATE]
+        gate_note: dict[str, Any] | None = None
+        unjournaled = [received]
+        try:
+            if decision.verdict is Verdict.HOLD and run.status is RunStatus.ACTIVE:
+                via_plan = await self.plans.try_plan(run, inst, message, c, unjournaled,
+                                                     rationale=rationale,
+                                                     confidence=confidence, step_id=step_id,
+                                                     idempotency_key=idempotency_key)
+                if isinstance(via_plan, TakeoverRequest):
+                    if idempotency_key is not None:  # a concurrent twin may have won the key
+                        self._same_request(via_plan, idempotency_key, *asked)
+                    return self.result(via_plan)
+                gate_note = via_plan
+            req = await self.requests.hold(
+                run, inst, message, c, required,
+                reason=rationale or f"{run.kind.value} {run.principal} asks to run {message!r}",
+                rationale=rationale, confidence=confidence, step_id=step_id,
+                idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
+                gate=gate_note)
+            if idempotency_key is not None:  # a concurrent twin may have won the key
+                self._same_request(req, idempotency_key, *asked)
+        except Refused as exc:  # the predicted state leaves the envelope: never held
+            self.store.append([*unjournaled, Event(
+                run_id=run_id, type=EventType.WRITE_REFUSED,
+                data={"message": message, "code": exc.code, "reason": exc.message})])
+            return SubmitResult(Outcome.REFUSED, code=exc.code, reason=exc.message)
+        except InstrumentError as exc:
+            self.store.append([*unjournaled, Event(
+                run_id=run_id, type=EventType.STEP_FAILED,
+                data={"message": message, "reason": f"no snapshot: {exc.message}"})])
+            raise
+        return self.result(req)
+
+    def _same_request(self, earlier: TakeoverRequest, key: str, instrument: str,
+                      message: str, rationale: str | None, confidence: float | None,
+                      step_id: str | None, timeout_minutes: int | None) -> None:
+        """Only an exact retry gets the earlier result; another request under the same key
+        is refused. A write run inside a plan has a timeout of its own."""
+        planned = bool(earlier.handoff.get("auto_step"))
+        minutes = self.config.policy.default_timeout_minutes \
+            if timeout_minutes is None else timeout_minutes
+        differs = [name for name, was, now_ in (
+            ("instrument", earlier.instrument, instrument),
+            ("command", earlier.message, message),
+            ("rationale", earlier.rationale, rationale),
+            ("confidence", earlier.confidence, confidence),
+            ("step id", earlier.step_id, step_id),
+            ("timeout", None if planned else earlier.timeout_minutes,
+             None if planned else minutes)) if was != now_]
+        if differs:
+            raise IdempotencyKeyReused(key, earlier.id, differs)
+
+    def result(self, req: TakeoverRequest) -> SubmitResult:
+        response = req.receipt.detail if req.receipt is not None else None
+        reason = req.outcome or ""
+        return SubmitResult(Outcome(req.status.value), response=response or None, request=req,
+                            code=0 if req.status in (Status.EXECUTED, Status.PENDING,
+                                                     Status.APPROVED, Status.EXECUTING)
+                            else -203, reason=reason)
+
+    async def _run_units(self, inst: Instrument, units: list[Unit],
+                         selected: int | None = None, *, read_only: bool = False) -> str:
+        """Send canonical units in order on the lane; selections are per run, never sent,
+        so a selection query is answered from the run's selection, not the instrument's."""
+        nsel = inst.profile.model.select_query
+
+        async def job(link: AsyncLink) -> dict[int, str]:
+            current = selected
+            answers: dict[int, str] = {}
+            for i, unit in enumerate(units):
+                if unit.effect is Effect.SELECT:
+                    if unit.channel is not None:
+                        current = unit.channel
+                    continue
+                if unit.local:  # *CLS: the instrument's status is every client's; the
+                    continue    # door clears its own connection's view (IEEE 488.2 §10.3)
+                if unit.query and current is not None and nsel and unit.canonical in (
+                        nsel, SELECT_NAME_QUERY):
+                    answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
+                    continue
+                if unit.query:
+                    answers[i] = await link.query(unit.canonical)
+                else:
+                    await link.write(unit.canonical)
+            return answers
+        return join_answers(units, await inst.lane.run(job, whole=not read_only))

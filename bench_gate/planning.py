@@ -1,0 +1,323 @@
+"""Plans in the core: ask for one (a takeover request whose proposal is the scope),
+activate it once approved, revoke it, and run a write inside a live plan. A run's plan is
+judged and spent one decision at a time, so its write units are spent atomically and
+``writesUsed`` is exact (docs/plans.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from .approvals import require_operator
+from .auth import refuse_token
+from .calibration import Calibration
+from .confidence import apply_env, score, threshold_for
+from .core import Core, Instrument, Part, new_id
+from .errors import InvalidInput, NotFound, TransitionError
+from .executor import Executor
+from .handoff import build_handoff
+from .models import (
+    Action,
+    Approval,
+    ApprovalKind,
+    Event,
+    EventType,
+    Principal,
+    Run,
+    RunKind,
+    Status,
+    TakeoverRequest,
+    proposal_hash,
+)
+from .plans import Plan, PlanScope, PlanStatus, covers, is_plan_request, scope_words
+from .runs import Runs
+from .scpi import Classification, Effect
+from .snapshots import Snapshots
+from .states import TERMINAL
+from .states import Event as Move
+from .takeover import Requests
+
+__all__ = ["PlanDesk"]
+
+
+class PlanDesk(Part):
+    """Plans in the core: ask for one (a takeover request whose proposal is the scope),
+    activate it once approved, revoke it, and run a write inside a live plan, spending its
+    write units atomically (one plan decision at a time per run)."""
+
+    def __init__(self, core: Core, snaps: Snapshots, requests: Requests, runs: Runs,
+                 executor: Executor, calibration: Calibration) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+        self.requests = requests
+        self.runs = runs
+        self.executor = executor
+        self.calibration = calibration
+        #: One plan decision at a time per run: judge, then spend, with nothing between.
+        self._locks: dict[str, asyncio.Lock] = {}
+        requests.listeners.append(self.on_move)
+        runs.on_close.append(self.on_run_closed)
+        executor.activate_plan = self.activate
+
+    def plans_of(self, run_id: str) -> list[Plan]:
+        return [Plan.model_validate(p) for p in self.store.kv_list("plans")
+                if p.get("run_id") == run_id]
+
+    def of_run(self, run_id: str) -> list[Plan]:
+        self.runs.get(run_id)
+        plans = self.plans_of(run_id)
+        for plan in plans:
+            self._refresh(plan)
+        return sorted(plans, key=lambda p: p.created_at)
+
+    def get(self, plan_id: str) -> Plan:
+        raw = self.store.kv_get("plans", plan_id)
+        if raw is None:
+            raise NotFound(f"no plan {plan_id!r}")
+        plan = Plan.model_validate(raw)
+        self._refresh(plan)
+        return plan
+
+    def _save(self, plan: Plan) -> None:
+        self.store.kv_put("plans", plan.id, plan.model_dump(mode="json"))
+
+    def _refresh(self, plan: Plan) -> None:
+        if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None and \
+                plan.expires_at <= self.clock():
+            plan.status = PlanStatus.EXPIRED
+            self._save(plan)
+
+    def close(self, plan_id: str, status: PlanStatus) -> None:
+        raw = self.store.kv_get("plans", plan_id)
+        if raw is not None:
+            plan = Plan.model_validate(raw)
+            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
+                plan.status = status
+                self._save(plan)
+
+    async def request(self, run_id: str, scope: PlanScope | dict[str, Any],
+                      rationale: str | None = None) -> TakeoverRequest:
+        """Ask for a standing plan: a takeover request whose proposal is the plan's scope."""
+        refuse_token(rationale, "rationale")
+        run = self.runs.get(run_id)
+        try:
+            scope = PlanScope.model_validate(scope)
+        except ValidationError as exc:
+            first = exc.errors()[0]["loc"] if exc.errors() else ()
+            raise InvalidInput("plan scope: " + "; ".join(
+                f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()),
+                field=str(first[0]) if first else None) from exc
+        inst = self.core.instrument(scope.instrument)
+        limits = self.config.envelope.get(scope.instrument, {})
+        for ch in scope.channels:
+            if ch not in inst.profile.channels:
+                raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}",
+                                   field="channels")
+            bounds = limits.get(ch)
+            hard_v = inst.profile.range_of("voltage", ch)
+            hard_i = inst.profile.range_of("current", ch)
+            vmax = bounds.voltage if bounds is not None and bounds.voltage is not None else (
+                hard_v[1] if hard_v else None)
+            imax = bounds.current if bounds is not None and bounds.current is not None else (
+                hard_i[1] if hard_i else None)
+            if vmax is not None and scope.voltage[1] > vmax:
+                raise InvalidInput(f"plan scope: CH{ch} voltage up to {scope.voltage[1]} V is "
+                                   f"above the bench limit of {vmax} V", field="voltage")
+            if imax is not None and scope.current_max > imax:
+                raise InvalidInput(f"plan scope: CH{ch} current {scope.current_max} A is above "
+                                   f"the bench limit of {imax} A", field="current_max")
+        snap = await self.snaps.snapshot(inst, [(ch, f) for ch in scope.channels
+                                                for f, spec in inst.profile.fields.items()
+                                                if not spec.measured])
+        plan_id = new_id("plan")
+        words = scope_words(scope)
+        actions = [Action(index=i, source=0, text=line, effect="plan", canonical=line,
+                          words=line) for i, line in enumerate(words)]
+        required = [ApprovalKind.SETPOINT] + (
+            [ApprovalKind.OUTPUT_ENABLE] if scope.output_enable else [])
+        created = self.clock()
+        req = TakeoverRequest(
+            id=new_id("tk"), run_id=run.id, instrument=scope.instrument,
+            message=f"plan: {'; '.join(words)}", actions=actions, required=required,
+            reason=rationale or f"{run.kind.value} {run.principal} asks for a standing plan",
+            rationale=rationale, timeout_minutes=self.requests.timeout(None), created_at=created,
+            expires_at=created + timedelta(minutes=self.requests.timeout(None)), snapshot=snap,
+            proposal_hash=proposal_hash(scope.instrument, [scope.digest(), *words], snap),
+            plan_id=plan_id, bench=self.config.bench)
+        history = self.store.recent(run.id, limit=40)
+        req.handoff = build_handoff(req, run, inst.profile, limits, history, dict(snap.values))
+        req.handoff["plan"] = {"id": plan_id, "scope": scope.model_dump(mode="json"),
+                               "words": words}
+        req.handoff["reversibility"] = (
+            "standing approval: writes inside this scope will run without asking again"
+            + (", outputs included" if scope.output_enable else ""))
+        plan = Plan(id=plan_id, run_id=run.id, request_id=req.id, scope=scope,
+                    scope_hash=scope.digest(), created_at=created)
+        self._save(plan)
+        stored = self.store.create_request(req, [Event(
+            run_id=run.id, request_id=req.id, type=EventType.TAKEOVER_REQUESTED,
+            data=req.handoff)])
+        self.core.notifier.request_changed(stored)
+        return stored
+
+    def activate(self, req: TakeoverRequest) -> TakeoverRequest:
+        assert req.plan_id is not None
+        plan = self.get(req.plan_id)
+        if plan.scope_hash != plan.scope.digest() or \
+                req.handoff.get("plan", {}).get("scope") != plan.scope.model_dump(mode="json"):
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED,
+                               {"reason": "the plan's scope changed after it was shown"},
+                               outcome="failed: the plan's scope is not the one approved")
+            return req
+        if not self.requests.move(req, Move.START, EventType.STEP_STARTED, {"plan_id": plan.id}):
+            return self.requests.get(req.id)
+        plan.status = PlanStatus.ACTIVE
+        plan.expires_at = self.clock() + timedelta(minutes=plan.scope.timeout_minutes)
+        plan.approved_by = sorted({a.by for a in req.valid_approvals()})
+        self._save(plan)
+        self.store.append([Event(run_id=req.run_id, request_id=req.id,
+                                 type=EventType.PLAN_ACTIVATED,
+                                 data={"plan_id": plan.id, "by": plan.approved_by,
+                                       "expires_at": plan.expires_at.isoformat(),
+                                       "scope": plan.scope.model_dump(mode="json")})])
+        self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, {"plan_id": plan.id},
+                           outcome=f"plan {plan.id} active until {plan.expires_at.isoformat()}")
+        return req
+
+    def revoke(self, plan_id: str, operator: Principal) -> Plan:
+        require_operator(operator)
+        plan = self.get(plan_id)
+        if plan.status is PlanStatus.PENDING:
+            with contextlib.suppress(TransitionError):
+                req = self.requests.get(plan.request_id)
+                self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                                   {"by": operator.name, "reason": "plan revoked"},
+                                   outcome="cancelled: the plan was revoked")
+        elif plan.status is not PlanStatus.ACTIVE:
+            raise TransitionError(plan.id, plan.status.value, "revoke")
+        plan.status = PlanStatus.REVOKED
+        plan.revoked_by = operator.name
+        self._save(plan)
+        self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
+                                 data={"plan_id": plan.id, "by": operator.name})])
+        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id, status=plan.status.value)
+        return plan
+
+    async def try_plan(self, run: Run, inst: Instrument, message: str, c: Classification,
+                       unjournaled: list[Event], *, rationale: str | None,
+                       confidence: float | None,
+                       step_id: str | None, idempotency_key: str | None,
+                        ) -> TakeoverRequest | dict[str, Any] | None:
+        """Run a write inside the run's live plan; or say why the gate diverts it; or None.
+
+        A run's plan writes are judged and spent one at a time (a lock per run), so two
+        concurrent writes can never both spend the last write. Every write unit counts."""
+        if not any(p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name
+                   for p in self.plans_of(run.id)):
+            return None
+        lock = self._locks.setdefault(run.id, asyncio.Lock())
+        async with lock:
+            return await self._spend(run, inst, message, c, unjournaled,
+                                     rationale=rationale, confidence=confidence,
+                                     step_id=step_id, idempotency_key=idempotency_key)
+
+    async def _spend(self, run: Run, inst: Instrument, message: str, c: Classification,
+                     unjournaled: list[Event], *, rationale: str | None,
+                     confidence: float | None, step_id: str | None,
+                     idempotency_key: str | None,
+                          ) -> TakeoverRequest | dict[str, Any] | None:
+        plans = [p for p in self.plans_of(run.id)  # read again, under the lock
+                 if p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name]
+        if not plans:
+            return None
+        actions = self.snaps.actions(inst, c, None)
+        live = await self.snaps.snapshot(inst, self.snaps.fields(inst, actions))
+        writes = sum(1 for u in c.units if u.writes and u.effect is not Effect.HARMLESS)
+        plan = None
+        for candidate in plans:
+            self._refresh(candidate)
+            if candidate.status is PlanStatus.ACTIVE and candidate.writes_left >= writes and \
+                    covers(candidate, inst.config.name, c.units, live.values) is None:
+                plan = candidate
+                break
+        if plan is None:
+            return None
+        self.snaps.check_envelope(inst, self.snaps.actions(inst, c, live), live)
+        gate = apply_env(self.config.confidence)
+        if run.kind is RunKind.AGENT and gate.enabled:
+            kinds = sorted({a.approval.value for a in actions if a.approval is not None})
+            threshold = max((threshold_for(gate, k) for k in kinds), default=gate.threshold)
+            trajectory = [str(e.data.get("message")) for e in self.store.recent(run.id, 20)
+                          if e.type is EventType.COMMAND_RECEIVED]
+            regret = self.calibration.regret(",".join(kinds)) if gate.calibrate else 0.0
+            scored = await score(gate, stated=confidence, rationale=rationale,
+                                 action=message, goal=run.goal, trajectory=trajectory,
+                                 regret=regret)
+            divert = scored.value < threshold
+            self.store.append([*unjournaled, Event(
+                run_id=run.id, type=EventType.CONFIDENCE_EVALUATED,
+                data={"score": round(scored.value, 4), "threshold": round(threshold, 4),
+                      "decision": "divert" if divert else "execute", "effect": kinds,
+                      "estimator": scored.estimator, "note": scored.note,
+                      "regret": regret, "step_id": step_id, "message": message})])
+            unjournaled.clear()
+            if divert:
+                return {"reason": f"confidence {scored.value:.2f} < {threshold:.2f}",
+                        "score": scored.value, "threshold": threshold,
+                        "estimator": scored.estimator, "note": scored.note,
+                        "plan_id": plan.id}
+        plan.writes_used += writes
+        if plan.writes_left == 0:
+            plan.status = PlanStatus.EXHAUSTED
+        self._save(plan)
+        required = sorted({a.approval for a in actions if a.approval is not None},
+                          key=list(ApprovalKind).index) or [ApprovalKind.STATE]
+        created = self.clock()
+        req = TakeoverRequest(
+            id=new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            actions=self.snaps.actions(inst, c, live), required=required, status=Status.APPROVED,
+            reason=f"inside plan {plan.id}", step_id=step_id, rationale=rationale,
+            confidence=confidence, idempotency_key=idempotency_key, timeout_minutes=1,
+            created_at=created, expires_at=created + timedelta(minutes=1), snapshot=live,
+            proposal_hash="", plan_id=plan.id, bench=self.config.bench)
+        req.proposal_hash = proposal_hash(inst.config.name,
+                                          [a.canonical for a in req.actions], live)
+        by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"
+        req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash,
+                                  people=list(plan.approved_by)) for k in required]
+        req.handoff = {"command": message, "plan": plan.id, "auto_step": True,
+                       "actions": [a.model_dump(mode="json") for a in req.actions]}
+        events = [*unjournaled]
+        unjournaled.clear()
+        events.append(Event(run_id=run.id, request_id=req.id, type=EventType.APPROVAL_GRANTED,
+                            data={"kinds": [k.value for k in required], "by": by,
+                                  "plan_id": plan.id, "writes_left": plan.writes_left}))
+        stored = self.store.create_request(req, events)
+        if stored.id != req.id:
+            return stored
+        self.store.kv_put("auto_steps", req.id, {
+            "run_id": run.id, "step_id": step_id, "effect": ",".join(
+                k.value for k in required), "outcome": None})
+        return await self.executor.execute(req.id)
+
+
+    def on_move(self, req: TakeoverRequest, dst: Status) -> None:
+        """A plan request that ends any way but executed (denied, expired, cancelled,
+        failed, stale) never starts its plan."""
+        if dst in TERMINAL and dst is not Status.EXECUTED and is_plan_request(req):
+            assert req.plan_id is not None
+            self.close(req.plan_id, PlanStatus.DENIED)
+
+    def on_run_closed(self, run_id: str) -> None:
+        """A closed run's standing approval ends with it."""
+        for plan in self.plans_of(run_id):
+            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
+                plan.status = PlanStatus.REVOKED
+                plan.revoked_by = "the run was closed"
+                self._save(plan)
+        self._locks.pop(run_id, None)

@@ -1,0 +1,202 @@
+"""Runs: one requester's session (``engineer``, ``script`` or ``agent``), with its goal,
+its status (active, taken over by an operator, suspended after denials, closed) and its
+journal. A run attached to a connection (socket door, MCP) lives and dies with it, across a
+restart too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .approvals import require_operator
+from .auth import refuse_token
+from .core import Core, Part, new_id
+from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
+from .models import (
+    Event,
+    EventType,
+    Principal,
+    Role,
+    Run,
+    RunKind,
+    RunStatus,
+    Status,
+    TakeoverRequest,
+)
+from .questions import QuestionDesk
+from .states import Event as Move
+from .takeover import Requests
+
+__all__ = ["ATTACHED", "Runs"]
+
+#: Runs remembered with their owner; past this the memory starts over.
+RUNS_REMEMBERED = 100_000
+#: The store's table of runs that live and die with one connection (socket door, MCP).
+ATTACHED = "attached_runs"
+
+
+class Runs(Part):
+    def __init__(self, core: Core, requests: Requests, questions: QuestionDesk) -> None:
+        super().__init__(core)
+        self.requests = requests
+        self.questions = questions
+        #: Runs known to exist, and who made each, so a read need not load its run.
+        self._owners: dict[str, str] = {}
+        #: Runs closed through this gateway: a read of a known run checks this, not the store.
+        self._closed_runs: set[str] = set()
+        #: Called with a run's id when it closes.
+        self.on_close: list[Callable[[str], None]] = []
+        requests.listeners.append(self.on_move)
+
+    def create(self, principal: Principal, kind: RunKind | str,
+               goal: str | None = None, *, attached: str | None = None) -> Run:
+        """A new run. ``attached`` names the door of a connection the run lives and dies
+        with (``socket``, ``mcp``): after a restart that connection is gone, so is the run."""
+        from .quotas import check_runs  # per-requester quota (limits.open_runs)
+        check_runs(self.core, principal)
+        try:
+            kind = RunKind(kind)
+        except ValueError as exc:
+            raise InvalidInput(f"run kind must be one of {[k.value for k in RunKind]}, "
+                               f"not {kind!r}") from exc
+        if kind is RunKind.ENGINEER and principal.role not in (Role.OPERATOR, Role.ADMIN):
+            raise PermissionDenied(f"{principal.name} is a {principal.role.value}; engineer "
+                                   "runs are for operators at the bench (their own changes, "
+                                   "confirmed by themselves): start a script or agent run")
+        refuse_token(goal, "goal")
+        run = Run(id=new_id("run"), kind=kind, principal=principal.name, goal=goal)
+        self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
+                                          data={"kind": kind.value, "principal": run.principal,
+                                                "goal": goal})])
+        if attached is not None:
+            self.store.kv_put(ATTACHED, run.id, {"bench": self.config.bench, "door": attached})
+        self._remember(run)
+        self.core.notifier.publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def get(self, run_id: str) -> Run:
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id!r}")
+        self._remember(run)
+        return run
+
+    def owner(self, run_id: str) -> str:
+        """Who made the run. Runs are never deleted and never change hands, so once known
+        this needs no store read."""
+        owner = self._owners.get(run_id)
+        return owner if owner is not None else self.get(run_id).principal
+
+    def _remember(self, run: Run) -> None:
+        if len(self._owners) >= RUNS_REMEMBERED:
+            self._owners.clear()
+        self._owners[run.id] = run.principal
+
+    def set_goal(self, run_id: str, goal: str) -> Run:
+        refuse_token(goal, "goal")
+        run = self.get(run_id)
+        run.goal = goal
+        self.store.save_run(run, [Event(run_id=run.id, type=EventType.GOAL_SET,
+                                        data={"goal": goal})])
+        return run
+
+    def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
+        require_operator(operator)
+        refuse_token(reason, "reason")
+        run = self.get(run_id)
+        if run.status is RunStatus.CLOSED:
+            raise TransitionError(run_id, run.status.value, "take over", "the run is closed")
+        run.status = RunStatus.TAKEN_OVER
+        run.takeover_reason = reason
+        run.takeover_by = operator.name
+        self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_TAKEN_OVER,
+                                        data={"by": operator.name, "reason": reason})])
+        self.core.notifier.publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def release(self, run_id: str, operator: Principal) -> Run:
+        """End an operator's takeover or a suspension; the run's writes go on."""
+        require_operator(operator)
+        run = self.get(run_id)
+        if run.status not in (RunStatus.TAKEN_OVER, RunStatus.SUSPENDED):
+            raise TransitionError(run_id, run.status.value, "release",
+                                  "only a taken-over or suspended run can be released")
+        run.status = RunStatus.ACTIVE
+        run.takeover_reason = run.takeover_by = None
+        self.store.save_run(run, [Event(run_id=run_id, type=EventType.TAKEOVER_RELEASED,
+                                        data={"by": operator.name})])
+        self.core.notifier.publish("run", id=run.id, status=run.status.value)
+        return run
+
+    def close(self, run_id: str, reason: str = "the requester disconnected") -> None:
+        """The requester is gone: cancel its undecided and approved-but-unstarted requests,
+        never run them for nobody."""
+        run = self.get(run_id)
+        for status in (Status.PENDING, Status.APPROVED):
+            for req in self.store.list_requests(status=status, run_id=run_id, limit=10_000):
+                self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                                   {"reason": reason},
+                                   outcome=f"cancelled: {reason}; nothing was written")
+        self.questions.cancel_run(run_id)
+        run.status = RunStatus.CLOSED
+        self._closed_runs.add(run_id)
+        self.store.save_run(run, [])
+        self.store.kv_delete(ATTACHED, run_id)
+        for hook in self.on_close:  # e.g. its standing plans end with it
+            hook(run_id)
+
+    def close_gone_clients(self) -> None:
+        """At start: every run attached to a connection of this bench's previous process
+        lost its client with that process. Its requests must never run."""
+        for run_id, data in self.store.kv_items(ATTACHED):
+            if data.get("bench") != self.config.bench:
+                continue
+            try:
+                self.close(run_id, "client gone: its connection ended with a restart")
+            except NotFound:
+                self.store.kv_delete(ATTACHED, run_id)
+
+    def after_denial(self, req: TakeoverRequest, why: str) -> None:
+        """Count denials (an expiry is one); suspend a run that keeps being told no."""
+        events: list[Event] = []
+        if req.handoff.get("confidence_gate"):
+            events.append(Event(run_id=req.run_id, request_id=req.id,
+                                type=EventType.STEP_FAILED,
+                                data={"reason": f"diverted step {why}", "step_id": req.step_id}))
+        run = self.store.get_run(req.run_id)
+        if run is None:
+            return
+        run.denials_in_a_row += 1
+        run.denials_total += 1
+        policy = self.config.policy
+        if run.status is not RunStatus.SUSPENDED and (
+                run.denials_in_a_row >= policy.denials_in_a_row
+                or run.denials_total >= policy.denials_total):
+            run.status = RunStatus.SUSPENDED
+            reason = (f"{run.denials_in_a_row} denials in a row"
+                      if run.denials_in_a_row >= policy.denials_in_a_row
+                      else f"{run.denials_total} denials in all")
+            run.takeover_reason = f"suspended after {reason}"
+            events.append(Event(run_id=run.id, type=EventType.RUN_SUSPENDED,
+                                data={"reason": run.takeover_reason,
+                                      "in_a_row": run.denials_in_a_row,
+                                      "total": run.denials_total}))
+            self.core.notifier.publish("run", id=run.id, status=run.status.value)
+        self.store.save_run(run, events)
+
+
+    def on_move(self, req: TakeoverRequest, dst: Status) -> None:
+        """A write that executed ends the run's streak of denials."""
+        if dst is Status.EXECUTED:
+            run = self.store.get_run(req.run_id)
+            if run is not None and run.denials_in_a_row:
+                run.denials_in_a_row = 0
+                self.store.save_run(run, [])
+
+    def known(self, run_id: str) -> bool:
+        """The run exists (runs are never deleted): a read need not load it."""
+        return run_id in self._owners
+
+    def is_closed(self, run_id: str) -> bool:
+        """Closed through this gateway (a read of a known run asks this, not the store)."""
+        return run_id in self._closed_runs

@@ -1,0 +1,129 @@
+"""After a write, on the same lane turn: let the instrument settle, read it back, drain its
+error queue, and apply the profile's safe action to any energized channel that cannot be
+shown inside the envelope (DESIGN.md invariant 4). Nothing here waits for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from . import envelope
+from .core import Core, Instrument, Part
+from .errors import InstrumentError
+from .handoff import snapshot_key
+from .instruments import AsyncLink
+from .snapshots import Snapshots, normalize
+
+__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written"]
+
+#: How long a restart waits for an interrupted write to finish inside the instrument.
+SETTLE_SECONDS = 30.0
+
+
+@dataclass(slots=True)
+class Safed:
+    """The safe action taken after a read-back found the envelope breached."""
+
+    found: list[envelope.Breach]
+    sent: list[str]
+    after: dict[str, str] | None = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Written:
+    """What one write's lane turn saw: answers, errors, the read-back, a safe action."""
+
+    answers: dict[int, str] = field(default_factory=dict)
+    error: str | None = None
+    after: dict[str, str] | None = None
+    read_error: str | None = None
+    instrument_errors: list[str] = field(default_factory=list)
+    safed: Safed | None = None
+
+
+class Safety(Part):
+    def __init__(self, core: Core, snaps: Snapshots) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+
+    async def read_back(self, link: AsyncLink, inst: Instrument,
+                        fields: list[tuple[int | None, str]], idn: str
+                         ) -> tuple[dict[str, str] | None, str | None]:
+        try:
+            state = await self.snaps.read_state(link, inst, fields)
+        except InstrumentError as exc:
+            return None, exc.message
+        if state.idn != idn:
+            return None, f"another instrument answered: {state.idn!r}"
+        return state.values, None
+
+    @staticmethod
+    async def settle(link: AsyncLink, inst: Instrument) -> str | None:
+        """Wait until the instrument has finished every pending operation (IEEE 488.2
+        §10.19 ``*OPC?``), asking again after each timeout, up to SETTLE_SECONDS. None when
+        settled (or the profile has no ``*OPC?``), else why not."""
+        if inst.profile.lookup(True, ("OPC",)) is None:
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_SECONDS
+        while True:
+            try:
+                await link.query("*OPC?")
+                return None
+            except InstrumentError as exc:
+                if loop.time() >= deadline:
+                    return f"the instrument did not settle within {SETTLE_SECONDS:.0f} s " \
+                           f"({exc.message})"
+
+    @staticmethod
+    async def drain_errors(link: AsyncLink, inst: Instrument) -> list[str]:
+        """The instrument's own error queue after a write (SCPI-99 §21.8 SYSTem:ERRor)."""
+        errors: list[str] = []
+        if inst.profile.lookup(False, ("SYSTEM", "ERROR")) is None:
+            return errors
+        with contextlib.suppress(InstrumentError):
+            for _ in range(10):
+                answer = await link.query("SYST:ERR?")
+                if answer.lstrip("+").startswith("0"):
+                    break
+                errors.append(answer)
+        return errors
+
+    async def make_safe(self, link: AsyncLink, inst: Instrument,
+                        after: dict[str, str] | None) -> Safed | None:
+        """Invariant 4 after a write: an energized channel read back outside the envelope
+        gets the profile's safe action at once, on the same lane turn, waiting for nobody.
+        When the read-back failed, every enveloped field is read again one by one: a channel
+        that cannot be shown inside (an unreadable output or limit counts as outside) is
+        made safe too. One garbled answer never stops the safe action."""
+        limits = self.config.envelope.get(inst.config.name, {})
+        if after is None:
+            after = {}
+            for ch, f in envelope.enveloped_fields(inst.profile, limits):
+                query = inst.profile.field_query(f, ch)
+                with contextlib.suppress(InstrumentError):
+                    after[snapshot_key(ch, f)] = normalize(
+                        inst.profile, f, await link.query(query), query)
+            found = envelope.breaches(inst.profile, limits, after,
+                                      set(limits) & set(inst.profile.channels))
+        else:
+            found = envelope.breaches(inst.profile, limits, after)
+        if not found:
+            return None
+        channels = sorted({b.channel for b in found})
+        safed = Safed(found, envelope.safe_commands(inst.profile, channels))
+        try:
+            for command in safed.sent:
+                await link.write(command)
+            safe = inst.profile.safe_action
+            if safe is not None:
+                check = await self.snaps.read_state(
+                    link, inst, [(ch, safe.field) for ch in channels])
+                safed.after = check.values
+                after.update(check.values)
+        except InstrumentError as exc:
+            safed.error = exc.message
+        return safed

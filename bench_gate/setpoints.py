@@ -1,0 +1,101 @@
+"""The setpoint in force on each channel, and who approved it.
+
+An output enable runs only with an approved setpoint for its channel that still equals the
+live one (DESIGN.md rule 3). The gateway remembers each channel's last approved setpoint,
+field by field, with everyone whose approval put it in force, so the two-person rule can
+tell who may switch that channel on.
+"""
+
+from __future__ import annotations
+
+from .core import Core, Instrument, Part
+from .handoff import snapshot_key
+from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
+
+__all__ = ["SETPOINT_FIELDS", "Setpoints"]
+
+#: The fields of a channel's setpoint: what an approved setpoint remembers.
+SETPOINT_FIELDS = ("voltage", "current")
+
+
+class Setpoints(Part):
+    def __init__(self, core: Core) -> None:
+        super().__init__(core)
+
+    def energize_needs_setpoint(self, inst: Instrument, actions: list[Action],
+                                snap: Snapshot) -> list[int]:
+        """Channels turned on here with no approved setpoint matching the live one."""
+        missing = []
+        for a in actions:
+            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+                continue
+            if any(b.approval is ApprovalKind.SETPOINT and b.channel == a.channel
+                   for b in actions):
+                continue
+            if not self.still_approved(inst, a.channel, snap):
+                missing.append(a.channel)
+        return missing
+
+    def still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
+        stored = self.store.get_setpoint(self.core.qualified(inst.config.name), channel)
+        if stored is None:
+            return False
+        return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
+                   for f in SETPOINT_FIELDS)
+
+    def people_in_force(self, req: TakeoverRequest) -> dict[int, list[str]]:
+        """For each channel this request switches on: who approved the setpoint fields in
+        force there that the request does not set itself. A remembered setpoint is in force
+        only while it equals the state the request was judged on."""
+        out: dict[int, list[str]] = {}
+        key = f"{req.bench or self.config.bench}/{req.instrument}"
+        snap = req.snapshot.values
+        for a in req.actions:
+            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+                continue
+            ch = a.channel
+            stored = self.store.get_setpoint(key, ch) or {}
+            if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS):
+                continue  # not in force: the request needs (and shows) its own setpoint
+            mine = {b.field for b in req.actions if b.channel == ch and b.effect == "setpoint"}
+            by_field = stored.get("by_field") or {}
+            people = {str(p) for f in SETPOINT_FIELDS if f not in mine
+                      for p in (by_field.get(f) or stored.get("people")
+                                or ([stored["by"]] if stored.get("by") else []))}
+            out[ch] = sorted(people)
+        return out
+
+    def remember(self, req: TakeoverRequest, inst: Instrument,
+                 after: dict[str, str]) -> None:
+        """The live setpoint of each channel whose setpoint was approved here, with who
+        approved each field of it: a field this request did not set keeps its approvers
+        while its value is the one they approved."""
+        if ApprovalKind.SETPOINT not in req.approved_kinds():
+            return
+        channels = {a.channel for a in req.actions if a.channel is not None and (
+            a.approval is ApprovalKind.SETPOINT or a.approval is ApprovalKind.OUTPUT_ENABLE)}
+        setpoint = [a for a in req.valid_approvals() if a.kind is ApprovalKind.SETPOINT]
+        by = setpoint[0].by if setpoint else ""
+        # Everyone whose approval put this setpoint in force: a plan's approvers for a step.
+        people = sorted({p for a in setpoint for p in (a.people or [a.by])})
+        key = self.core.qualified(inst.config.name)
+        # Channels switched on with no approved setpoint in force: this request's setpoint
+        # approval approved their present setpoint as it was.
+        needed_on = {int(n["channel"]) for n in req.handoff.get("setpoint_needed") or []}
+        for ch in channels:
+            mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
+            needed = ch in needed_on
+            prior = self.store.get_setpoint(key, ch) or {}
+            by_field: dict[str, list[str]] = {}
+            for f in SETPOINT_FIELDS:
+                value = after.get(snapshot_key(ch, f))
+                kept = (prior.get("by_field") or {}).get(f) or prior.get("people") or []
+                if f in mine or needed or prior.get(f) != value or not kept:
+                    by_field[f] = people
+                else:
+                    by_field[f] = sorted(kept)
+            self.store.put_setpoint(key, ch, {
+                **{f: after.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS},
+                "request": req.id, "by": by, "by_field": by_field,
+                "people": sorted({p for v in by_field.values() for p in v}),
+                "at": self.clock().isoformat()})

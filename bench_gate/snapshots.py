@@ -1,0 +1,171 @@
+"""Snapshots: the live state a proposal is judged against. Which fields a set of actions
+depends on, reading them on the lane (fresh queries, ``*IDN?`` first), the actions of a
+classified message with their old and new values, the state they predict, and the envelope
+checked on that predicted state before anything is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from . import envelope
+from .core import Core, Instrument, Part
+from .errors import InstrumentError, Refused
+from .handoff import describe, snapshot_key
+from .instruments import AsyncLink
+from .models import Action, Snapshot, TakeoverRequest
+from .policy import approval_for, unpredictable
+from .scpi import Classification, Profile, Unit, classify, format_number, render_value
+
+__all__ = ["Snapshots", "normalize", "unverifiable"]
+
+
+def normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
+    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``).
+    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value."""
+    spec = profile.fields.get(fld)
+    text = raw.strip().strip('"')
+    if spec is None or spec.type == "text":
+        return text
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite():
+        raise InstrumentError(f"{where or fld}: answer {raw!r} is not a number")
+    if spec.type == "boolean":
+        return "1" if number != 0 else "0"
+    return format_number(number)
+
+
+def unverifiable(actions: list[Action]) -> list[str]:
+    """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
+    return [a.canonical for a in actions
+            if a.effect not in ("read", "select", "harmless")
+            and (a.field is None or a.new is None)]
+
+
+class Snapshots(Part):
+    """Reads and predicts instrument state for the other parts of the core."""
+
+    def __init__(self, core: Core) -> None:
+        super().__init__(core)
+
+    def fields(self, inst: Instrument, actions: list[Action]) -> list[tuple[int | None, str]]:
+        """Every field the actions depend on; a channel's whole state, or the instrument's."""
+        profile = inst.profile
+        state_fields = [f for f, spec in profile.fields.items() if not spec.measured]
+        channels: set[int | None] = set()
+        everything = False
+        for a in actions:
+            if a.effect in ("read", "select", "harmless"):
+                continue
+            if a.channel is None:
+                everything = True
+            channels.add(a.channel)
+        if everything:
+            channels = set(profile.channels) or {None}
+        return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields]
+
+    @staticmethod
+    async def read_state(link: AsyncLink, inst: Instrument,
+                         fields: list[tuple[int | None, str]]) -> Snapshot:
+        """``*IDN?`` and every field, read live on the lane (fresh queries, no cache)."""
+        profile = inst.profile
+        idn = await link.query("*IDN?")
+        values = {}
+        for ch, f in fields:
+            query = profile.field_query(f, ch)
+            values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
+                                                     f"{inst.config.name}: {query!r}")
+        return Snapshot(idn=idn, values=values)
+
+    async def snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
+                        ) -> Snapshot:
+        return await inst.lane.run(lambda link: self.read_state(link, inst, fields))
+
+    def actions(self, inst: Instrument, c: Classification, snap: Snapshot | None
+                 ) -> list[Action]:
+        actions = []
+        for i, u in enumerate(c.units):
+            old = None
+            if snap is not None and u.field is not None:
+                old = snap.values.get(snapshot_key(u.channel, u.field))
+            action = Action(
+                index=i, source=u.source, text=u.text, effect=u.effect.value, channel=u.channel,
+                field=u.field, old=old,
+                new=render_value(u.value) if u.value is not None else None,
+                canonical=u.canonical, approval=approval_for(u, self.config.policy),
+                unpredictable=u.writes and unpredictable(u.effect, u.value))
+            action.words = describe(inst.profile, action)
+            actions.append(action)
+        return actions
+
+    @staticmethod
+    def proposed(actions: list[Action], snap: Snapshot) -> dict[str, str]:
+        state = dict(snap.values)
+        for a in actions:
+            if a.field is not None and a.new is not None:
+                state[snapshot_key(a.channel, a.field)] = a.new
+        return state
+
+    def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
+        """Invariant 4 before anything is sent, on every channel the write names: the state
+        it ends in (the live snapshot plus every action) keeps each energized channel inside
+        the envelope, the fields the write does not touch included; and no state it passes
+        through on the way (units run in the order they are sent) is outside where the one
+        before was not. ``OUTP ON`` before the ``VOLT`` that would make it safe is refused.
+        Commands whose effect cannot be predicted are judged by the read-back after them.
+        Raises Refused (-222) naming the field."""
+        limits = self.config.envelope.get(inst.config.name, {})
+        over = envelope.action_breaches(inst.profile, limits, actions)
+        if over:  # a value above its limit, energized or not
+            raise Refused(-222, f"{envelope.summary(inst.profile, over)}; nothing was sent")
+        named = {a.channel for a in actions if a.channel is not None and not a.unpredictable
+                 and a.effect in ("setpoint", "output", "protection")}
+        if not named:
+            return
+        profile = inst.profile
+        before = {(b.channel, b.field): b for b in envelope.breaches(
+            profile, limits, snap.values, named)}
+        for done in range(1, len(actions) + 1):
+            found = envelope.breaches(profile, limits, self.proposed(actions[:done], snap),
+                                      named)
+            final = done == len(actions)
+            worse = [b for b in found if not envelope.no_worse(b, before.get(
+                (b.channel, b.field)))]
+            if final and found:
+                raise Refused(-222, "outside the envelope once this runs: "
+                              f"{envelope.summary(profile, found)}; nothing was sent")
+            if worse:
+                raise Refused(-222, f"outside the envelope after {actions[done - 1].canonical}: "
+                              f"{envelope.summary(profile, worse)}; nothing was sent (units run "
+                              "in the order they are sent: make the state safe first)")
+            before = {(b.channel, b.field): b for b in found}
+
+    @staticmethod
+    def same_units(inst: Instrument, req: TakeoverRequest) -> Classification:
+        """The units the approver was shown, from their canonical text (explicit channels),
+        never the message again under the run's selection now: that may have moved, or been
+        lost with a restart, and would aim the fresh request at another channel."""
+        units: list[Unit] = []
+        for a in req.actions:
+            units.extend(dataclasses.replace(u, source=a.source, text=a.text)
+                         for u in classify(a.canonical, inst.profile.name).units)
+        return Classification(req.message, inst.profile.name, tuple(units), None)
+
+    async def live_state(self, instrument: str) -> dict[str, Any]:
+        """Every field of every channel, measured values included, read live."""
+        inst = self.core.instrument(instrument)
+        profile = inst.profile
+        channels: list[int | None] = list(profile.channels) or [None]
+        fields = [(ch, f) for ch in channels for f in profile.fields]
+        snap = await self.snapshot(inst, fields)
+        out: dict[str, Any] = {"instrument": instrument, "idn": snap.idn,
+                               "at": snap.taken_at.isoformat(), "channels": {}}
+        for ch in channels:
+            out["channels"][str(ch) if ch is not None else "-"] = {
+                f: snap.values.get(snapshot_key(ch, f)) for f in profile.fields}
+        return out

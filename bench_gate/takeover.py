@@ -1,0 +1,190 @@
+"""Takeover requests: the one factory that holds a proposal for a person (live snapshot,
+required approvals, the handoff as shown, expiry, proposal hash), reading them, and every
+status change through the transition table (``states.py``), one compare-and-swap each.
+
+Other parts react to a status change through listeners registered here (a denial counts
+against the run, an executed write resets that count, a plan request's end closes its
+plan), never through side effects hidden in the move itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from .core import MAX_RETRIES, Core, Instrument, Part, new_id
+from .errors import InvalidInput, NotFound
+from .handoff import build_handoff, snapshot_key
+from .models import (
+    ApprovalKind,
+    Event,
+    EventType,
+    Run,
+    Status,
+    TakeoverRequest,
+    proposal_hash,
+)
+from .scpi import Classification
+from .setpoints import Setpoints
+from .snapshots import Snapshots
+from .states import TERMINAL, target
+from .states import Event as Move
+
+__all__ = ["Listener", "Requests"]
+
+#: A waiter looks again at least this often, in case a wake-up was lost.
+WAKE_SECONDS = 1.0
+
+#: Called after every status change that was stored: (the request, its new status).
+Listener = Callable[[TakeoverRequest, Status], None]
+
+
+class Requests(Part):
+    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+        self.setpoints = setpoints
+        self.listeners: list[Listener] = []
+
+    def timeout(self, minutes: int | None) -> int:
+        policy = self.config.policy
+        value = policy.default_timeout_minutes if minutes is None else minutes
+        if not 1 <= value <= policy.max_timeout_minutes:
+            raise InvalidInput(f"timeoutMinutes must be 1 to {policy.max_timeout_minutes}, "
+                               f"not {value}")
+        return value
+
+    async def hold(self, run: Run, inst: Instrument, message: str, c: Classification,
+                   required: list[ApprovalKind], *, reason: str, rationale: str | None,
+                   confidence: float | None, step_id: str | None,
+                   idempotency_key: str | None, timeout: int, events: list[Event],
+                   supersedes: TakeoverRequest | None = None,
+                   stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
+                   gate: dict[str, Any] | None = None,
+                    ) -> TakeoverRequest:
+        from .quotas import check_pending  # limits.pending_requests, before the snapshot;
+        if supersedes is None:             # a stale request's replacement is no new filing
+            check_pending(self.core, run)
+        preliminary = self.snaps.actions(inst, c, None)
+        snap = await self.snaps.snapshot(inst, self.snaps.fields(inst, preliminary))
+        actions = self.snaps.actions(inst, c, snap)
+        self.snaps.check_envelope(inst, actions, snap)
+        energize = self.setpoints.energize_needs_setpoint(inst, actions, snap)
+        if energize and ApprovalKind.SETPOINT not in required:
+            required = [ApprovalKind.SETPOINT, *required]
+        created = self.clock()
+        req = TakeoverRequest(
+            id=new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            actions=actions, required=required, reason=reason, step_id=step_id,
+            rationale=rationale, confidence=confidence, idempotency_key=idempotency_key,
+            timeout_minutes=timeout, created_at=created,
+            expires_at=created + timedelta(minutes=timeout), snapshot=snap,
+            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
+            supersedes=supersedes.id if supersedes is not None else None,
+            bench=self.config.bench)
+        history = self.store.recent(run.id, limit=40)
+        req.handoff = build_handoff(req, run, inst.profile,
+                                    self.config.envelope.get(inst.config.name, {}), history,
+                                    self.snaps.proposed(actions, snap), stale_diff)
+        if gate is not None:
+            req.handoff["confidence_gate"] = gate
+            req.handoff["risk"]["signals"].insert(0, gate["reason"])
+        if energize:
+            req.handoff["setpoint_needed"] = [
+                {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
+                 "current": snap.values.get(snapshot_key(ch, "current"))} for ch in energize]
+        events = [*events, Event(run_id=run.id, request_id=req.id,
+                                 type=EventType.TAKEOVER_REQUESTED, data=req.handoff)]
+        stored = self.store.create_request(req, events)
+        self.core.notifier.request_changed(stored)
+        return stored
+
+    def get(self, request_id: str) -> TakeoverRequest:
+        req = self.store.get_request(request_id)
+        if req is None:
+            raise NotFound(f"no takeover request {request_id!r}")
+        return req
+
+    def page(self, status: Status | None = None, run_id: str | None = None,
+             instrument: str | None = None, limit: int = 100, offset: int = 0,
+             sort: str = "newest", requester: str | None = None
+                      ) -> list[TakeoverRequest]:
+        """One page, sorted in the store (``newest``, or ``expiry``: soonest first). It is
+        a ``store.RequestPage``: a list that also carries ``total``, how many match."""
+        return self.store.page_requests(status, run_id, instrument, limit, offset, sort,
+                                        requester)
+
+    def move(self, req: TakeoverRequest, move: Move, event: EventType,
+             data: dict[str, Any], *, outcome: str | None = None,
+             notes: str | None = None) -> bool:
+        """One conditional transition with its journal event; False if it lost a race."""
+        for _ in range(MAX_RETRIES):
+            dst = target(req.status, move)
+            if dst is None:
+                return False
+            version = req.version
+            req.status = dst
+            if outcome is not None:
+                req.outcome = outcome
+            if notes is not None:
+                req.notes = notes
+            if dst in TERMINAL and req.decided_at is None:
+                req.decided_at = self.clock()
+            extra = {"plan_id": req.plan_id} if req.plan_id else {}
+            ev = Event(run_id=req.run_id, request_id=req.id, type=event,
+                       data={**data, "status": dst.value, **extra})
+            if self.store.save_request(req, version, [ev]):
+                self.core.notifier.request_changed(req)
+                for listener in self.listeners:
+                    listener(req, dst)
+                return True
+            fresh = self.store.get_request(req.id)
+            if fresh is None:
+                return False
+            req.__dict__.update(fresh.__dict__)
+        return False
+
+    def missing_message(self, req: TakeoverRequest) -> str:
+        missing = req.missing()
+        if not missing:
+            return ""
+        blind = [a.canonical for a in req.actions if a.unpredictable]
+        if blind:
+            return (f"still needs approval: {', '.join(k.value for k in missing)} (the gateway "
+                    f"cannot predict what {', '.join(blind)} does to setpoints and outputs, "
+                    "so it needs every approval)")
+        channels = [a.channel for a in req.actions if a.approval is ApprovalKind.OUTPUT_ENABLE]
+        chs = ", ".join(f"CH{c}" for c in channels)
+        have = req.approved_kinds()
+        if ApprovalKind.SETPOINT in missing and ApprovalKind.OUTPUT_ENABLE in have:
+            return (f"{chs} output enable approved, but no approved setpoint for {chs}: "
+                    "approve a setpoint first")
+        if ApprovalKind.OUTPUT_ENABLE in missing and ApprovalKind.SETPOINT in have:
+            return (f"setpoint approved; the output enable of {chs} still needs its own "
+                    "approval")
+        return "still needs approval: " + ", ".join(k.value for k in missing)
+
+    async def wait(self, request_id: str, timeout: float, *, follow: bool = True
+                   ) -> TakeoverRequest:
+        """Wait for a decision, holding no thread. With ``follow`` (a requester's view) a
+        stale request is followed to the fresh one that replaced it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            # Registered before reading, so a change between the read and the wait wakes us.
+            with self.core.notifier.waiting(request_id) as event:
+                req = self.get(request_id)
+                if follow and req.status is Status.STALE and req.superseded_by:
+                    request_id = req.superseded_by
+                    continue
+                # A stale request gets its fresh successor a moment after it turns stale.
+                if req.status in TERMINAL and (req.status is not Status.STALE or not follow):
+                    return req
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return req
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=min(remaining, WAKE_SECONDS))
