@@ -23,6 +23,7 @@ from .models import (
     Event,
     EventType,
     Run,
+    Snapshot,
     Status,
     TakeoverRequest,
     proposal_hash,
@@ -69,7 +70,8 @@ class Requests(Part):
         if supersedes is None:             # a stale request's replacement is no new filing
             check_pending(self.core, run)
         preliminary = self.snaps.actions(inst, c, None)
-        snap = await self.snaps.snapshot(inst, self.snaps.fields(inst, preliminary))
+        live = await self.snaps.snapshot(inst, self.snaps.fields(inst, preliminary))
+        snap, earlier = self._after_earlier(run, inst, live, supersedes)
         actions = self.snaps.actions(inst, c, snap)
         self.snaps.check_envelope(inst, actions, snap)
         energize = self.setpoints.energize_needs_setpoint(inst, actions, snap)
@@ -92,6 +94,9 @@ class Requests(Part):
         if gate is not None:
             req.handoff["confidence_gate"] = gate
             req.handoff["risk"]["signals"].insert(0, gate["reason"])
+        if earlier:
+            req.handoff["after_earlier"] = earlier
+            req.handoff["live"] = live.values
         if energize:
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
@@ -101,6 +106,38 @@ class Requests(Part):
         stored = self.store.create_request(req, events)
         self.core.notifier.request_changed(stored)
         return stored
+
+    def _after_earlier(self, run: Run, inst: Instrument, live: Snapshot,
+                       supersedes: TakeoverRequest | None
+                       ) -> tuple[Snapshot, list[dict[str, Any]]]:
+        """The state this run's earlier undecided writes on the instrument will leave, for a
+        request to be judged against (VOLT, then CURR, then OUTP ON, approved in that
+        order, must not go stale on each other). The approver sees it labelled ("after
+        tk-… executes"), and the recheck compares the live state with it: if an earlier
+        request does not run as shown, this one goes stale. A command whose effect cannot
+        be predicted is not applied: this request is judged on the live state."""
+        earlier: list[TakeoverRequest] = []
+        for status in (Status.PENDING, Status.APPROVED, Status.EXECUTING):
+            earlier.extend(self.store.list_requests(status=status, run_id=run.id,
+                                                    instrument=inst.config.name, limit=100))
+        values = dict(live.values)
+        shown: list[dict[str, Any]] = []
+        skip = supersedes.id if supersedes is not None else None
+        for r in sorted(earlier, key=lambda r: r.created_at):
+            if r.id == skip or any(a.unpredictable for a in r.actions):
+                continue
+            changes = {}
+            for a in r.actions:
+                key = snapshot_key(a.channel, a.field) if a.field is not None else ""
+                if a.new is not None and key in values and values[key] != a.new:
+                    values[key] = changes[key] = a.new
+            if changes:
+                shown.append({"request": r.id, "changes": changes,
+                              "words": f"after {r.id} executes: " + ", ".join(
+                                  f"{k} {v}" for k, v in changes.items())})
+        if not shown:
+            return live, []
+        return Snapshot(idn=live.idn, values=values, taken_at=live.taken_at), shown
 
     def get(self, request_id: str) -> TakeoverRequest:
         req = self.store.get_request(request_id)
