@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from .auth import normalize_name
 from .config import PolicyConfig
 from .errors import PermissionDenied
-from .models import ApprovalKind, Principal, Role, Run, RunKind, TakeoverRequest
+from .models import ApprovalKind, Principal, Run, RunKind, TakeoverRequest
 
 __all__ = ["Grant", "person", "require_operator", "violation"]
 
 
 def require_operator(who: Principal) -> None:
     """Deciding, taking over and releasing are for operators and admins."""
-    if who.role not in (Role.OPERATOR, Role.ADMIN):
+    if not who.operates:
         raise PermissionDenied(f"{who.name} is a {who.role.value}; deciding needs an operator")
 
 

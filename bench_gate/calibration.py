@@ -10,7 +10,7 @@ from .approvals import person
 from .auth import refuse_token
 from .core import Core, Part
 from .errors import GatewayError, InvalidInput
-from .models import Event, EventType, Principal, Role, Status, TakeoverRequest
+from .models import Event, EventType, Principal, Status, TakeoverRequest
 from .runs import Runs
 from .states import TERMINAL
 from .takeover import Requests
@@ -38,7 +38,7 @@ class Calibration(Part):
         refuse_token(step_id, "step_id")
         refuse_token(notes, "notes")
         role = who.role if who is not None else None
-        calibrates = role in (Role.OPERATOR, Role.ADMIN)
+        calibrates = who is not None and who.operates
         record = {"run_id": run_id, "step_id": step_id, "score": score_value, "notes": notes,
                   "by": who.name if who else None, "role": role.value if role else None,
                   "calibrates": calibrates, "at": self.clock().isoformat()}

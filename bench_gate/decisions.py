@@ -21,7 +21,6 @@ from .models import (
     Event,
     EventType,
     Principal,
-    Role,
     Run,
     RunKind,
     Status,
@@ -239,7 +238,7 @@ class Decisions(Part):
                      ) -> TakeoverRequest:
         req = self.requests.get(request_id)
         run = self.runs.get(req.run_id)
-        if who.name != run.principal and who.role not in (Role.OPERATOR, Role.ADMIN):
+        if who.name != run.principal and not who.operates:
             raise PermissionDenied("only the requester or an operator can cancel a request")
         if not self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
                                   {"by": who.name, "reason": reason},

@@ -9,7 +9,6 @@ first result; the same key with another request is refused.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -25,29 +24,13 @@ from .planning import PlanDesk
 from .policy import Verdict, decide
 from .runs import Runs
 from .scpi import Classification, Effect, ScpiError, Unit, classify, lex
+from .states import UNDECIDED, Outcome
 from .takeover import Requests
 
 __all__ = ["Intake", "Outcome", "SubmitResult", "door_only"]
 
 #: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
 SELECT_NAME_QUERY = "INST:SEL?"
-
-
-class Outcome(enum.StrEnum):
-    """What a submit came to: it ran, it waits for a person, it was refused, or the status
-    its request ended in (an idempotent retry of a decided request)."""
-
-    EXECUTED = "executed"
-    PENDING = "pending"
-    REFUSED = "refused"
-    APPROVED = "approved"
-    EXECUTING = "executing"
-    FAILED = "failed"
-    AMBIGUOUS = "ambiguous"
-    DENIED = "denied"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-    STALE = "stale"
 
 
 @dataclass(slots=True)
@@ -269,8 +252,7 @@ class Intake(Part):
         response = req.receipt.detail if req.receipt is not None else None
         reason = req.outcome or ""
         return SubmitResult(Outcome(req.status.value), response=response or None, request=req,
-                            code=0 if req.status in (Status.EXECUTED, Status.PENDING,
-                                                     Status.APPROVED, Status.EXECUTING)
+                            code=0 if req.status is Status.EXECUTED or req.status in UNDECIDED
                             else -203, reason=reason)
 
     async def _run_units(self, inst: Instrument, units: list[Unit],

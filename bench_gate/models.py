@@ -38,9 +38,15 @@ def now() -> datetime:
 
 
 class Role(enum.StrEnum):
+    """Roles nest: a requester's rights < an operator's < an admin's."""
+
     REQUESTER = "requester"
     OPERATOR = "operator"
     ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
 
 
 class Principal(BaseModel):
@@ -50,6 +56,14 @@ class Principal(BaseModel):
 
     name: str
     role: Role = Role.REQUESTER
+
+    @property
+    def operates(self) -> bool:
+        """An operator or an admin: decides requests, answers questions, sees every run."""
+        return self.role.rank >= Role.OPERATOR.rank
+
+    def at_least(self, role: Role) -> bool:
+        return self.role.rank >= role.rank
 
 
 class RunKind(enum.StrEnum):

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from .auth import refuse_token
 from .config import PolicyConfig
 from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
-from .models import Event, EventType, Principal, Role, RunStatus
+from .models import Event, EventType, Principal, RunStatus
 from .store import Store
 
 __all__ = [
@@ -255,7 +255,7 @@ class QuestionDesk:
     def answer(self, question_id: str, who: Principal, answers: list[Answer | dict[str, Any]],
                notes: str = "") -> QuestionSet:
         """Answer every question of an open ask; the agent reads the answers."""
-        if who.role not in (Role.OPERATOR, Role.ADMIN):
+        if not who.operates:
             raise PermissionDenied(f"{who.name} is a {who.role.value}; answering needs an "
                                    "operator")
         ask = self.get(question_id)

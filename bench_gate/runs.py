@@ -16,7 +16,6 @@ from .models import (
     Event,
     EventType,
     Principal,
-    Role,
     Run,
     RunKind,
     RunStatus,
@@ -59,7 +58,7 @@ class Runs(Part):
         except ValueError as exc:
             raise InvalidInput(f"run kind must be one of {[k.value for k in RunKind]}, "
                                f"not {kind!r}") from exc
-        if kind is RunKind.ENGINEER and principal.role not in (Role.OPERATOR, Role.ADMIN):
+        if kind is RunKind.ENGINEER and not principal.operates:
             raise PermissionDenied(f"{principal.name} is a {principal.role.value}; engineer "
                                    "runs are for operators at the bench (their own changes, "
                                    "confirmed by themselves): start a script or agent run")

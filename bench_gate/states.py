@@ -12,7 +12,8 @@ import enum
 
 from .models import Status
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "Event", "check_table", "target"]
+__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "UNDECIDED", "Event", "Outcome", "check_table",
+           "target"]
 
 
 class Event(enum.StrEnum):
@@ -30,6 +31,27 @@ class Event(enum.StrEnum):
 INITIAL = Status.PENDING
 TERMINAL = frozenset({Status.EXECUTED, Status.FAILED, Status.AMBIGUOUS, Status.DENIED,
                       Status.EXPIRED, Status.CANCELLED, Status.STALE})
+
+#: Not decided yet: a requester waiting on one of these keeps waiting.
+UNDECIDED = frozenset(Status) - TERMINAL
+
+
+class Outcome(enum.StrEnum):
+    """What a submit came to: it ran, it waits for a person, it was refused, or the status
+    its request ended in (an idempotent retry of a decided request)."""
+
+    EXECUTED = "executed"
+    PENDING = "pending"
+    REFUSED = "refused"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    STALE = "stale"
+
 
 TRANSITIONS: dict[tuple[Status, Event], Status] = {
     (Status.PENDING, Event.APPROVE): Status.APPROVED,
