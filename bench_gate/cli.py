@@ -1,13 +1,14 @@
 """``bench-gate``: serve the bench, manage tokens, and decide requests from a terminal.
 
-``serve`` and ``token`` work locally (on the store); every other command talks to a running
-server (``--url``, token from ``--token`` or ``BENCH_GATE_TOKEN``).
+``serve``, ``token`` and ``journal verify|export|archive`` work locally (on the store);
+every other command talks to a running server (``--url``, token from ``--token`` or
+``BENCH_GATE_TOKEN``).
 
 ``bench-gate wait TK`` exits with the outcome: 0 executed, 3 denied, 4 expired, 5 stale,
 6 failed or ambiguous, 7 cancelled, 8 still undecided at ``--timeout``; 1 is any other error
 and 2 a usage error. ``approve`` and ``deny`` print the proposal they decide on and name its
 hash; they exit 9 when the request changed since (nothing is decided; the current proposal
-is printed).
+is printed). ``journal verify`` exits 0 when the chain is intact and 10 when it is not.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ EXIT_CODES = {"executed": 0, "denied": 3, "expired": 4, "stale": 5, "failed": 6,
 ERROR = 1
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
 CHANGED = 9
+#: ``journal verify``: the chain is not intact (the first bad seq is printed).
+BROKEN = 10
+#: ``journal ACTION``; anything else after ``journal`` is a run (``journal RUN`` shows it).
+JOURNAL_ACTIONS = ("show", "verify", "export", "archive")
 
 
 class CliError(Exception):
@@ -303,6 +308,25 @@ def _deny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop(args: argparse.Namespace) -> int:
+    """The emergency stop, or (an operator) clearing it."""
+    with _client(args) as c:
+        if args.clear:
+            cleared = c.clear_stop(args.instrument)
+            _out(f"stop cleared: {', '.join(cleared) or 'nothing was stopped'}")
+            return 0
+        done = c.emergency_stop(args.instrument)
+    for name, result in done["instruments"].items():
+        state = ", ".join(f"{k}={v}" for k, v in result.get("read_back", {}).items())
+        _out(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
+             + (f"; read back {state}" if state else "")
+             + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
+    _out(f"stopped in {done['seconds'] * 1000:.0f} ms; {len(done['cancelled'])} requests "
+         f"cancelled, {len(done['suspended'])} runs suspended; writes are refused until an "
+         "operator runs `bench-gate stop --clear`")
+    return 0
+
+
 def _release(args: argparse.Namespace) -> int:
     with _client(args) as c:
         run = c.release(args.run)
@@ -505,6 +529,107 @@ def _answer(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- local: journal
+def _open_db(arg: str | None) -> Any:
+    from .store import open_store
+
+    db, shown = _db(arg)
+    if isinstance(db, Path) and not db.exists():
+        raise CliError(f"no store at {shown}: pass --db")
+    return open_store(db)
+
+
+def _journal_verify(args: argparse.Namespace) -> int:
+    from .store import verify_file, verify_store
+
+    folder = Path(args.archive_dir) if args.archive_dir else None
+    if args.file is None or args.db is not None:
+        store = _open_db(args.db)
+    else:
+        store = None  # the file alone, as on another machine
+    try:
+        if args.file is not None:
+            report = verify_file(Path(args.file), store, folder)
+        else:
+            report = verify_store(store, folder)
+    finally:
+        if store is not None:
+            store.close()
+    if args.json:
+        _out(json.dumps({**report.as_json(), "notes": report.notes}, indent=2))
+    else:
+        _out(report.summary())
+        for note in report.notes:
+            _out(f"  {note}")
+    return 0 if report.intact else BROKEN
+
+
+def _journal_export(args: argparse.Namespace) -> int:
+    from .store import export_run
+
+    out = Path(args.output or f"journal-{args.run}.jsonl")
+    store = _open_db(args.db)
+    try:
+        count = export_run(store, args.run, out,
+                           Path(args.archive_dir) if args.archive_dir else None)
+    finally:
+        store.close()
+    _out(f"wrote {count} events of run {args.run} with their hashes to {out}; check it "
+         f"anywhere with `bench-gate journal verify --file {out}`")
+    return 0
+
+
+def _when(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CliError(f"--before {text!r}: write a date or a time, 2024-05-01 or "
+                       "2024-05-01T12:00:00+00:00") from exc
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _journal_archive(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from .config import load_config
+    from .store import archive, default_archive_dir
+
+    policy = load_config(args.config).journal if args.config else None
+    keep_days = args.keep_days or (policy.keep_days if policy else None)
+    if args.before:
+        before = _when(args.before)
+    elif keep_days:
+        before = datetime.now(UTC) - timedelta(days=keep_days)
+    else:
+        raise CliError("say which events to archive: --before DATE, --keep-days N, or a "
+                       "--config whose [journal] sets keep_days")
+    store = _open_db(args.db)
+    try:
+        folder = default_archive_dir(store, args.archive_dir
+                                     or (policy.archive_dir if policy else None))
+        done = archive(store, before, folder)
+    finally:
+        store.close()
+    if not done:
+        _out(f"nothing to archive: no event older than {before.isoformat()} is left in the "
+             "store")
+    for segment in done:
+        _out(f"archived seqs {segment.first_seq} to {segment.last_seq} ({segment.events} "
+             f"events) to {segment.path}")
+    return 0
+
+
+def _legacy_journal(argv: list[str]) -> list[str]:
+    """``journal RUN`` (before verify, export and archive) still shows a run's journal."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 1 if "=" in argv[i] or argv[i] in ("-h", "--help") else 2
+    if i + 1 < len(argv) and argv[i] == "journal" and argv[i + 1] not in JOURNAL_ACTIONS \
+            and not argv[i + 1].startswith("-"):
+        return [*argv[:i + 1], "show", *argv[i + 1:]]
+    return argv
+
+
 # ------------------------------------------------------------------------- parser
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench-gate", description=(
@@ -582,11 +707,47 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--hash", metavar="PROPOSAL_HASH", help=(
             "decide only on this proposal (the hash `show` printed); without it, on the "
             "proposal fetched and printed now. A proposal that changed exits 9"))
+    st = cmd("stop", _stop, "EMERGENCY STOP: every output off at once, pending requests "
+                            "cancelled, writes refused until an operator clears it")
+    where = st.add_mutually_exclusive_group()
+    where.add_argument("--all", action="store_true", help="every instrument (the default)")
+    where.add_argument("--instrument", help="only this instrument")
+    st.add_argument("--clear", action="store_true", help="end the stop (operators)")
     r = cmd("release", _release, "end a takeover: the run's writes go on")
     r.add_argument("run")
     cmd("runs", _runs, "the runs")
-    j = cmd("journal", _journal, "a run's journal, oldest first")
-    j.add_argument("run")
+    j = sub.add_parser("journal", help="a run's journal (over HTTP); verify, export and "
+                                       "archive the journal's hash chain (on the local store)")
+    jsub = j.add_subparsers(dest="journal_command", required=True, metavar="ACTION")
+    jw = jsub.add_parser("show", help="a run's journal, oldest first (`journal RUN` too)")
+    jw.add_argument("run")
+    jw.set_defaults(fn=_journal)
+    jv = jsub.add_parser("verify", help="walk the hash chain of the store (and its archived "
+                                        "segments), or of an exported file; exit 10 if broken")
+    jv.add_argument("--file", help="an export or a segment file, checked without the store "
+                                   "(with --db too: also against the store, both ways)")
+    jv.add_argument("--json", action="store_true")
+    jv.set_defaults(fn=_journal_verify)
+    je = jsub.add_parser("export", help="a run's events with their hashes, as a self-contained "
+                                        "JSON Lines file that `verify --file` checks anywhere")
+    je.add_argument("--run", required=True)
+    je.add_argument("-o", "--output", help="the file (default: journal-RUN.jsonl)")
+    je.set_defaults(fn=_journal_export)
+    ja = jsub.add_parser("archive", help="move the oldest events to segment files and delete "
+                                         "them from the store ([journal] keep_days)")
+    ja.add_argument("--before", metavar="DATE", help="archive events journaled before this "
+                                                    "(ISO 8601; a time without zone is UTC)")
+    ja.add_argument("--keep-days", type=int, metavar="N", help="archive events older than N "
+                                                              "days")
+    ja.add_argument("--config", help="a bench.toml: its [journal] keep_days and archive_dir")
+    ja.set_defaults(fn=_journal_archive)
+    for sp in (jv, je, ja):
+        sp.add_argument("--db", help="the store: a SQLite file (default: in the data "
+                                     "directory) or a postgresql:// URL")
+        sp.add_argument("--archive-dir", metavar="DIR", help=(
+            "where segment files are (written to, for archive; default: [journal] "
+            "archive_dir, else journal-archive beside a SQLite store, else in the data "
+            "directory)"))
     cmd("watch", _watch, "request and run changes, live")
     w = cmd("wait", _wait, "wait for a request's decision; the exit code tells the outcome")
     w.add_argument("request")
@@ -635,7 +796,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import GatewayError
 
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_legacy_journal(list(sys.argv[1:] if argv is None else argv)))
     try:
         code: int = args.fn(args)
         return code

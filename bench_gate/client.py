@@ -297,6 +297,18 @@ class Client:
             "POST", f"/v1/runs/{run_id}/takeover/request", json={"reason": reason})
         return result
 
+    def emergency_stop(self, instrument: str | None = None) -> dict[str, Any]:
+        """Every channel's safe action at once (one instrument, or the whole bench);
+        cancels what waits; refuses writes until an operator clears it. No approval."""
+        body = {"instrument": instrument} if instrument else {}
+        result: dict[str, Any] = self.request("POST", "/v1/bench/stop", json=body)
+        return result
+
+    def clear_stop(self, instrument: str | None = None) -> list[str]:
+        body = {"instrument": instrument} if instrument else {}
+        result: dict[str, Any] = self.request("POST", "/v1/bench/stop/clear", json=body)
+        return list(result["cleared"])
+
     def release(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", f"/v1/runs/{run_id}/release")
         return result

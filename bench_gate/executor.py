@@ -18,6 +18,7 @@ from .approvals import Grant, violation
 from .core import MAX_RETRIES, Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
+from .interlocks import Interlocks
 from .models import (
     ApprovalKind,
     Event,
@@ -42,13 +43,15 @@ __all__ = ["Executor"]
 
 class Executor(Part):
     def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints,
-                 requests: Requests, runs: Runs, safety: Safety) -> None:
+                 requests: Requests, runs: Runs, safety: Safety,
+                 interlocks: Interlocks) -> None:
         super().__init__(core)
         self.snaps = snaps
         self.setpoints = setpoints
         self.requests = requests
         self.runs = runs
         self.safety = safety
+        self.interlocks = interlocks
         self._in_flight: set[str] = set()
         #: One execution at a time per instrument, from the recheck to the read-back: the
         #: recheck and the write are two lane jobs, and another write between them would
@@ -98,7 +101,11 @@ class Executor(Part):
         if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
             assert self.activate_plan is not None, "a plan request needs the plans part"
             return self.activate_plan(req)
-        refusal = self._unfit_to_run(req) or self._policy_refusal(req)
+        try:
+            self.interlocks.check(req.instrument)
+            refusal = self._unfit_to_run(req) or self._policy_refusal(req)
+        except Refused as exc:
+            refusal = exc.message
         if refusal is not None:
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
                                outcome=f"failed: {refusal}; nothing was written")
@@ -210,6 +217,9 @@ class Executor(Part):
             out = Written()
             try:
                 for i, a in enumerate(req.actions):
+                    if inst.lane.halted:  # an emergency stop: not one more command
+                        out.error = "an emergency stop was pressed during the write"
+                        break
                     if a.effect == "select":
                         continue
                     if a.canonical.split(" ")[0].endswith("?"):

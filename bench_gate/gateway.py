@@ -13,18 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .calibration import Calibration
-from .config import BenchConfig
+from .config import BenchConfig, ChannelLimits
 from .core import Core, Instrument
 from .decisions import Decisions, GrantResult
-from .errors import GatewayError
+from .engineers import Engineers, panel_message
+from .errors import GatewayError, NotFound
 from .executor import Executor
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
+from .interlocks import Interlocks
 from .models import (
     ApprovalKind,
+    Event,
     Principal,
     Run,
     RunKind,
@@ -40,13 +44,24 @@ from .safety import Safety
 from .scpi import Profile
 from .setpoints import Setpoints
 from .snapshots import Snapshots
-from .store import Store
+from .store import RequestPage, RequestSort, Store
 from .takeover import Requests
 
-__all__ = ["Gateway", "GrantResult", "Outcome", "SubmitResult"]
+__all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
+           "SubmitResult"]
 
 #: How often the sweeper expires requests, renews the bench claim and picks up approvals.
 SWEEP_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What ``/metrics`` shows: the queue, the decisions and their time, I/O errors."""
+
+    pending: int
+    decisions: float
+    decision_seconds: float
+    io_errors: dict[str, int]
 
 
 class Gateway:
@@ -65,12 +80,14 @@ class Gateway:
         setpoints = Setpoints(core)
         self._requests = requests = Requests(core, snaps, setpoints)
         self._runs = runs = Runs(core, requests, self.questions)
+        self._engineers = Engineers(core, runs)
+        self._interlocks = interlocks = Interlocks(core, requests, runs)
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
-                                             Safety(core, snaps))
+                                             Safety(core, snaps), interlocks)
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
-        self._intake = Intake(core, requests, runs, plans)
+        self._intake = Intake(core, requests, runs, plans, interlocks)
         self._snaps = snaps
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,6 +130,22 @@ class Gateway:
     async def live_state(self, instrument: str) -> dict[str, Any]:
         """Every field of every channel, measured values included, read live."""
         return await self._snaps.live_state(instrument)
+
+    def profile(self, instrument: str) -> Profile:
+        """The profile of one of this bench's instruments."""
+        return self.core.instrument(instrument).profile
+
+    def envelope(self, instrument: str) -> dict[int, ChannelLimits]:
+        """The bench's hard limits for one instrument, per channel, as configured now."""
+        return self.core.limits(instrument)
+
+    def figures(self) -> Figures:
+        metrics = self._decisions.metrics
+        return Figures(pending=self.store.page_requests(Status.PENDING, limit=1).total,
+                       decisions=metrics["decisions"],
+                       decision_seconds=metrics["decision_seconds"],
+                       io_errors={name: inst.lane.io_errors
+                                  for name, inst in self.instruments.items()})
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -208,6 +241,36 @@ class Gateway:
     def close_run(self, run_id: str, reason: str = "the requester disconnected") -> None:
         self._runs.close(run_id, reason)
 
+    def list_runs(self, who: Principal, limit: int = 100, offset: int = 0) -> list[Run]:
+        """Newest first; a requester sees its own runs only, filtered before paging."""
+        return self._runs.page(who, limit, offset)
+
+    def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
+        """One page of a run's journal, oldest first, after the event numbered ``after``."""
+        return self.store.journal(run_id, after=after, limit=limit)
+
+    # ------------------------------------------------------------------ who sees what
+    def may_see(self, who: Principal, run_id: str | None) -> bool:
+        """Operators and admins see every run; a requester sees its own runs only."""
+        return self._runs.may_see(who, run_id)
+
+    def visible_run(self, who: Principal, run_id: str) -> Run:
+        """The run, if ``who`` may see it (PermissionDenied if not)."""
+        return self._runs.visible(who, run_id)
+
+    def owned_run(self, who: Principal, run_id: str, doing: str) -> None:
+        """PermissionDenied unless ``who`` made the run (only its requester ``doing``)."""
+        self._runs.owned(who, run_id, doing)
+
+    def visible_request(self, who: Principal, request_id: str, run_id: str | None = None
+                        ) -> TakeoverRequest:
+        """The request, if ``who`` may see its run (and it is one of ``run_id``'s)."""
+        req = self.get_request(request_id)
+        if run_id is not None and req.run_id != run_id:
+            raise NotFound(f"{request_id} is not a request of {run_id}")
+        self._runs.visible(who, req.run_id)
+        return req
+
     # ------------------------------------------------------------------ requests
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
@@ -223,9 +286,9 @@ class Gateway:
     def list_requests(self, status: Status | None = None, run_id: str | None = None,
                       instrument: str | None = None, limit: int = 100, offset: int = 0,
                       sort: str = "newest", requester: str | None = None
-                      ) -> list[TakeoverRequest]:
-        """One page, sorted in the store (``newest``, or ``expiry``: soonest first). It is
-        a ``store.RequestPage``: a list that also carries ``total``, how many match."""
+                      ) -> RequestPage:
+        """One page, sorted in the store (``newest``, or ``expiry``: soonest first): a list
+        that also carries ``total``, how many match."""
         return self._requests.page(status, run_id, instrument, limit, offset, sort, requester)
 
     async def wait(self, request_id: str, timeout: float, *, follow: bool = True
@@ -250,6 +313,20 @@ class Gateway:
                      ) -> TakeoverRequest:
         return await self._decisions.cancel(request_id, who, reason)
 
+    # ------------------------------------------------------------------ interlocks
+    async def emergency_stop(self, who: Principal, door: str,
+                             instrument: str | None = None) -> dict[str, Any]:
+        """Make every channel safe at once (no approval: safe actions never wait); cancel
+        what waits; refuse every write until an operator clears the stop."""
+        return await self._interlocks.stop(who, door, instrument)
+
+    def clear_stop(self, who: Principal, instrument: str | None = None) -> list[str]:
+        return self._interlocks.clear(who, instrument)
+
+    def stopped(self) -> dict[str, dict[str, Any]]:
+        """The instruments stopped now, with who stopped them, when and through what."""
+        return self._interlocks.stopped()
+
     # ------------------------------------------------------------------ plans
     async def request_plan(self, run_id: str, scope: PlanScope | dict[str, Any],
                            rationale: str | None = None) -> TakeoverRequest:
@@ -267,3 +344,26 @@ class Gateway:
     def feedback(self, run_id: str, step_id: str, score_value: int, notes: str = "",
                  who: Principal | None = None) -> dict[str, Any]:
         return self._calibration.feedback(run_id, step_id, score_value, notes, who)
+
+    # ------------------------------------------------------------------ the console
+    def engineer_run(self, who: Principal) -> str:
+        """This engineer's console run: reused while active, else a new one."""
+        return self._engineers.run_of(who)
+
+    async def panel_change(self, who: Principal, instrument: str, channel: int,
+                           setpoints: dict[str, str], output: bool | None,
+                           rationale: str | None = None) -> SubmitResult:
+        """An engineer's change from the console panel, rendered through the profile and
+        submitted on their engineer run: held like any other write, never sent as it is."""
+        message = panel_message(self.profile(instrument), channel, setpoints, output)
+        return await self.submit(self.engineer_run(who), instrument, message,
+                                 rationale=rationale)
+
+    def note_shown(self, req: TakeoverRequest, who: Principal, action: str,
+                   live: dict[str, str] | None, summary: str, key: str | None = None) -> None:
+        """What a reviewer was shown, and did, beside the journal."""
+        self._engineers.note_shown(req, who, action, live, summary, key)
+
+    def shown(self, run_id: str) -> list[dict[str, Any]]:
+        """What reviewers were shown of a run's requests, for its timeline."""
+        return self._engineers.shown(run_id)

@@ -251,15 +251,19 @@ class Lane:
         self._busy = False
         self._driver: asyncio.Task[None] | None = None
         self.io_errors = 0
+        #: Set by an emergency stop: a running job stops sending further commands (it
+        #: checks between units) and the stop's own job runs next.
+        self.halted = False
 
-    async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True) -> T:
+    async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True,
+                  urgent: bool = False) -> T:
         """Run ``job(link)``; jobs run one at a time, in order. A job that started runs to
         its end even if its caller is cancelled (it runs in the driver's task): half a job
         could leave a write without its read-back. A job that only reads may pass
         ``whole=False``: if the lane is idle it runs in its caller's task, and cancelled
         there it stops and the link drops the answer it was waiting for, so the next job
         never reads it."""
-        if not whole and not self._busy and not self._queue:
+        if not whole and not urgent and not self._busy and not self._queue:
             self._busy = True
             try:
                 return await self._guarded(job)
@@ -267,7 +271,10 @@ class Lane:
                 self._busy = False
                 self._kick()
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Job(job, done))
+        if urgent:  # the safe action jumps the queue: it runs as soon as the lane is free
+            self._queue.appendleft(_Job(job, done))
+        else:
+            self._queue.append(_Job(job, done))
         self._kick()
         return await done  # cancelled before it starts, the job is skipped
 

@@ -18,6 +18,7 @@ from .confidence import stated_confidence
 from .core import Core, Instrument, Part
 from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
 from .instruments import AsyncLink
+from .interlocks import Interlocks
 from .journal import ReadJournal
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
 from .planning import PlanDesk
@@ -73,11 +74,13 @@ def join_answers(units: list[Unit], answers: dict[int, str]) -> str:
 
 
 class Intake(Part):
-    def __init__(self, core: Core, requests: Requests, runs: Runs, plans: PlanDesk) -> None:
+    def __init__(self, core: Core, requests: Requests, runs: Runs, plans: PlanDesk,
+                 interlocks: Interlocks) -> None:
         super().__init__(core)
         self.requests = requests
         self.runs = runs
         self.plans = plans
+        self.interlocks = interlocks
         #: Each run's selected channel per instrument: selections are per run, never sent.
         self._selected: dict[tuple[str, str], int] = {}
         self._reads = ReadJournal(core.store)
@@ -156,8 +159,15 @@ class Intake(Part):
         if run is None and (not c.read_only or decision.verdict is not Verdict.PASS
                             or self.runs.is_closed(run_id)):
             run = self.runs.get(run_id)  # fresh: a takeover or suspension decides a write
+        reason = ""
         if run is not None and run.status is RunStatus.CLOSED:
             reason = "the run is closed: nothing more runs in it; start a new run"
+        elif not c.read_only and not all(self.interlocks.allowed(u) for u in c.units):
+            try:
+                self.interlocks.check(instrument)  # an emergency stop refuses every write
+            except Refused as exc:
+                reason = exc.message
+        if reason:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": -203, "reason": reason})])

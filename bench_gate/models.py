@@ -127,6 +127,9 @@ class EventType(enum.StrEnum):
     QUESTION_CANCELLED = "question_cancelled"
     #: A channel read back outside the envelope while energized; the safe action followed.
     ENVELOPE_BREACH = "envelope_breach"
+    #: Someone pressed the emergency stop; and an operator cleared it.
+    EMERGENCY_STOP = "emergency_stop"
+    STOP_CLEARED = "stop_cleared"
 
 
 class Run(BaseModel):
@@ -249,6 +252,10 @@ class Event(BaseModel):
     type: EventType
     at: datetime = Field(default_factory=now)
     data: dict[str, Any] = Field(default_factory=dict)
+    #: The journal's hash chain, set by the store when the event is appended: the hash of
+    #: the event before it in the store, and this event's own (bench_gate.store._chain).
+    prev: str = ""
+    hash: str = ""
 
 
 def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot) -> str:

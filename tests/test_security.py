@@ -126,6 +126,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/questions"): (REQ, None),
     ("GET", "/v1/questions/{question_id}"): (REQ, None),
     ("POST", "/v1/questions/{question_id}/answer"): (OP, {"nope": 1}),
+    ("POST", "/v1/bench/stop"): (REQ, {"nope": 1}),
+    ("GET", "/v1/bench/stop"): (REQ, None),
+    ("POST", "/v1/bench/stop/clear"): (OP, {"nope": 1}),
     ("GET", "/healthz"): ("public", None),
     ("GET", "/v1/instruments"): (REQ, None),
     ("GET", "/v1/instruments/{name}/state"): (REQ, None),
@@ -135,6 +138,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/tokens"): (ADMIN, {"name": "", "role": "requester"}),
     ("DELETE", "/v1/tokens/{id_or_name}"): (ADMIN, None),
     ("GET", "/v1/config"): (ADMIN, None),
+    ("GET", "/v1/journal/verify"): (ADMIN, None),
 }
 
 

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from ..auth import Tokens
 from ..gateway import Gateway
-from . import _bench, _plans, _problems, _questions, _runs, _takeover
+from . import _bench, _journal, _plans, _problems, _questions, _runs, _stop, _takeover
 from ._limits import BodyLimit
 
 __all__ = ["create_app"]
@@ -40,4 +40,6 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.include_router(_takeover.router)
     app.include_router(_questions.router)
     app.include_router(_bench.router)
+    app.include_router(_journal.router)
+    app.include_router(_stop.router)
     return app

@@ -89,6 +89,11 @@ class CoreBench:
             self.gateway.close_run(run_id)
         await self._call(go)
 
+    async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            return await self.gateway.emergency_stop(self.principal, "MCP", instrument)
+        return await self._call(go)
+
     async def instruments(self) -> list[InstrumentInfo]:
         return [InstrumentInfo(name=name, profile=inst.config.profile,
                                resource=inst.config.resource)

@@ -78,6 +78,12 @@ class HttpBench:
         with contextlib.suppress(ToolFailure):
             await self._call(lambda: self.client.request("POST", f"/v1/runs/{run_id}/close"))
 
+    async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:
+        body = {"instrument": instrument} if instrument else {}
+        out = await self._call(lambda: self.client.request("POST", "/v1/bench/stop",
+                                                           json=body))
+        return dict(out)
+
     async def instruments(self) -> list[InstrumentInfo]:
         rows = await self._call(lambda: self.client.request("GET", "/v1/instruments"))
         return [InstrumentInfo(name=r["name"], profile=r["profile"], resource=r["resource"])

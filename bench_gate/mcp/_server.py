@@ -50,6 +50,9 @@ WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_
                         open_world_hint=False)
 ASK = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                       open_world_hint=False)
+#: The emergency stop: it changes state, but only ever towards safe.
+STOP = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
 WAIT = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                        open_world_hint=False)
 
@@ -195,6 +198,22 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         run_id = await session.set_goal(goal)
         return _result(GoalSet(run_id=run_id, goal=goal, status="active"),
                        f"run {run_id}: goal set: {goal}")
+
+    @server.tool(annotations=STOP, title="Emergency stop")
+    @_guard
+    async def emergency_stop(ctx: Context, instrument: Annotated[str | None, Field(
+            default=None, max_length=64, description="one instrument, or every one")] = None
+                             ) -> CallToolResult:
+        """Make the bench safe at once: every channel's output off, every pending request
+        on it cancelled, every write refused until an operator clears the stop. Needs no
+        approval; use it whenever something looks wrong."""
+        session = await session_for(ctx)
+        done = await session.bench.emergency_stop(instrument)
+        stopped = ", ".join(done.get("instruments", {})) or "the bench"
+        return CallToolResult(content=[TextContent(
+            type="text", text=f"stopped {stopped}: outputs off, {len(done.get('cancelled', []))} "
+                              "requests cancelled; an operator must clear the stop")],
+            structured_content=done)
 
     @server.tool(annotations=READ, title="List instruments")
     @_guard

@@ -191,11 +191,31 @@ class Connection:
             return
         # latin-1 maps every byte to one character; the lexer refuses anything not ASCII.
         text = line.decode("latin-1")
-        if is_gate_message(text) and self._answer_now(text):
+        if is_gate_message(text) and (self._stop_now(text) or self._answer_now(text)):
             return
         if "?" in text:
             self._queued_queries += 1
         await self.queue.put(text)
+
+    def _stop_now(self, text: str) -> bool:
+        """GATE:STOP never waits behind anything this connection sent before it: the
+        emergency stop runs at once, and its errors (if any) join the error queue."""
+        try:
+            commands = parse_gate(text)
+        except ScpiError:
+            return False
+        if [c.op for c in commands] != [GateOp.STOP]:
+            return False
+        self._stopping = asyncio.ensure_future(self._emergency_stop())
+        return True
+
+    async def _emergency_stop(self) -> None:
+        try:
+            await self.gateway.emergency_stop(self.principal, "socket door")
+        except GatewayError as exc:
+            await self._push_error(-200, f"the emergency stop failed: {exc.message}")
+
+    _stopping: asyncio.Future[None] | None = None
 
     def _answer_now(self, text: str) -> bool:
         """GATE:STAT? (or GATE:PLAN?) jumps the queue while a held write blocks the stream
@@ -426,6 +446,8 @@ class Connection:
             await self._plan(cmd)
         elif op is GateOp.PLAN_QUERY:
             return self._plan_status()
+        elif op is GateOp.STOP:  # normally taken at once by _stop_now
+            await self._emergency_stop()
         return None
 
     async def _plan(self, cmd: GateCommand) -> None:

@@ -10,6 +10,7 @@ They are parsed with the project's lexer and never forwarded to an instrument::
     GATE:RUN?               this connection's run id, quoted
     GATE:PLAN ["psu",](@1),<vmin>,<vmax>,<imax>,<step|NONE>,<ON|OFF>,<writes>,<minutes>
                             ask for a standing plan; the connection waits until it is decided
+    GATE:STOP               the emergency stop: every instrument's safe action at once
     GATE:PLAN?              the connection's latest plan: STATUS,"plan-...",writes left,seconds
 """
 
@@ -40,6 +41,7 @@ class GateOp(enum.Enum):
     RUN_QUERY = "RUN?"
     PLAN = "PLAN"
     PLAN_QUERY = "PLAN?"
+    STOP = "STOP"
 
 
 #: (long form, short form) of each leaf, as in a SCPI command tree.
@@ -51,10 +53,11 @@ _LEAVES: dict[str, tuple[str, str]] = {
     "STATUS": ("STATUS", "STAT"),
     "RUN": ("RUN", "RUN"),
     "PLAN": ("PLAN", "PLAN"),
+    "STOP": ("STOP", "STOP"),
 }
 
 _SETS = {"TOKEN": GateOp.TOKEN, "GOAL": GateOp.GOAL, "RATIONALE": GateOp.RATIONALE,
-         "CONFIDENCE": GateOp.CONFIDENCE, "PLAN": GateOp.PLAN}
+         "CONFIDENCE": GateOp.CONFIDENCE, "PLAN": GateOp.PLAN, "STOP": GateOp.STOP}
 _QUERIES = {"GOAL": GateOp.GOAL_QUERY, "RATIONALE": GateOp.RATIONALE_QUERY,
             "STATUS": GateOp.STATUS_QUERY, "RUN": GateOp.RUN_QUERY,
             "PLAN": GateOp.PLAN_QUERY}
@@ -95,7 +98,7 @@ def _leaf(word: str, src: str, pos: int) -> str:
         if word == long or word == short:
             return name
     raise ScpiSyntaxError(-113, f"GATE has no command {word!r}; it has "
-                          "TOK, GOAL, RAT, CONF, STAT?, RUN?, PLAN", src, pos)
+                          "TOK, GOAL, RAT, CONF, STAT?, RUN?, PLAN, STOP", src, pos)
 
 
 def _unit(unit: RawUnit, src: str) -> GateCommand:
@@ -115,6 +118,10 @@ def _unit(unit: RawUnit, src: str) -> GateCommand:
     if op is None:
         raise ScpiSyntaxError(-113, f"GATE:{leaf} is a query only: send GATE:{leaf}?",
                               src, unit.start)
+    if op is GateOp.STOP:
+        if unit.params:
+            raise ScpiSyntaxError(-108, "GATE:STOP takes no parameter", src, unit.start)
+        return GateCommand(op)
     if len(unit.params) != 1 and op is not GateOp.PLAN:
         raise ScpiSyntaxError(-109, f"GATE:{leaf} takes exactly one parameter, got "
                               f"{len(unit.params)}", src, unit.start)

@@ -244,6 +244,18 @@ def create_console(gateway: Gateway, tokens: Tokens,
         response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
         return response
 
+    @app.post("/stop", response_class=HTMLResponse)
+    async def emergency_stop(request: Request) -> Response:
+        """The emergency stop, for anyone signed in: no approval, never waits."""
+        session, me, _ = await checked_form(console, request)
+        done = await gateway.emergency_stop(me, "console")
+        names = ", ".join(done["instruments"])
+        console.say(session, "error", f"EMERGENCY STOP by {me.name}: {names} made safe in "
+                    f"{done['seconds'] * 1000:.0f} ms, {len(done['cancelled'])} requests "
+                    "cancelled; writes are refused until an operator clears the stop "
+                    "(bench-gate stop --clear)")
+        return RedirectResponse("/", status_code=303)
+
     @app.post("/logout")
     async def logout(request: Request) -> Response:
         session, _, _ = await checked_form(console, request)

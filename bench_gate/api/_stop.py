@@ -1,0 +1,44 @@
+"""The emergency stop over HTTP: anyone signed in may press it (a safe action never waits
+for a person); only an operator clears it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ._deps import Caller, GatewayDep, Operator
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/bench/stop", tags=["bench"])
+
+
+class StopBody(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
+                              extra="forbid")
+
+    #: One instrument, or every instrument of the bench when left out.
+    instrument: str | None = Field(default=None, max_length=64)
+
+
+@router.post("")
+async def stop(who: Caller, gw: GatewayDep, body: StopBody | None = None) -> dict[str, Any]:
+    """Press the emergency stop: every channel's safe action at once, every pending and
+    approved request on those instruments cancelled, their runs suspended; every write
+    refused until an operator clears it. Needs no approval."""
+    return await gw.emergency_stop(who, "HTTP API", body.instrument if body else None)
+
+
+@router.get("")
+def stopped(who: Caller, gw: GatewayDep) -> dict[str, Any]:
+    """Which instruments are stopped now, by whom, when and through which door."""
+    return {"stopped": gw.stopped()}
+
+
+@router.post("/clear")
+def clear(who: Operator, gw: GatewayDep, body: StopBody | None = None) -> dict[str, Any]:
+    """An operator ends the stop (suspended runs stay suspended until released)."""
+    return {"cleared": gw.clear_stop(who, body.instrument if body else None)}

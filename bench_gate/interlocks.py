@@ -1,0 +1,166 @@
+"""The emergency stop: one action that makes the whole bench (or one instrument) safe at
+once, through every door, needing no approval (safe actions never wait).
+
+It applies each instrument's profile safe action to every channel, jumping the lane's
+queue (a write in progress stops before its next unit); cancels every pending and approved
+request on those instruments; suspends the active runs that had them; and journals who
+pressed it, through which door, and what each instrument read back afterwards. Until an
+operator clears it, every write to a stopped instrument is refused (-203), across a
+restart too (the stop is kept in the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from .approvals import require_operator
+from .core import Core, Instrument, Part
+from .errors import InstrumentError, Refused, TransitionError
+from .handoff import snapshot_key
+from .instruments import AsyncLink
+from .models import Event, EventType, Principal, RunStatus, Status
+from .runs import Runs
+from .scpi import Unit, classify
+from .snapshots import normalize
+from .states import Event as Move
+from .takeover import Requests
+
+__all__ = ["Interlocks"]
+
+#: The store's table of stopped instruments (so a restart stays stopped).
+STOPS = "stops"
+
+
+class Interlocks(Part):
+    def __init__(self, core: Core, requests: Requests, runs: Runs) -> None:
+        super().__init__(core)
+        self.requests = requests
+        self.runs = runs
+
+    def _bench_run(self) -> str:
+        """The journal key of bench-wide events (no requester's run)."""
+        return f"bench:{self.config.bench}"
+
+    def stopped(self) -> dict[str, dict[str, Any]]:
+        """The instruments of this bench that are stopped now, with who stopped them."""
+        return {k.split("/", 1)[1]: v for k, v in self.store.kv_items(STOPS)
+                if k.startswith(f"{self.config.bench}/")}
+
+    @staticmethod
+    def allowed(unit: Unit) -> bool:
+        """What a stopped instrument still takes: reads, selections, status commands, a
+        meter's passive settings, and switching an output off. Nothing that can energize."""
+        if unit.effect.value in ("read", "select", "harmless", "measure-config"):
+            return True
+        return unit.effect.value == "output" and unit.value is False
+
+    def check(self, instrument: str) -> None:
+        """Refuse a write to a stopped instrument (-203, with who stopped it)."""
+        stop = self.store.kv_get(STOPS, self.core.qualified(instrument))
+        if stop is not None:
+            raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
+                                f"through the {stop['door']} at {stop['at']}): nothing is "
+                                "written until an operator clears the stop")
+
+    async def stop(self, who: Principal, door: str, instrument: str | None = None
+                   ) -> dict[str, Any]:
+        """Make every channel of ``instrument`` (or of every instrument) safe at once."""
+        started = time.perf_counter()
+        names = [self.core.instrument(instrument).config.name] if instrument else \
+            list(self.core.instruments)
+        at = self.clock().isoformat()
+        for name in names:  # first, so nothing new gets through while the stop runs
+            self.store.kv_put(STOPS, self.core.qualified(name),
+                              {"by": who.name, "door": door, "at": at})
+            self.core.instruments[name].lane.halted = True
+        results = await asyncio.gather(*[self._make_safe(self.core.instruments[n])
+                                         for n in names])
+        reached = {n: r for n, r in zip(names, results, strict=True)}
+        seconds = time.perf_counter() - started
+        cancelled, suspended = self._stand_down(names, who)
+        data = {"by": who.name, "door": door, "instruments": reached,
+                "cancelled": cancelled, "suspended": suspended,
+                "seconds": round(seconds, 4)}
+        self.store.append([Event(run_id=self._bench_run(), type=EventType.EMERGENCY_STOP,
+                                 data=data)])
+        self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
+                                   instruments=names)
+        return data
+
+    async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
+        profile = inst.profile
+        safe = profile.safe_action
+        channels = list(profile.channels)
+
+        async def job(link: AsyncLink) -> dict[str, Any]:
+            out: dict[str, Any] = {"sent": [], "read_back": {}, "errors": []}
+            if safe is None:
+                out["note"] = "this instrument has no safe action in its profile"
+                return out
+            for ch in channels:
+                for unit in classify(safe.command.format(ch=ch), profile.name).units:
+                    try:
+                        await link.write(unit.canonical)
+                        out["sent"].append(unit.canonical)
+                    except InstrumentError as exc:
+                        out["errors"].append(exc.message)
+            for ch in channels:
+                query = profile.field_query(safe.field, ch)
+                try:
+                    out["read_back"][snapshot_key(ch, safe.field)] = normalize(
+                        profile, safe.field, await link.query(query), query)
+                except InstrumentError as exc:
+                    out["errors"].append(exc.message)
+            return out
+
+        try:
+            return await inst.lane.run(job, urgent=True)
+        finally:
+            inst.lane.halted = False
+
+    def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
+        """Cancel what waits on the stopped instruments; suspend the runs that asked."""
+        cancelled: list[str] = []
+        runs: set[str] = set()
+        for name in names:
+            for status in (Status.PENDING, Status.APPROVED):
+                for req in self.store.list_requests(status=status, instrument=name,
+                                                    limit=10_000):
+                    if req.bench not in ("", self.config.bench):
+                        continue
+                    if self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                                          {"by": who.name, "reason": "emergency stop"},
+                                          outcome=f"cancelled: emergency stop by {who.name}; "
+                                                  "nothing was written"):
+                        cancelled.append(req.id)
+                        runs.add(req.run_id)
+        suspended = []
+        for run_id in sorted(runs):
+            run = self.store.get_run(run_id)
+            if run is None or run.status is not RunStatus.ACTIVE:
+                continue
+            run.status = RunStatus.SUSPENDED
+            run.takeover_reason = f"suspended by the emergency stop ({who.name})"
+            self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_SUSPENDED,
+                                            data={"reason": run.takeover_reason})])
+            self.core.notifier.publish("run", id=run_id, status=run.status.value)
+            suspended.append(run_id)
+        return cancelled, suspended
+
+    def clear(self, who: Principal, instrument: str | None = None) -> list[str]:
+        """An operator ends the stop (suspended runs stay suspended until released)."""
+        require_operator(who)
+        stopped = self.stopped()
+        names = [instrument] if instrument else list(stopped)
+        if instrument and instrument not in stopped:
+            raise TransitionError(instrument, "running", "clear the stop of",
+                                  "it is not stopped")
+        for name in names:
+            self.store.kv_delete(STOPS, self.core.qualified(name))
+        self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
+                                 data={"by": who.name, "instruments": names})])
+        self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,
+                                   instruments=names)
+        return names
