@@ -20,6 +20,7 @@ __all__ = [
     "ConfidenceConfig",
     "Costs",
     "InstrumentConfig",
+    "JournalConfig",
     "LimitsConfig",
     "PolicyConfig",
     "ServerConfig",
@@ -69,6 +70,12 @@ class PolicyConfig(_Strict):
     #: A run is suspended after this many denials in a row, or this many in total.
     denials_in_a_row: int = Field(default=3, ge=1)
     denials_total: int = Field(default=20, ge=1)
+    #: A run that switched an output on must be heard from (a connected socket door or
+    #: MCP session, any submit, or a heartbeat) at least this often (bench_gate/leases.py).
+    lease_seconds: float = Field(default=600, gt=0, le=86_400)
+    #: When its lease runs out: ``safe`` switches the outputs it energized off, ``hold``
+    #: keeps them and alerts the operators. Journaled either way.
+    on_client_lost: Literal["safe", "hold"] = "safe"
 
 
 class Costs(_Strict):
@@ -134,6 +141,19 @@ class LimitsConfig(_Strict):
     exempt_roles: list[RoleName] = Field(default_factory=lambda: list(_DECIDERS))
 
 
+class JournalConfig(_Strict):
+    """The journal's retention (``[journal]``). Off by default: every event stays in the
+    store. With ``keep_days``, events older than that are archived to segment files (JSON
+    Lines, hash chain included) and deleted from the store; ``bench-gate journal verify``
+    checks the segments and the store as one chain (docs/interlocks.md)."""
+
+    #: Archive events older than this many days; unset keeps every event in the store.
+    keep_days: int | None = Field(default=None, ge=1)
+    #: Where segment files go; unset: ``journal-archive`` beside a SQLite store's file, or
+    #: in the data directory for PostgreSQL.
+    archive_dir: str | None = None
+
+
 class BenchConfig(_Strict):
     bench: str = "bench"
     instruments: list[InstrumentConfig]
@@ -143,6 +163,7 @@ class BenchConfig(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    journal: JournalConfig = Field(default_factory=JournalConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchConfig:

@@ -19,6 +19,7 @@ from .core import MAX_RETRIES, Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
+from .leases import Leases
 from .models import (
     ApprovalKind,
     Event,
@@ -44,7 +45,7 @@ __all__ = ["Executor"]
 class Executor(Part):
     def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints,
                  requests: Requests, runs: Runs, safety: Safety,
-                 interlocks: Interlocks) -> None:
+                 interlocks: Interlocks, leases: Leases) -> None:
         super().__init__(core)
         self.snaps = snaps
         self.setpoints = setpoints
@@ -52,6 +53,7 @@ class Executor(Part):
         self.runs = runs
         self.safety = safety
         self.interlocks = interlocks
+        self.leases = leases
         self._in_flight: set[str] = set()
         #: One execution at a time per instrument, from the recheck to the read-back: the
         #: recheck and the write are two lane jobs, and another write between them would
@@ -290,6 +292,7 @@ class Executor(Part):
             self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, data, outcome=outcome)
             if after is not None:
                 self.setpoints.remember(req, inst, after)
+                self.leases.energized(req, after)
         elif verdict is Judged.FAILED:
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {**data, "reason": text},
                                outcome=f"failed: {text}")

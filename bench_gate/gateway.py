@@ -21,11 +21,12 @@ from .config import BenchConfig, ChannelLimits
 from .core import Core, Instrument
 from .decisions import Decisions, GrantResult
 from .engineers import Engineers, panel_message
-from .errors import GatewayError, NotFound
+from .errors import GatewayError, NotFound, PermissionDenied
 from .executor import Executor
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
+from .leases import Leases
 from .models import (
     ApprovalKind,
     Event,
@@ -82,12 +83,13 @@ class Gateway:
         self._runs = runs = Runs(core, requests, self.questions)
         self._engineers = Engineers(core, runs)
         self._interlocks = interlocks = Interlocks(core, requests, runs)
+        self._leases = leases = Leases(core)
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
-                                             Safety(core, snaps), interlocks)
+                                             Safety(core, snaps), interlocks, leases)
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
-        self._intake = Intake(core, requests, runs, plans, interlocks)
+        self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         self._snaps = snaps
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -190,6 +192,7 @@ class Gateway:
             with contextlib.suppress(GatewayError):
                 self.registry.beat()
                 await self.sweep()
+                await self._leases.sweep()
                 await self._executor.run_approved()
 
     def _on_remote(self, message: dict[str, Any]) -> None:
@@ -322,6 +325,25 @@ class Gateway:
 
     def clear_stop(self, who: Principal, instrument: str | None = None) -> list[str]:
         return self._interlocks.clear(who, instrument)
+
+    def heartbeat(self, run_id: str, who: Principal) -> dict[str, Any]:
+        """The run's client is still there: its lease goes on."""
+        owner = self._runs.owner(run_id)
+        if owner != who.name and not who.operates:
+            raise PermissionDenied(f"{run_id} belongs to {owner}")
+        self._leases.renew(run_id)
+        return {"run_id": run_id, "lease_seconds": self.config.policy.lease_seconds,
+                "leases": [lease for lease in self._leases.held()
+                           if lease["run_id"] == run_id]}
+
+    def client_connected(self, run_id: str, live: bool) -> None:
+        """A door's client connected to (True) or left (False) a run: while connected, the
+        run's leases renew themselves."""
+        self._leases.connected(run_id, live)
+
+    def leases(self) -> list[dict[str, Any]]:
+        """This bench's leases on energized channels, with the seconds left on each."""
+        return self._leases.held()
 
     def stopped(self) -> dict[str, dict[str, Any]]:
         """The instruments stopped now, with who stopped them, when and through what."""

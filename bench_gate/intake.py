@@ -20,6 +20,7 @@ from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .journal import ReadJournal
+from .leases import Leases
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
 from .planning import PlanDesk
 from .policy import Verdict, decide
@@ -75,12 +76,13 @@ def join_answers(units: list[Unit], answers: dict[int, str]) -> str:
 
 class Intake(Part):
     def __init__(self, core: Core, requests: Requests, runs: Runs, plans: PlanDesk,
-                 interlocks: Interlocks) -> None:
+                 interlocks: Interlocks, leases: Leases) -> None:
         super().__init__(core)
         self.requests = requests
         self.runs = runs
         self.plans = plans
         self.interlocks = interlocks
+        self.leases = leases
         #: Each run's selected channel per instrument: selections are per run, never sent.
         self._selected: dict[tuple[str, str], int] = {}
         self._reads = ReadJournal(core.store)
@@ -113,6 +115,7 @@ class Intake(Part):
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
                      timeout_minutes: int | None = None) -> SubmitResult:
+        self.leases.renew(run_id)  # any submit says the client is still there
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if self.runs.known(run_id) else self.runs.get(run_id)
         inst = self.core.instrument(instrument)

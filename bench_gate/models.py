@@ -130,6 +130,8 @@ class EventType(enum.StrEnum):
     #: Someone pressed the emergency stop; and an operator cleared it.
     EMERGENCY_STOP = "emergency_stop"
     STOP_CLEARED = "stop_cleared"
+    #: A run that energized an output stopped renewing its lease (its client is gone).
+    LEASE_EXPIRED = "lease_expired"
 
 
 class Run(BaseModel):

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from ..auth import Tokens
 from ..gateway import Gateway
-from . import _bench, _journal, _plans, _problems, _questions, _runs, _stop, _takeover
+from . import _bench, _journal, _leases, _plans, _problems, _questions, _runs, _stop, _takeover
 from ._limits import BodyLimit
 
 __all__ = ["create_app"]
@@ -42,4 +42,5 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.include_router(_bench.router)
     app.include_router(_journal.router)
     app.include_router(_stop.router)
+    app.include_router(_leases.router)
     return app

@@ -5,18 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..errors import (
-    GatewayError,
-    InstrumentError,
-    InvalidInput,
-    NotFound,
-    PermissionDenied,
-    QuotaExceeded,
-    Refused,
-    TransitionError,
-)
+from ..doorway import UNDECIDED, answer, follow, problem_of, submit
+from ..errors import GatewayError, Refused
 from ..gateway import Gateway
-from ..models import Principal, RunKind, Status, TakeoverRequest
+from ..models import Principal, RunKind, TakeoverRequest
 from ..questions import QuestionSet
 from ._backend import ToolFailure
 from ._results import Answers, InstrumentInfo, InstrumentState, Pending, WriteOutcome
@@ -24,17 +16,11 @@ from ._results import Answers, InstrumentInfo, InstrumentState, Pending, WriteOu
 __all__ = ["CoreBench", "answers_of"]
 
 T = TypeVar("T")
-UNDECIDED = frozenset({Status.PENDING, Status.APPROVED, Status.EXECUTING})
-_KINDS: list[tuple[type[GatewayError], str]] = [
-    (NotFound, "not_found"), (InvalidInput, "invalid_input"), (Refused, "refused"),
-    (PermissionDenied, "forbidden"), (QuotaExceeded, "quota_exceeded"),
-    (TransitionError, "conflict"),
-    (InstrumentError, "instrument_error"), (GatewayError, "gateway_error")]
 
 
 def _failure(exc: GatewayError) -> ToolFailure:
-    kind = next(k for cls, k in _KINDS if isinstance(exc, cls))
-    return ToolFailure(kind, exc.message, exc.code if isinstance(exc, Refused) else None)
+    return ToolFailure(problem_of(exc).tool_kind, exc.message,
+                       exc.code if isinstance(exc, Refused) else None)
 
 
 def outcome_of(req: TakeoverRequest) -> WriteOutcome:
@@ -45,9 +31,7 @@ def outcome_of(req: TakeoverRequest) -> WriteOutcome:
                           expires_at=req.expires_at.isoformat(),
                           commands=[a.canonical for a in req.actions], operator_sees=req.handoff)
     receipt = req.receipt.model_dump(mode="json") if req.receipt is not None else None
-    return WriteOutcome(status=req.status.value, takeover_id=req.id,
-                        response=(req.receipt.detail or None) if req.receipt is not None and
-                        req.status is Status.EXECUTED else None,
+    return WriteOutcome(status=req.status.value, takeover_id=req.id, response=answer(req),
                         receipt=receipt, notes=req.notes, outcome=req.outcome, pending=pending,
                         plan_id=req.plan_id)
 
@@ -74,18 +58,19 @@ class CoreBench:
             raise _failure(exc) from exc
 
     def _own(self, run_id: str) -> None:
-        run = self.gateway.get_run(run_id)
-        if run.principal != self.principal.name:
-            raise ToolFailure("forbidden", f"{run_id} belongs to {run.principal}")
+        self.gateway.owned_run(self.principal, run_id, "acts on it")
 
     async def create_run(self, goal: str) -> str:
         async def go() -> str:
-            return self.gateway.create_run(self.principal, RunKind.AGENT, goal,
-                                           attached="mcp").id
+            run = self.gateway.create_run(self.principal, RunKind.AGENT, goal,
+                                          attached="mcp")
+            self.gateway.client_connected(run.id, True)  # renews its leases while open
+            return run.id
         return await self._call(go)
 
     async def close_run(self, run_id: str) -> None:
         async def go() -> None:
+            self.gateway.client_connected(run_id, False)
             self.gateway.close_run(run_id)
         await self._call(go)
 
@@ -95,9 +80,8 @@ class CoreBench:
         return await self._call(go)
 
     async def instruments(self) -> list[InstrumentInfo]:
-        return [InstrumentInfo(name=name, profile=inst.config.profile,
-                               resource=inst.config.resource)
-                for name, inst in self.gateway.instruments.items()]
+        return [InstrumentInfo(name=ic.name, profile=ic.profile, resource=ic.resource)
+                for ic in self.gateway.config.instruments]
 
     async def state(self, instrument: str) -> InstrumentState:
         async def go() -> InstrumentState:
@@ -109,11 +93,8 @@ class CoreBench:
                      step_id: str | None = None) -> WriteOutcome:
         async def go() -> WriteOutcome:
             self._own(run_id)
-            result = await self.gateway.submit(run_id, instrument, command,
-                                               rationale=rationale, confidence=confidence,
-                                               step_id=step_id)
-            if result.status == "refused":
-                raise ToolFailure("refused", result.reason, result.code)
+            result = await submit(self.gateway, run_id, instrument, command,
+                                  rationale=rationale, confidence=confidence, step_id=step_id)
             if result.request is None:
                 return WriteOutcome(status=result.status, response=result.response)
             return outcome_of(result.request)
@@ -122,7 +103,7 @@ class CoreBench:
     async def wait(self, takeover_id: str, timeout: float) -> WriteOutcome:
         async def go() -> WriteOutcome:
             self._own(self.gateway.get_request(takeover_id).run_id)
-            return outcome_of(await self.gateway.wait(takeover_id, timeout))
+            return outcome_of(await follow(self.gateway, takeover_id, timeout))
         return await self._call(go)
 
     async def request_plan(self, run_id: str, scope: dict[str, Any],

@@ -137,6 +137,7 @@ class Connection:
             self._unwatch = None
         if self.run_id is None:
             return
+        self.gateway.client_connected(self.run_id, False)  # its lease now runs out
         try:
             self.gateway.close_run(self.run_id, self._why_gone())
         except GatewayError as exc:  # pragma: no cover - the store failing at close
@@ -297,6 +298,7 @@ class Connection:
             run = self.gateway.create_run(self.principal, RunKind.SCRIPT, self.goal,
                                           attached="socket")
             self.run_id = run.id
+            self.gateway.client_connected(run.id, True)  # renews its leases while here
         return self.run_id
 
     async def _handle(self, text: str) -> None:

@@ -1,0 +1,26 @@
+"""Leases over HTTP: a client that switched an output on says it is still there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ._deps import Caller, GatewayDep, Operator
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["bench"])
+
+
+@router.post("/v1/runs/{run_id}/heartbeat")
+def heartbeat(run_id: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
+    """Renew the run's leases: a run that energized an output must be heard from at least
+    every ``policy.lease_seconds`` (any submit counts too), or ``on_client_lost`` applies."""
+    return gw.heartbeat(run_id, who)
+
+
+@router.get("/v1/bench/leases")
+def leases(who: Operator, gw: GatewayDep) -> list[dict[str, Any]]:
+    """Every lease on an energized channel of this bench, with the seconds left."""
+    return gw.leases()

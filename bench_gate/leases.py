@@ -1,0 +1,123 @@
+"""Leases: a lost client never leaves a bench energized unattended.
+
+A run that switched an output on holds a lease on those channels. The lease is renewed by
+the client being there: a socket-door connection or an in-process MCP session renews it by
+staying connected; an HTTP or MCP-over-HTTP client by any submit, or by
+``POST /v1/runs/{id}/heartbeat``. A lease not renewed for ``policy.lease_seconds`` runs
+out, and the bench's ``policy.on_client_lost`` decides: ``hold`` keeps the state and
+raises an alert; ``safe`` applies the profile's safe action to the channels that run
+energized. Either way it is journaled (``lease_expired``) and operators see it live. A long
+measurement whose client is still there is never cut off.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .core import Core, Part
+from .errors import InstrumentError
+from .instruments import AsyncLink
+from .models import Event, EventType, TakeoverRequest
+from .scpi import classify
+
+__all__ = ["LEASES", "Leases"]
+
+#: The store's table of leases (instrument and channels per run): they outlive a restart.
+LEASES = "leases"
+
+
+class Leases(Part):
+    def __init__(self, core: Core) -> None:
+        super().__init__(core)
+        #: When each run was last heard from (monotonic seconds). In memory: after a
+        #: restart every lease starts a full term again, which never shortens one.
+        self._renewed: dict[str, float] = {}
+        #: Runs whose client is connected now (a socket-door connection, an MCP session).
+        self._connected: set[str] = set()
+
+    def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
+        """After an executed write: the channels it switched on that read back on."""
+        safe = self.core.instrument(req.instrument).profile.safe_action
+        if safe is None:
+            return
+        channels = sorted({a.channel for a in req.actions if a.channel is not None
+                           and a.field == safe.field and a.new in ("1", "True")
+                           and after.get(f"ch{a.channel}.{safe.field}") == "1"})
+        if not channels:
+            return
+        key = f"{req.run_id}/{req.instrument}"
+        held = self.store.kv_get(LEASES, key) or {}
+        self.store.kv_put(LEASES, key, {
+            "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
+            "channels": sorted(set(held.get("channels", [])) | set(channels))})
+        self.renew(req.run_id)
+
+    def renew(self, run_id: str) -> None:
+        self._renewed[run_id] = time.monotonic()
+
+    def connected(self, run_id: str, live: bool) -> None:
+        """A door says its client connected (True) or went away (False)."""
+        if live:
+            self._connected.add(run_id)
+        else:
+            self._connected.discard(run_id)
+        self.renew(run_id)
+
+    def held(self) -> list[dict[str, Any]]:
+        """This bench's leases, each with the seconds left."""
+        term = self.config.policy.lease_seconds
+        out = []
+        for _, lease in self.store.kv_items(LEASES):
+            if lease.get("bench") != self.config.bench:
+                continue
+            run_id = str(lease["run_id"])
+            since = time.monotonic() - self._renewed.setdefault(run_id, time.monotonic())
+            left = term if run_id in self._connected else max(0.0, term - since)
+            out.append({**lease, "seconds_left": round(left, 1),
+                        "connected": run_id in self._connected})
+        return out
+
+    async def sweep(self) -> None:
+        """Apply ``on_client_lost`` to every lease that ran out."""
+        for lease in self.held():
+            if lease["connected"] or lease["seconds_left"] > 0:
+                continue
+            await self._lost(lease)
+
+    async def _lost(self, lease: dict[str, Any]) -> None:
+        policy = self.config.policy
+        run_id, name = str(lease["run_id"]), str(lease["instrument"])
+        channels = [int(c) for c in lease["channels"]]
+        self.store.kv_delete(LEASES, f"{run_id}/{name}")
+        self._renewed.pop(run_id, None)
+        data: dict[str, Any] = {"instrument": name, "channels": channels,
+                                "policy": policy.on_client_lost,
+                                "lease_seconds": policy.lease_seconds}
+        if policy.on_client_lost == "safe" and name in self.core.instruments:
+            data.update(await self._make_safe(name, channels))
+        self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
+        what = ("its outputs were switched off" if policy.on_client_lost == "safe"
+                else "its outputs stay as they are (policy hold): check the bench")
+        self.core.notifier.publish(
+            "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
+            reason=f"the client of {run_id} stopped renewing its lease on {name} "
+                   f"CH{', CH'.join(map(str, channels))}; {what}")
+
+    async def _make_safe(self, name: str, channels: list[int]) -> dict[str, Any]:
+        inst = self.core.instruments[name]
+        safe = inst.profile.safe_action
+        assert safe is not None
+
+        async def job(link: AsyncLink) -> dict[str, Any]:
+            sent, errors = [], []
+            for ch in channels:
+                for unit in classify(safe.command.format(ch=ch), inst.profile.name).units:
+                    try:
+                        await link.write(unit.canonical)
+                        sent.append(unit.canonical)
+                    except InstrumentError as exc:
+                        errors.append(exc.message)
+            return {"sent": sent, "errors": errors}
+
+        return await inst.lane.run(job, urgent=True)
