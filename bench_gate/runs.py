@@ -86,6 +86,35 @@ class Runs(Part):
         owner = self._owners.get(run_id)
         return owner if owner is not None else self.get(run_id).principal
 
+    # ------------------------------------------------------------------ who sees what
+    def may_see(self, who: Principal, run_id: str | None) -> bool:
+        """Operators and admins see every run; a requester sees its own runs only."""
+        if who.operates:
+            return True
+        try:
+            return bool(run_id) and self.owner(str(run_id)) == who.name
+        except NotFound:
+            return False
+
+    def visible(self, who: Principal, run_id: str) -> Run:
+        """The run, if ``who`` may see it."""
+        run = self.get(run_id)
+        if run.principal != who.name and not who.operates:
+            raise PermissionDenied(f"{run_id} belongs to {run.principal}; a requester sees "
+                                   "only its own runs")
+        return run
+
+    def owned(self, who: Principal, run_id: str, doing: str) -> None:
+        """Only the run's own requester ``doing`` (submits commands to it, asks for a plan)."""
+        owner = self.owner(run_id)
+        if owner != who.name:
+            raise PermissionDenied(f"{run_id} belongs to {owner}; only its requester {doing}")
+
+    def page(self, who: Principal, limit: int = 100, offset: int = 0) -> list[Run]:
+        """Newest first; a requester's own runs only, chosen in the store before paging."""
+        return self.store.list_runs(limit=limit, offset=offset,
+                                    principal=None if who.operates else who.name)
+
     def _remember(self, run: Run) -> None:
         if len(self._owners) >= RUNS_REMEMBERED:
             self._owners.clear()

@@ -33,6 +33,7 @@ from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import TERMINAL, target
 from .states import Event as Move
+from .store import RequestPage
 
 __all__ = ["Listener", "Requests"]
 
@@ -148,9 +149,9 @@ class Requests(Part):
     def page(self, status: Status | None = None, run_id: str | None = None,
              instrument: str | None = None, limit: int = 100, offset: int = 0,
              sort: str = "newest", requester: str | None = None
-                      ) -> list[TakeoverRequest]:
-        """One page, sorted in the store (``newest``, or ``expiry``: soonest first). It is
-        a ``store.RequestPage``: a list that also carries ``total``, how many match."""
+                      ) -> RequestPage:
+        """One page, sorted in the store (``newest``, or ``expiry``: soonest first): a list
+        that also carries ``total``, how many match."""
         return self.store.page_requests(status, run_id, instrument, limit, offset, sort,
                                         requester)
 

@@ -14,13 +14,7 @@ from starlette.exceptions import HTTPException
 from ..auth import Tokens
 from ..models import Principal, Role
 
-__all__ = ["RANK", "can_operate", "requires"]
-
-RANK = {Role.REQUESTER: 0, Role.OPERATOR: 1, Role.ADMIN: 2}
-
-
-def can_operate(who: Principal) -> bool:
-    return RANK[who.role] >= RANK[Role.OPERATOR]
+__all__ = ["requires"]
 
 
 def _principal(request: Request) -> Principal:
@@ -43,7 +37,7 @@ def requires(role: Role) -> Callable[[Request], Awaitable[Principal]]:
 
     async def dependency(request: Request) -> Principal:
         who = _principal(request)
-        if RANK[who.role] < RANK[role]:
+        if not who.at_least(role):
             raise HTTPException(403, f"{who.name} is a {who.role.value}; this needs the "
                                      f"{role.value} role")
         return who

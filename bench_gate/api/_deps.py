@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
-from starlette.exceptions import HTTPException
 
-from ..gateway import Gateway
+from ..gateway import Gateway, RequestPage
 from ..models import Principal, Role, Run, TakeoverRequest
-from ..store import RequestPage
-from ._auth import can_operate, requires
+from ._auth import requires
 
 __all__ = ["PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator", "own_request",
            "own_run", "page_headers", "wait_seconds"]
@@ -31,20 +29,12 @@ Admin = Annotated[Principal, Depends(requires(Role.ADMIN))]
 
 def own_run(gateway: Gateway, run_id: str, who: Principal) -> Run:
     """The run, if ``who`` made it or may see every run (operators, admins)."""
-    run = gateway.get_run(run_id)
-    if run.principal != who.name and not can_operate(who):
-        raise HTTPException(403, f"{run_id} belongs to {run.principal}; a requester sees "
-                                 "only its own runs")
-    return run
+    return gateway.visible_run(who, run_id)
 
 
 def own_request(gateway: Gateway, request_id: str, who: Principal,
                 run_id: str | None = None) -> TakeoverRequest:
-    req = gateway.get_request(request_id)
-    if run_id is not None and req.run_id != run_id:
-        raise HTTPException(404, f"{request_id} is not a request of {run_id}")
-    own_run(gateway, req.run_id, who)
-    return req
+    return gateway.visible_request(who, request_id, run_id)
 
 
 #: How a list endpoint documents its paging headers (OpenAPI ``responses``).

@@ -11,9 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from starlette.exceptions import HTTPException
 
+from ..doorway import UNDECIDED, follow
 from ..plans import Plan
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
-from ._runs import UNDECIDED, WaitQuery
+from ._runs import WaitQuery
 from ._schemas import (
     FeedbackBody,
     PlanCreate,
@@ -41,14 +42,12 @@ def _plan_of(gw: GatewayDep, run_id: str, plan_id: str) -> Plan:
 async def request_plan(run_id: str, body: PlanCreate, who: Caller, gw: GatewayDep,
                        response: Response, wait: WaitQuery = None) -> PlanRequested:
     """Ask for a standing plan: held for its approvals (202) like a write."""
-    run = own_run(gw, run_id, who)
-    if run.principal != who.name:
-        raise HTTPException(403, f"{run_id} belongs to {run.principal}; only its requester "
-                                 "asks for a plan")
+    own_run(gw, run_id, who)
+    gw.owned_run(who, run_id, "asks for a plan")
     req = await gw.request_plan(run_id, body.scope(), body.rationale)
     seconds = wait_seconds(wait)
     if seconds:
-        req = await gw.wait(req.id, seconds)
+        req = await follow(gw, req, seconds)
     if req.status not in UNDECIDED:
         response.status_code = 200
     assert req.plan_id is not None

@@ -1,7 +1,8 @@
 """Errors as RFC 9457 problem details (``application/problem+json``), never a bare 500.
 
-GatewayError subclasses map to one status each; FastAPI's validation errors become 400 (the
-body is not JSON) or 422 (it is JSON but not what the endpoint takes).
+GatewayError subclasses map to one status each (``doorway.ERRORS``, every door's one table);
+FastAPI's validation errors become 400 (the body is not JSON) or 422 (it is JSON but not what
+the endpoint takes).
 """
 
 from __future__ import annotations
@@ -16,18 +17,14 @@ from fastapi.responses import JSONResponse
 from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
+from ..doorway import problem_of
 from ..errors import (
     GatewayError,
     IdempotencyKeyReused,
-    InstrumentError,
     InvalidInput,
-    NotFound,
-    PermissionDenied,
     ProposalChanged,
     QuotaExceeded,
     Refused,
-    StoreError,
-    TransitionError,
 )
 from ._schemas import takeover_out
 
@@ -36,18 +33,6 @@ __all__ = ["PROBLEM", "install", "problem"]
 PROBLEM = "application/problem+json"
 logger = logging.getLogger("bench_gate.api")
 
-_STATUS: list[tuple[type[GatewayError], int, str]] = [
-    (NotFound, 404, "not-found"),
-    (IdempotencyKeyReused, 422, "idempotency_key_reused"),
-    (InvalidInput, 422, "invalid-input"),
-    (Refused, 422, "refused"),
-    (PermissionDenied, 403, "forbidden"),
-    (QuotaExceeded, 429, "quota-exceeded"),
-    (ProposalChanged, 409, "proposal-changed"),
-    (TransitionError, 409, "conflict"),
-    (InstrumentError, 502, "instrument-error"),
-    (StoreError, 503, "store-error"),
-]
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 422: "Unprocessable Content",
            428: "Precondition Required", 429: "Too Many Requests",
@@ -64,26 +49,24 @@ def problem(status: int, reason: str, *, kind: str | None = None,
 
 def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
-    for cls, status, kind in _STATUS:
-        if isinstance(exc, cls):
-            extra: dict[str, Any] = {}
-            if isinstance(exc, Refused):
-                extra["scpiCode"] = exc.code
-            if isinstance(exc, InvalidInput) and exc.field:
-                extra["errors"] = [{"loc": ["body", to_camel(exc.field)], "msg": exc.message,
-                                    "type": "value_error"}]
-            if isinstance(exc, IdempotencyKeyReused):
-                extra.update(requestId=exc.request_id, differs=exc.differences)
-            if isinstance(exc, ProposalChanged):
-                extra.update(_proposal_changed(request, exc))
-            headers = None
-            if isinstance(exc, QuotaExceeded):
-                extra.update(quota=exc.quota, limit=exc.limit)
-                if exc.retry_after is not None:  # a slot frees by then at the latest
-                    extra["retryAfter"] = math.ceil(exc.retry_after)
-                    headers = {"Retry-After": str(math.ceil(exc.retry_after))}
-            return problem(status, exc.message, kind=kind, headers=headers, **extra)
-    return problem(500, exc.message, kind="gateway-error")
+    row = problem_of(exc)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, Refused):
+        extra["scpiCode"] = exc.code
+    if isinstance(exc, InvalidInput) and exc.field:
+        extra["errors"] = [{"loc": ["body", to_camel(exc.field)], "msg": exc.message,
+                            "type": "value_error"}]
+    if isinstance(exc, IdempotencyKeyReused):
+        extra.update(requestId=exc.request_id, differs=exc.differences)
+    if isinstance(exc, ProposalChanged):
+        extra.update(_proposal_changed(request, exc))
+    headers = None
+    if isinstance(exc, QuotaExceeded):
+        extra.update(quota=exc.quota, limit=exc.limit)
+        if exc.retry_after is not None:  # a slot frees by then at the latest
+            extra["retryAfter"] = math.ceil(exc.retry_after)
+            headers = {"Retry-After": str(math.ceil(exc.retry_after))}
+    return problem(row.http, exc.message, kind=row.kind, headers=headers, **extra)
 
 
 def _proposal_changed(request: Request, exc: ProposalChanged) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query
 from pydantic import Field, field_validator
 
 from ..questions import Answer, Option, QuestionSet, QuestionStatus
-from ._auth import can_operate
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
 from ._schemas import _Camel, _Out
 
@@ -105,9 +104,9 @@ async def questions(who: Caller, gw: GatewayDep, status: QuestionStatus | None =
     """Asks, oldest first; an operator sees every run's, a requester its own."""
     if run_id is not None:
         own_run(gw, run_id, who)
-    asks = gw.questions.find(status, run_id, limit=10_000 if not can_operate(who) else limit,
-                             offset=0 if not can_operate(who) else offset)
-    if not can_operate(who):
+    asks = gw.questions.find(status, run_id, limit=10_000 if not who.operates else limit,
+                             offset=0 if not who.operates else offset)
+    if not who.operates:
         asks = [a for a in asks if a.asked_by == who.name][offset:offset + limit]
     return [question_out(a) for a in asks]
 

@@ -11,10 +11,11 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
-from ..gateway import Gateway
+from ..doorway import UNDECIDED, answer, follow
+from ..doorway import submit as submit_message
+from ..gateway import Gateway, RequestSort
 from ..models import Event, Role, Status
-from ..store import RequestSort
-from ._auth import can_operate, requires
+from ._auth import requires
 from ._deps import (
     PAGE_HEADERS,
     Caller,
@@ -25,7 +26,6 @@ from ._deps import (
     page_headers,
     wait_seconds,
 )
-from ._problems import problem
 from ._schemas import (
     DenyBody,
     GrantBody,
@@ -45,7 +45,6 @@ from ._schemas import (
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-UNDECIDED = frozenset({Status.PENDING, Status.APPROVED, Status.EXECUTING})
 WaitQuery = Annotated[float | None, Query(ge=0, description="long-poll up to this many "
                                           "seconds (at most 60) for a decision")]
 
@@ -110,25 +109,19 @@ async def submit(run_id: str, request: Request) -> Response:
                                      ("header", "idempotency-key"), errors)
     if errors or body is None:
         raise RequestValidationError(errors)
-    owner = gw.run_owner(run_id)
-    if owner != who.name:
-        raise HTTPException(403, f"{run_id} belongs to {owner}; only its requester "
-                                 "submits commands to it")
-    result = await gw.submit(run_id, body.instrument, body.command, rationale=body.rationale,
-                             confidence=body.confidence, step_id=body.step_id,
-                             idempotency_key=idempotency_key,
-                             timeout_minutes=body.timeout_minutes)
-    if result.status == "refused":
-        return problem(422, result.reason, kind="refused", scpiCode=result.code)
+    gw.owned_run(who, run_id, "submits commands to it")
+    result = await submit_message(gw, run_id, body.instrument, body.command,
+                                  rationale=body.rationale, confidence=body.confidence,
+                                  step_id=body.step_id, idempotency_key=idempotency_key,
+                                  timeout_minutes=body.timeout_minutes)
     req = result.request
     if req is None:  # a read: no model to build and validate again
         return JSONResponse({"status": result.status, "response": result.response,
                              "takeover": None, "reason": None})
     seconds = wait_seconds(wait)
-    if seconds and req.status in UNDECIDED:
-        req = await gw.wait(req.id, seconds)
-    answer = req.receipt.detail if req.status is Status.EXECUTED and req.receipt else None
-    out = ScpiOut(status=req.status.value, response=answer,
+    if seconds:
+        req = await follow(gw, req, seconds)
+    out = ScpiOut(status=req.status.value, response=answer(req),
                   takeover=takeover_out(req, handoff=True), reason=req.outcome)
     return JSONResponse(out.model_dump(mode="json", by_alias=True),
                         status_code=202 if req.status in UNDECIDED else 200)
@@ -143,8 +136,7 @@ async def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
 def list_runs(who: Caller, gw: GatewayDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
               offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[RunOut]:
     """Newest first. A requester sees its own runs only, filtered before paging."""
-    mine = None if can_operate(who) else who.name
-    return [run_out(r) for r in gw.store.list_runs(limit=limit, offset=offset, principal=mine)]
+    return [run_out(r) for r in gw.list_runs(who, limit, offset)]
 
 
 @router.get("/{run_id}", response_model=RunOut)
@@ -158,7 +150,7 @@ def journal(run_id: str, who: Caller, gw: GatewayDep,
             limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
     """The run's journal, oldest first; pass ``next`` as ``after`` for the next page."""
     own_run(gw, run_id, who)
-    events = gw.store.journal(run_id, after=after, limit=limit)
+    events = gw.journal(run_id, after=after, limit=limit)
     return {"events": [_event(e) for e in events],
             "next": events[-1].seq if len(events) == limit else None}
 
@@ -197,7 +189,7 @@ def run_requests(run_id: str, who: Caller, gw: GatewayDep, request: Request,
                  ] = RequestSort.NEWEST) -> list[TakeoverOut]:
     """The run's requests, one page at a time; ``X-Total-Count`` says how many match."""
     own_run(gw, run_id, who)
-    page = gw.store.page_requests(status, run_id, None, limit, offset, sort)
+    page = gw.list_requests(status, run_id, None, limit, offset, sort)
     page_headers(response, request, page)
     return [takeover_out(r) for r in page]
 

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from ..doorway import follow
+from ..gateway import RequestSort
 from ..models import Status
-from ..store import RequestSort
 from ._deps import (
     PAGE_HEADERS,
     Caller,
@@ -36,7 +37,7 @@ def queue(who: Operator, gw: GatewayDep, request: Request, response: Response,
           offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
           sort: SortQuery = RequestSort.NEWEST) -> list[TakeoverOut]:
     """Requests across runs, one page at a time; ``X-Total-Count`` says how many match."""
-    page = gw.store.page_requests(status, None, instrument, limit, offset, sort)
+    page = gw.list_requests(status, None, instrument, limit, offset, sort)
     page_headers(response, request, page)
     return [takeover_out(r) for r in page]
 
@@ -53,6 +54,6 @@ async def one(tk_id: str, who: Caller, gw: GatewayDep, response: Response,
     req = own_request(gw, tk_id, who)
     seconds = wait_seconds(wait)
     if seconds:
-        req = await gw.wait(tk_id, seconds)
+        req = await follow(gw, req, seconds)
     response.headers["ETag"] = f'"{req.proposal_hash}"'
     return takeover_out(req, handoff=True)

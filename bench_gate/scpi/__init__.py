@@ -29,6 +29,7 @@ from ._profile import (
     ProfileError,
     SafeActionSpec,
     available_profiles,
+    canonical_header,
     get_profile,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "Unit",
     "Value",
     "available_profiles",
+    "canonical_header",
     "classify",
     "format_number",
     "get_profile",
