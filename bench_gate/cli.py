@@ -26,14 +26,21 @@ from typing import Any
 import httpx
 
 from .client import ApiError, Client, ProposalChangedError
+from .doorway import (
+    CHANGED_EXIT,
+    ERROR_EXIT,
+    EXIT_CODES,
+    exit_code,
+    follow_remote,
+    problem_named,
+    problem_of,
+)
 
 __all__ = ["EXIT_CODES", "main"]
 
-EXIT_CODES = {"executed": 0, "denied": 3, "expired": 4, "stale": 5, "failed": 6,
-              "ambiguous": 6, "cancelled": 7, "pending": 8, "approved": 8, "executing": 8}
-ERROR = 1
+ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
-CHANGED = 9
+CHANGED = CHANGED_EXIT
 #: ``journal verify``: the chain is not intact (the first bad seq is printed).
 BROKEN = 10
 #: ``journal ACTION``; anything else after ``journal`` is a run (``journal RUN`` shows it).
@@ -294,7 +301,7 @@ def _approve(args: argparse.Namespace) -> int:
     req = result["request"]
     _out(f"{req['id']}: {req['status']}" + (f" — {result['message']}" if result["message"]
                                              else ""))
-    return 0 if req["status"] in ("executed", "pending") else EXIT_CODES.get(req["status"], 1)
+    return 0 if req["status"] in ("executed", "pending") else exit_code(req["status"])
 
 
 def _deny(args: argparse.Namespace) -> int:
@@ -386,31 +393,27 @@ def _watch(args: argparse.Namespace) -> int:
 def _wait(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty()
     start = time.monotonic()
-    deadline = None if args.timeout is None else start + args.timeout
-    request_id = args.request
+
+    def stale(tk: dict[str, Any]) -> None:
+        _out(f"{tk['id']} went stale; following {tk['supersededBy']}")
+
+    def waiting(tk: dict[str, Any]) -> None:
+        line = (f"{tk['id']}: {tk['status']}, missing "
+                f"{', '.join(tk['approvalsMissing']) or 'nothing'}, "
+                f"{int(time.monotonic() - start)}s, expires in {_ago(tk['expiresAt'])}")
+        if tty:
+            print("\r" + line, end="", flush=True)
+        else:
+            _out(line)
+
     with _client(args) as c:
-        while True:
-            left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.monotonic()))
-            tk = c.get(request_id, wait=left)
-            if tk["status"] == "stale" and tk.get("supersededBy"):
-                _out(f"{request_id} went stale; following {tk['supersededBy']}")
-                request_id = tk["supersededBy"]
-                continue
-            if tk["status"] not in ("pending", "approved", "executing") or (
-                    deadline is not None and time.monotonic() >= deadline):
-                break
-            line = (f"{request_id}: {tk['status']}, missing "
-                    f"{', '.join(tk['approvalsMissing']) or 'nothing'}, "
-                    f"{int(time.monotonic() - start)}s, expires in {_ago(tk['expiresAt'])}")
-            if tty:
-                print("\r" + line, end="", flush=True)
-            else:
-                _out(line)
+        tk = follow_remote(lambda rid, wait: c.get(rid, wait=wait), args.request,
+                           args.timeout, poll=10.0, on_stale=stale, on_wait=waiting)
     if tty:
         print()
     _out(f"{tk['id']}: {tk['status']}" + (f" — {tk['outcome']}" if tk.get("outcome") else "")
          + (f" (notes: {tk['notes']})" if tk.get("notes") else ""))
-    return EXIT_CODES.get(tk["status"], ERROR)
+    return exit_code(tk["status"])
 
 
 # ------------------------------------------------------------------------- plans
@@ -805,7 +808,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.status == 401:
             hint = " (check --token or BENCH_GATE_TOKEN)"
         print(f"bench-gate: {exc}{hint}", file=sys.stderr)
-    except (CliError, GatewayError) as exc:
+        row = problem_named(str(exc.problem.get("type") or "").rpartition("/")[2])
+        return row.exit if row is not None else ERROR
+    except GatewayError as exc:
+        print(f"bench-gate: {exc}", file=sys.stderr)
+        return problem_of(exc).exit
+    except CliError as exc:
         print(f"bench-gate: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130

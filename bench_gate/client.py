@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 
+from .doorway import UNDECIDED, follow_remote
+
 __all__ = ["ApiError", "Client", "Outcome", "ProposalChangedError"]
 
 MAX_WAIT_PER_CALL = 60.0
-UNDECIDED = frozenset({"pending", "approved", "executing"})
 
 
 class ApiError(Exception):
@@ -194,17 +195,12 @@ class Client:
         return result
 
     def wait(self, request_id: str, timeout: float) -> Outcome:
-        """Long-poll a request until it is decided or ``timeout`` seconds pass."""
-        deadline = time.monotonic() + timeout
-        while True:
-            tk = self.get(request_id, wait=max(0.0, deadline - time.monotonic()))
-            request_id = tk["id"]
-            if tk["status"] == "stale" and tk.get("supersededBy"):
-                request_id = tk["supersededBy"]
-                continue
-            if tk["status"] not in UNDECIDED or time.monotonic() >= deadline:
-                answer = (tk.get("receipt") or {}).get("detail") or None
-                return Outcome.from_takeover(tk, answer)
+        """Long-poll a request until it is decided or ``timeout`` seconds pass, following a
+        stale request to the fresh one that replaced it."""
+        tk = follow_remote(lambda rid, wait: self.get(rid, wait=wait), request_id, timeout,
+                           poll=MAX_WAIT_PER_CALL)
+        answer = (tk.get("receipt") or {}).get("detail") or None
+        return Outcome.from_takeover(tk, answer)
 
     def request_plan(self, instrument: str, channels: list[int],
                      voltage: tuple[float, float], current_max: float, *, max_writes: int,

@@ -56,6 +56,7 @@ __all__ = [
     "scpi_code",
     "settled",
     "submit",
+    "tool_kind",
 ]
 
 #: How long one wait on the gateway lasts before a follower looks again (and at ``until``).
@@ -117,6 +118,22 @@ def problem_of(exc: GatewayError) -> Problem:
 def problem_named(kind: str) -> Problem | None:
     """The row whose kind is ``kind`` (as a problem type or an MCP tool error names it)."""
     return _BY_KIND.get(kind) or _BY_KIND.get(kind.replace("_", "-"))
+
+
+def tool_kind(problem_type: str, status: int) -> str:
+    """An HTTP problem as an MCP tool error names it: by its type when the type is a row of
+    :data:`ERRORS`, else by its status (the HTTP door's own problems: no token, a wrong
+    role, a body that is not JSON; 0: the server could not be reached)."""
+    row = problem_named(problem_type.rpartition("/")[2])
+    if row is None:
+        if status == 0:
+            return "unavailable"
+        if status == 401:
+            return "unauthorized"
+        if status in (400, 428):
+            return "invalid_input"
+        row = next((p for _, p in reversed(ERRORS) if p.http == status), None)
+    return row.tool_kind if row is not None else "gateway_error"
 
 
 def scpi_code(exc: GatewayError) -> int:

@@ -14,23 +14,18 @@ from typing import Any, TypeVar
 import anyio
 
 from ..client import ApiError, Client
+from ..doorway import UNDECIDED, tool_kind
 from ._backend import ToolFailure
 from ._results import Answers, InstrumentInfo, InstrumentState, Pending, WriteOutcome
 
 __all__ = ["HttpBench"]
 
 T = TypeVar("T")
-UNDECIDED = frozenset({"pending", "approved", "executing"})
 LONG_POLL = 60.0
-_KINDS = {400: "invalid_input", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-          409: "conflict", 422: "invalid_input", 429: "quota_exceeded", 502: "instrument_error",
-          503: "unavailable"}
 
 
 def _failure(exc: ApiError) -> ToolFailure:
-    kind = "refused" if exc.scpi_code is not None else _KINDS.get(exc.status, "gateway_error")
-    if exc.status == 0:
-        kind = "unavailable"
+    kind = tool_kind(str(exc.problem.get("type") or ""), exc.status)
     return ToolFailure(kind, exc.reason, exc.scpi_code)
 
 

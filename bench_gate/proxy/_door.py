@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from ..auth import Tokens, refuse_token
 from ..confidence import stated_confidence
 from ..config import BenchConfig, InstrumentConfig
-from ..errors import GatewayError, InstrumentError, InvalidInput, TransitionError
+from ..doorway import answer, follow, scpi_code, settled, submit
+from ..errors import GatewayError, InvalidInput, Refused, TransitionError
 from ..gateway import Gateway
 from ..models import Principal, Role, RunKind, Status, TakeoverRequest
 from ..plans import PlanStatus
 from ..scpi import ERROR_NAMES, MAX_MESSAGE_LENGTH, ScpiError, is_read_only
-from ..states import TERMINAL
+from ..states import Outcome
 from ._gate import GateCommand, GateOp, error_text, is_gate_message, parse_gate, quote
 
 __all__ = ["Connection", "Doors", "start_doors"]
@@ -38,8 +39,6 @@ DEFAULT_HOST = "127.0.0.1"
 MAX_QUEUED = 1024
 #: Gateway errors kept per connection; one more replaces the newest with -350.
 ERROR_QUEUE_DEPTH = 30
-#: How long one Gateway.wait call lasts before the processor looks again.
-WAIT_SLICE = 5.0
 READ_CHUNK = 65536
 #: How long Doors.close() lets connections wind down before cancelling them.
 CLOSE_TIMEOUT = 5.0
@@ -118,8 +117,7 @@ class Connection:
                 try:
                     await self._handle(item)
                 except GatewayError as exc:
-                    code = -240 if isinstance(exc, InstrumentError) else -200
-                    await self._push_error(code, exc.message)
+                    await self._push_error(scpi_code(exc), exc.message)
         finally:
             reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -286,11 +284,11 @@ class Connection:
                 r = await self.gateway.submit(self.run_id, self.instrument, "SYST:ERR?")
             except GatewayError:
                 return
-            answer = (r.response or "").strip()
-            if r.status != "executed" or not answer or answer.lstrip("+").startswith("0"):
+            text = (r.response or "").strip()
+            if r.status is not Outcome.EXECUTED or not text or text.lstrip("+").startswith("0"):
                 return
             if len(self.errors) < ERROR_QUEUE_DEPTH:
-                self.errors.append(answer)
+                self.errors.append(text)
 
     # ------------------------------------------------------------------ messages
     def _ensure_run(self) -> str:
@@ -317,19 +315,20 @@ class Connection:
         self._busy = True
         self._owing = "?" in text
         try:
-            result = await self.gateway.submit(run_id, self.instrument, text,
-                                               rationale=rationale, confidence=confidence)
-            if (rationale is not None or confidence is not None) and (
-                    result.request is not None or result.status == "refused"
-                    or not is_read_only(text, self.door.profile)):
+            try:
+                result = await submit(self.gateway, run_id, self.instrument, text,
+                                      rationale=rationale, confidence=confidence)
+            except Refused as exc:
                 self.rationale = self.confidence = None
-            if result.status == "executed":
+                await self._push_error(exc.code, exc.message)
+                return
+            if (rationale is not None or confidence is not None) and (
+                    result.request is not None or not is_read_only(text, self.door.profile)):
+                self.rationale = self.confidence = None
+            if result.status is Outcome.EXECUTED:
                 if result.response:
                     self._send(result.response)
                     await self._flush()
-                return
-            if result.status == "refused":
-                await self._push_error(result.code, result.reason)
                 return
             if result.request is None:  # pragma: no cover - the core always returns one
                 await self._push_error(-200, f"unexpected result {result.status!r}")
@@ -344,25 +343,16 @@ class Connection:
         one), or the client goes away, in which case the request is cancelled."""
         self.last_request = req.id
         self._holding = True
-        gone = asyncio.ensure_future(self.gone.wait())
         try:
-            while req.status not in TERMINAL or (
-                    req.status is Status.STALE and req.superseded_by):
-                if self.gone.is_set():
-                    return await self._cancel(req)
-                waiter = asyncio.ensure_future(self.gateway.wait(req.id, WAIT_SLICE))
-                await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiter.done():
-                    waiter.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await waiter
-                    continue
-                req = waiter.result()
-                self.last_request = req.id
+            req = await follow(self.gateway, req, None, until=self.gone, seen=self._seen)
+            if not settled(req.status, req.superseded_by):  # the client went away
+                return await self._cancel(req)
             return req
         finally:
             self._holding = False
-            gone.cancel()
+
+    def _seen(self, req: TakeoverRequest) -> None:
+        self.last_request = req.id  # GATE:STAT? tells of the one waited on now
 
     async def _cancel(self, req: TakeoverRequest) -> TakeoverRequest:
         """The client is gone: its request stays for the operator to see, cancelled."""
@@ -374,8 +364,9 @@ class Connection:
     async def _report(self, req: TakeoverRequest) -> None:
         if req.status is Status.EXECUTED:
             queried = any(a.canonical.split(" ")[0].endswith("?") for a in req.actions)
-            if queried and req.receipt is not None and req.receipt.detail:
-                self._send(req.receipt.detail)
+            text = answer(req)
+            if queried and text:
+                self._send(text)
                 await self._flush()
             return
         outcome = req.outcome or req.status.value
@@ -516,9 +507,9 @@ class Door:
     connections: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        inst = self.gateway.instrument(self.config.name)
-        self.profile = inst.profile.name
-        self.has_error_queue = inst.profile.lookup(False, ("SYSTEM", "ERROR")) is not None
+        profile = self.gateway.profile(self.config.name)
+        self.profile = profile.name
+        self.has_error_queue = profile.lookup(False, ("SYSTEM", "ERROR")) is not None
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
