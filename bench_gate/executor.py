@@ -25,6 +25,8 @@ from .models import (
     Event,
     EventType,
     Receipt,
+    Run,
+    RunStatus,
     Status,
     TakeoverRequest,
     proposal_hash,
@@ -75,9 +77,13 @@ class Executor(Part):
     def _policy_refusal(self, req: TakeoverRequest) -> str | None:
         """The owner's own rules, checked again just before it executes: a decision made on
         another gateway, or before a restart or a config change, never skips them."""
-        if req.plan_id is not None and req.handoff.get("auto_step"):
-            return None  # its plan was approved under these rules; covers() bounds it
         run = self.runs.get(req.run_id)
+        if run.status is RunStatus.CLOSED:
+            return "its run is closed: nothing more runs in it"
+        if req.plan_id is not None and req.handoff.get("auto_step"):
+            return self._plan_refusal(req, run)
+        if run.status is RunStatus.SUSPENDED:
+            return "its run is suspended; an operator must release it"
         grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
         why = violation(req, run, self.config.policy, grants, self.setpoints.people_in_force(req))
         if why is None:
@@ -86,6 +92,21 @@ class Executor(Part):
             found = envelope.action_breaches(inst.profile, limits, req.actions)
             why = envelope.summary(inst.profile, found) if found else None
         return f"this bench's rules refuse it now: {why}" if why else None
+
+    def _plan_refusal(self, req: TakeoverRequest, run: Run) -> str | None:
+        """A write inside a plan runs only while the plan is live, and only while the
+        plan's own approvals still stand under this bench's rules now (a plan approved
+        under looser rules, before a restart or a config change, stops counting)."""
+        assert req.plan_id is not None
+        raw = self.store.kv_get("plans", req.plan_id) or {}
+        if raw.get("status") not in ("active", "exhausted"):
+            return f"its plan {req.plan_id} is {raw.get('status', 'gone')}"
+        approved = self.store.get_request(str(raw.get("request_id", "")))
+        if approved is None:
+            return f"the request that approved plan {req.plan_id} is gone"
+        grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
+        why = violation(approved, run, self.config.policy, grants, {})
+        return f"this bench's rules refuse its plan now: {why}" if why else None
 
     async def execute(self, request_id: str) -> TakeoverRequest:
         if request_id in self._in_flight:

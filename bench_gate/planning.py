@@ -30,6 +30,7 @@ from .models import (
     Principal,
     Run,
     RunKind,
+    RunStatus,
     Status,
     TakeoverRequest,
     proposal_hash,
@@ -271,6 +272,13 @@ class PlanDesk(Part):
                         "score": scored.value, "threshold": threshold,
                         "estimator": scored.estimator, "note": scored.note,
                         "plan_id": plan.id}
+        # Read again and spend with nothing awaited in between: a revoke, an expiry or a
+        # closed run while this waited on the instrument or the gate is never written over.
+        plan = self.get(plan.id)
+        fresh_run = self.store.get_run(run.id)
+        if plan.status is not PlanStatus.ACTIVE or plan.writes_left < writes or \
+                fresh_run is None or fresh_run.status is not RunStatus.ACTIVE:
+            return None
         plan.writes_used += writes
         if plan.writes_left == 0:
             plan.status = PlanStatus.EXHAUSTED

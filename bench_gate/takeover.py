@@ -16,13 +16,14 @@ from datetime import timedelta
 from typing import Any
 
 from .core import MAX_RETRIES, Core, Instrument, Part, new_id
-from .errors import InvalidInput, NotFound
+from .errors import InvalidInput, NotFound, Refused
 from .handoff import build_handoff, snapshot_key
 from .models import (
     ApprovalKind,
     Event,
     EventType,
     Run,
+    RunStatus,
     Snapshot,
     Status,
     TakeoverRequest,
@@ -72,6 +73,9 @@ class Requests(Part):
             check_pending(self.core, run)
         preliminary = self.snaps.actions(inst, c, None)
         live = await self.snaps.snapshot(inst, self.snaps.fields(inst, preliminary))
+        now = self.store.get_run(run.id)  # it may have closed while the snapshot was read
+        if now is not None and now.status in (RunStatus.CLOSED, RunStatus.SUSPENDED):
+            raise Refused(-203, f"the run is {now.status.value}: nothing more is held for it")
         snap, earlier = self._after_earlier(run, inst, live, supersedes)
         actions = self.snaps.actions(inst, c, snap)
         self.snaps.check_envelope(inst, actions, snap)

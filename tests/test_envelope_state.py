@@ -342,3 +342,71 @@ async def test_a_closed_run_runs_nothing_more(gateway: Gateway, script: Principa
     assert (await gateway.submit(run.id, "psu", "VOLT? (@2)")).status == "refused"
     assert gateway.get_plan(plan.plan_id).status.value == "revoked"
     assert panel(front_panel, "VOLT? (@2)") == 0
+
+
+# --- a second hostile review: races and restarts -------------------------------------------
+async def test_a_run_closed_while_its_write_waits_for_the_instrument_holds_nothing(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    run = gateway.create_run(script, "script")
+    inst = gateway.instrument("psu")
+    release = asyncio.Event()
+
+    async def busy(link: Any) -> None:
+        await release.wait()
+
+    blocker = asyncio.ensure_future(inst.lane.run(busy))  # the lane is busy elsewhere
+    submit = asyncio.ensure_future(gateway.submit(run.id, "psu", "VOLT 4,(@1)"))
+    await asyncio.sleep(0.1)
+    gateway.close_run(run.id, "closed by its requester")
+    release.set()
+    result = await submit
+    await blocker
+    assert result.status == "refused" and "closed" in result.reason
+    assert gateway.list_requests(run_id=run.id, status=Status.PENDING) == []
+    assert panel(front_panel, "VOLT? (@1)") == 0
+
+
+async def test_revoking_a_plan_while_its_write_waits_is_never_undone(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    run = gateway.create_run(script, "script")
+    req = await gateway.request_plan(run.id, {
+        "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": 0.5,
+        "output_enable": False, "max_writes": 10})
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    assert req.plan_id is not None
+    inst = gateway.instrument("psu")
+    release = asyncio.Event()
+
+    async def busy(link: Any) -> None:
+        await release.wait()
+
+    blocker = asyncio.ensure_future(inst.lane.run(busy))
+    submit = asyncio.ensure_future(gateway.submit(run.id, "psu", "VOLT 4.5,(@1)"))
+    await asyncio.sleep(0.1)
+    gateway.revoke_plan(req.plan_id, olga)
+    release.set()
+    result = await submit
+    await blocker
+    assert result.status == "pending", "held for a person, not run by a revoked plan"
+    assert gateway.get_plan(req.plan_id).status.value == "revoked"
+    assert (await gateway.submit(run.id, "psu", "VOLT 3,(@1)")).status == "pending"
+    assert panel(front_panel, "VOLT? (@1)") == 0
+
+
+async def test_a_plan_approved_under_looser_rules_stops_counting(
+        gateway: Gateway, olga: Principal, front_panel: Any) -> None:
+    """olga approved both halves of a plan on her own engineer run under loose rules; the
+    bench now requires an independent approver: the plan's writes no longer run."""
+    run = gateway.create_run(olga, "engineer")
+    req = await gateway.request_plan(run.id, {
+        "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": 0.5,
+        "output_enable": True, "max_writes": 10})
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    await gateway.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
+    assert req.plan_id is not None
+    gateway.config.policy.independent_approver = True  # tightened (or after a restart)
+    result = await gateway.submit(run.id, "psu", "VOLT 2,(@1);:CURR 0.4,(@1);:OUTP ON,(@1)")
+    final = result.request
+    assert final is not None and final.status is Status.FAILED, final.outcome if final else ""
+    assert "refuse its plan now" in (final.outcome or "")
+    assert panel(front_panel, "OUTP? (@1)") == 0 and panel(front_panel, "VOLT? (@1)") == 0

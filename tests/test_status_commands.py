@@ -54,3 +54,30 @@ async def test_status_commands_pass_unattended(gateway: Gateway, script: Princip
         assert result.status == "executed", (message, result.reason)
     assert str(front_panel.query("*ESE?")).strip() == "16"
     assert str(front_panel.query("*SRE?")).strip() == "32"
+
+
+async def test_a_gone_clients_queued_writes_never_run(
+        doors: Any, gateway: Any, front_panel: Any) -> None:
+    """A held write, then an unattended one queued behind it, then the client leaves: the
+    held one is cancelled and the queued one never runs (nobody is there any more)."""
+    import asyncio
+
+    from bench_gate.models import Status
+
+    host, port = doors.addresses["psu"]
+    _, writer = await asyncio.open_connection(host, port)
+    writer.write(b"VOLT 5.9,(@1)\n*ESE 16\n")
+    await writer.drain()
+    for _ in range(100):
+        if gateway.list_requests(status=Status.PENDING):
+            break
+        await asyncio.sleep(0.05)
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(100):
+        if not gateway.list_requests(status=Status.PENDING):
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    assert str(front_panel.query("*ESE?")).strip() == "0"
+    assert float(front_panel.query("VOLT? (@1)")) == 0

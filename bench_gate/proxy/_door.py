@@ -114,6 +114,8 @@ class Connection:
                 assert isinstance(item, str)
                 if "?" in item:
                     self._queued_queries -= 1
+                if self.gone.is_set() and not is_read_only(item, self.door.profile):
+                    continue  # its client is gone: a write it queued never runs for nobody
                 try:
                     await self._handle(item)
                 except GatewayError as exc:
