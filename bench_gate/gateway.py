@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import doorway
 from .calibration import Calibration
 from .config import BenchConfig, ChannelLimits
 from .core import Core, Instrument
@@ -376,10 +377,11 @@ class Gateway:
                            setpoints: dict[str, str], output: bool | None,
                            rationale: str | None = None) -> SubmitResult:
         """An engineer's change from the console panel, rendered through the profile and
-        submitted on their engineer run: held like any other write, never sent as it is."""
+        submitted on their engineer run: held like any other write, never sent as it is
+        (Refused if refused)."""
         message = panel_message(self.profile(instrument), channel, setpoints, output)
-        return await self.submit(self.engineer_run(who), instrument, message,
-                                 rationale=rationale)
+        return await doorway.submit(self, self.engineer_run(who), instrument, message,
+                                    rationale=rationale)
 
     def note_shown(self, req: TakeoverRequest, who: Principal, action: str,
                    live: dict[str, str] | None, summary: str, key: str | None = None) -> None:

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..auth import Tokens
-from ..models import Principal, Role
+from ..models import Principal
 
-__all__ = ["COOKIE", "LOGIN_CSRF_COOKIE", "Session", "Sessions", "can_decide", "new_token"]
+__all__ = ["COOKIE", "LOGIN_CSRF_COOKIE", "Session", "Sessions", "new_token"]
 
 COOKIE = "bg_session"
 LOGIN_CSRF_COOKIE = "bg_login_csrf"
@@ -25,10 +25,6 @@ LIFETIME_SECONDS = 12 * 3600
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-def can_decide(who: Principal) -> bool:
-    return who.role in (Role.OPERATOR, Role.ADMIN)
 
 
 @dataclass

@@ -25,6 +25,7 @@ __all__ = [
     "diff_rows",
     "edit_fields",
     "flatten",
+    "limits_of",
     "relevant",
     "show",
     "sparkline",
@@ -122,8 +123,10 @@ class EditField:
     limit_note: str
 
 
-def _limits(profile: Profile | None, limits: dict[int, ChannelLimits], channel: int,
-            name: str) -> tuple[Decimal, Decimal, str]:
+def limits_of(profile: Profile | None, limits: dict[int, ChannelLimits], channel: int,
+              name: str) -> tuple[Decimal, Decimal, str]:
+    """What a field of a channel may be set to: the instrument's range, narrowed by the
+    bench's envelope; with words that say which limit applies."""
     low, high, note = Decimal(0), Decimal("1e9"), "no limit known"
     hard = profile.range_of(name, channel) if profile is not None else None
     if hard is not None:
@@ -147,7 +150,7 @@ def edit_fields(req: TakeoverRequest, profile: Profile | None,
         if key in seen:
             continue
         seen.add(key)
-        low, high, note = _limits(profile, limits, a.channel, a.field)
+        low, high, note = limits_of(profile, limits, a.channel, a.field)
         spec = profile.fields.get(a.field) if profile is not None else None
         out.append(EditField(key=key, label=label(profile, f"ch{a.channel}.{a.field}"),
                              value=a.new, unit=spec.unit if spec is not None else "",
