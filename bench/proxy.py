@@ -12,6 +12,11 @@ client, and reports queries per second and latency p50/p99, as a ratio to the re
 
 It also prints where the gateway's time goes: one ``Gateway.submit`` in-process, one journal
 append (SQLite, WAL, synchronous=FULL) and the lane round trip alone.
+
+``--what-if-no-chain`` also measures the door with the journal as it was before its hash
+chain (issue 17), alternating with the real one ``--rounds`` times on the loop ``serve``
+runs on, and prints what the chain costs: the median of the rounds' throughput ratios, each
+pair measured back to back, so a noisy machine disturbs both alike.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import os
 import shutil
 import socket
@@ -161,6 +167,41 @@ class _NoReadJournal(SqliteStore):
         return super().append(events, durable) if durable else events
 
 
+class _NoChain(SqliteStore):
+    """What-if only: the journal without its hash chain, appended as before issue 17 (the
+    product always chains): shows what the chain costs a read."""
+
+    def migrate(self) -> None:
+        super().migrate()
+        with self._tx() as db:
+            db.execute("DROP TRIGGER IF EXISTS journal_head_moves")
+
+    def _append(self, db: Any, events: list[Event]) -> None:
+        for ev in events:
+            cur = db.execute(
+                "INSERT INTO journal (run_id, request_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
+                (ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
+                 json.dumps(ev.data, default=str)))
+            ev.seq = int(cur.lastrowid or 0)
+
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        if durable or not events:
+            with self._tx() as db:
+                self._append(db, events)
+            return events
+        rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(events))
+        args = [a for ev in events for a in (
+            ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
+            json.dumps(ev.data, default=str))]
+        with self._fast_lock:
+            last = self._fast.execute("INSERT INTO journal (run_id, request_id, type, at, data) "
+                                      f"VALUES {rows}", args).lastrowid
+        first = int(last or 0) - len(events) + 1
+        for i, ev in enumerate(events):
+            ev.seq = first + i
+        return events
+
+
 def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: list[str],
               store_class: type[SqliteStore] = SqliteStore) -> dict[str, float]:
     """The socket door as ``bench-gate serve`` runs it, and where its time goes."""
@@ -220,6 +261,11 @@ def main() -> None:
     parser.add_argument("--what-if-no-journal", action="store_true",
                         help="also measure the door with reads not journaled (not the product: "
                              "shows what the journal commit costs)")
+    parser.add_argument("--what-if-no-chain", action="store_true",
+                        help="also measure the door with the journal unchained, alternating "
+                             "with the real one (shows what the hash chain costs)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="chained/unchained pairs for --what-if-no-chain (default 5)")
     args = parser.parse_args()
     n = args.n
     results: dict[str, dict[str, float] | str] = {}
@@ -234,6 +280,7 @@ def main() -> None:
     rm = pyvisa.ResourceManager("@py")
     relays: list[str] = []
     doors: list[str] = []
+    pairs: list[tuple[float, float]] = []  # (chained, unchained) q/s, back to back
     with SimBenchThread() as sim:
         for kind, factory in loops().items():
             loop = LoopThread(factory)
@@ -248,6 +295,13 @@ def main() -> None:
             if args.what_if_no_journal:
                 results[f"what-if ({kind}, no read journal)"] = door_path(
                     loop, sim, tmp, n, [], _NoReadJournal)
+            if args.what_if_no_chain and kind == list(loops())[-1]:
+                for r in range(args.rounds):
+                    plain = door_path(loop, sim, tmp, n, [], _NoChain)
+                    chained = door_path(loop, sim, tmp, n, [])
+                    pairs.append((chained["qps"], plain["qps"]))
+                    results[f"chain {r + 1} ({kind})"] = chained
+                    results[f"no chain {r + 1} ({kind})"] = plain
             loop.stop()
 
     proc, proxy_res, why = start_pyvisa_proxy(tmp)
@@ -298,6 +352,13 @@ def main() -> None:
         if isinstance(px, dict):
             print(f"goal: gateway faster than pyvisa-proxy: {gw['qps']:.0f} vs {px['qps']:.0f} "
                   f"q/s -> {'met' if gw['qps'] > px['qps'] else 'NOT met'}")
+    if pairs:
+        costs = sorted(1 - chained / plain for chained, plain in pairs)
+        cost = statistics.median(costs)
+        print(f"goal: the hash chain costs at most 10 % of the door's read throughput: "
+              f"{cost * 100:.1f} % (median of {len(pairs)} back-to-back pairs; each: "
+              f"{', '.join(f'{c * 100:.1f}' for c in costs)} %) -> "
+              f"{'met' if cost <= 0.10 else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""Journaling reads with group commit.
+"""Journaling reads with group commit; what an approval means in words; retention.
 
 Every read is journaled before its answer leaves the gateway. A read alone is journaled at
 once, on the loop, which is quickest for one script. When reads overlap (several clients),
 they are journaled together on the journal's own thread: one statement and one commit for
 the whole group, while the loop goes on serving, and each read still waits for its commit.
+Either way the events go through ``Store.append``, which chains them (one hash chain per
+store, ``bench_gate.store._chain``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,42 @@ import asyncio
 import collections
 import concurrent.futures
 import functools
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from .models import Event
-from .store import Store
+from .config import JournalConfig
+from .errors import GatewayError
+from .models import Action, ApprovalKind, Event
 
-__all__ = ["ReadJournal"]
+if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
+    from .store import Segment, Store
+
+__all__ = ["ReadJournal", "Retention", "approval_meaning"]
+
+logger = logging.getLogger(__name__)
+
+
+def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
+                     message: str = "") -> str:
+    """What an approval of ``kind`` means, in the words its approver is shown beside the
+    box they tick (the console's request page): ``I approve the setpoint: CH1 voltage
+    setpoint 0.000 V → 5.000 V``. Built from each action's ``words``; ``message`` (the
+    request's command) is what a state change shows when no action has words."""
+    kind = ApprovalKind(kind)
+    actions = list(actions)
+    if kind is ApprovalKind.SETPOINT:
+        words = "; ".join(a.words for a in actions if a.approval is ApprovalKind.SETPOINT)
+        return f"I approve the setpoint: {words or 'the setpoint this output needs'}"
+    if kind is ApprovalKind.OUTPUT_ENABLE:
+        channels = ", ".join(f"CH{a.channel}" for a in actions
+                             if a.approval is ApprovalKind.OUTPUT_ENABLE)
+        return (f"I approve the output enable: the output of {channels} turns ON and the "
+                "DUT is energized")
+    changes = "; ".join(a.words or a.canonical for a in actions
+                        if a.effect not in ("read", "select"))
+    return f"I approve the state change: {changes or message}"
 
 #: Events per commit; a larger group is split over several commits, whole reads each.
 MAX_GROUP = 512
@@ -85,3 +118,55 @@ class ReadJournal:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class Retention:
+    """``[journal] keep_days``: archive the events older than that to segment files and
+    delete them from the store (``bench_gate.store.archive``), at most once per ``every``,
+    in a worker thread. The gateway's sweeper calls :meth:`tick`, which never waits for
+    the archive; off by default."""
+
+    def __init__(self, store: Store, config: JournalConfig, clock: Callable[[], datetime],
+                 every: timedelta = timedelta(hours=1)) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.every = every
+        self._last: datetime | None = None
+        self._task: asyncio.Task[list[Segment]] | None = None
+        #: Events archived by this gateway, and why the last archive failed (if it did).
+        self.archived = 0
+        self.last_error: str | None = None
+
+    def tick(self) -> asyncio.Task[list[Segment]] | None:
+        """Start an archive if the policy is on, none is running and the last one started
+        ``every`` ago; the task it started, if any (on the running loop)."""
+        keep = self.config.keep_days
+        at = self.clock()
+        if keep is None or (self._task is not None and not self._task.done()) \
+                or (self._last is not None and at - self._last < self.every):
+            return None
+        self._last = at
+        self._task = asyncio.get_running_loop().create_task(
+            self.archive(at - timedelta(days=keep)))
+        return self._task
+
+    async def archive(self, before: datetime) -> list[Segment]:
+        """Archive the events journaled before ``before`` now, in a worker thread."""
+        from .store import archive, default_archive_dir
+
+        folder = default_archive_dir(self.store, self.config.archive_dir)
+        try:
+            done = await asyncio.to_thread(archive, self.store, before, folder)
+        except GatewayError as exc:  # a broken chain, an unwritable folder: said, retried
+            self.last_error = exc.message
+            logger.warning("journal retention: %s", exc.message)
+            return []
+        self.last_error = None
+        self.archived += sum(s.events for s in done)
+        return done
+
+    async def close(self) -> None:
+        """Wait for an archive that is under way (its thread cannot be stopped midway)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -5,14 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
 from ._base import PendingCheck, RequestPage, RequestSort, Store
+from ._chain import GENESIS, ChainReport, Problem, Segment
 from ._sqlite import MIGRATIONS, SqliteStore
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
-__all__ = ["MIGRATIONS", "PendingCheck", "PostgresStore", "RequestPage", "RequestSort",
-           "SqliteStore", "Store", "open_store"]
+__all__ = ["GENESIS", "MIGRATIONS", "ChainReport", "PendingCheck", "PostgresStore", "Problem",
+           "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store", "archive",
+           "default_archive_dir", "export_run", "open_store", "verify_file", "verify_store"]
 
 #: URL schemes that select the PostgreSQL store (libpq accepts both).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

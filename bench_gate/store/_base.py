@@ -9,9 +9,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..models import Event, Run, Status, TakeoverRequest
+
+if TYPE_CHECKING:
+    from ._chain import Segment
 
 __all__ = ["PendingCheck", "RequestPage", "RequestSort", "Store"]
 
@@ -88,9 +91,33 @@ class Store(Protocol):
 
     def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]: ...
 
-    def append(self, events: list[Event], durable: bool = True) -> list[Event]: ...
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        """Journal ``events`` atomically at the end of the store's one hash chain: each gets
+        its seq, its prev-hash and its hash (``bench_gate.store._chain``)."""
+        ...
+
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]: ...
     def recent(self, run_id: str, limit: int = 40) -> list[Event]: ...
+
+    def journal_head(self) -> tuple[int, str]:
+        """The chain's head: the seq and hash the next append continues (0 and 64 zeros
+        before the first event)."""
+        ...
+
+    def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
+        """Events after seq ``after``, in seq order, as rows (seq, run_id, request_id, type,
+        at, data as stored, prev, hash): what ``journal verify`` walks, unparsed."""
+        ...
+
+    def segments(self) -> list[Segment]:
+        """The archived segments, oldest first."""
+        ...
+
+    def record_archive(self, segment: Segment) -> bool:
+        """Delete the segment's events from the store and record the segment, in one
+        transaction; False (nothing done) if the store's oldest event is no longer the
+        segment's first (another archiver was quicker)."""
+        ...
 
     def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None: ...
     def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None: ...

@@ -6,9 +6,11 @@
 - A lost connection costs no acknowledged write: a method returns only after its COMMIT, and
   the pool checks a connection before handing it out, so a dead one is replaced. While the
   database is down every call raises ``StoreError`` after at most ``pool_timeout`` seconds.
-- The journal's ``seq`` is an identity column. Appends to one run hold a transaction-level
-  advisory lock on that run, so a run's events commit in ``seq`` order and a reader paging
-  with ``after=seq`` never skips an event that commits later with a smaller number.
+- The journal is one hash chain (``bench_gate.store._chain``) for every gateway on the
+  database. An append locks the chain's head row (``SELECT ... FOR UPDATE``), numbers and
+  hashes its events after it, inserts them and moves the head, in one transaction: appends
+  are ordered, events commit in ``seq`` order, and a reader paging with ``after=seq`` never
+  skips an event that commits later with a smaller number.
 - Documents (runs, requests, event data, setpoints, kv) are JSON kept as TEXT, byte for byte
   what the SQLite store keeps; the columns queried on are real columns, times as TIMESTAMPTZ.
 """
@@ -32,6 +34,7 @@ from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
+from ._chain import Chain, Segment, backfill, row_event, row_segment, with_meanings
 from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
@@ -102,6 +105,27 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE requests SET requester = runs.principal FROM runs WHERE runs.id = requests.run_id;
     CREATE INDEX requests_requester ON requests (requester, status, expires_at);
     """,
+    # 4: the journal's hash chain (bench_gate.store._chain): each event's prev-hash and
+    # hash; the head every append locks and continues; the archived segments. The store
+    # then chains the events it holds, in seq order.
+    """
+    ALTER TABLE journal ADD COLUMN prev TEXT COLLATE "C";
+    ALTER TABLE journal ADD COLUMN hash TEXT COLLATE "C";
+    CREATE TABLE journal_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq BIGINT NOT NULL,
+        hash TEXT COLLATE "C" NOT NULL
+    );
+    CREATE TABLE journal_segments (
+        first_seq BIGINT PRIMARY KEY,
+        last_seq BIGINT NOT NULL,
+        events BIGINT NOT NULL,
+        prev TEXT COLLATE "C" NOT NULL,
+        last_hash TEXT COLLATE "C" NOT NULL,
+        path TEXT NOT NULL,
+        archived_at TIMESTAMPTZ NOT NULL
+    );
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error
@@ -110,8 +134,8 @@ if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programmin
 
 #: Namespaces (first key) of the two-key advisory locks this store takes.
 _LOCK_MIGRATE = 0x62670001
-_LOCK_JOURNAL = 0x62670002
 _LOCK_QUOTA = 0x62670003
+_LOCK_ARCHIVE = 0x62670004
 
 _SCHEMA_VERSION_TABLE = """
     CREATE TABLE IF NOT EXISTS schema_version (
@@ -247,6 +271,11 @@ class PostgresStore:
                 cur.execute(script)
                 cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
 
+            def execute(sql: str, args: tuple[Any, ...]) -> list[TupleRow]:
+                cur.execute(q.pg(sql), args)
+                return cur.fetchall() if cur.description else []
+            backfill(execute)
+
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
         with self._tx() as cur:
@@ -333,7 +362,7 @@ class PostgresStore:
                 if cur.rowcount != 1:
                     req.version = expected_version
                     return False
-                self._append(cur, events)
+                self._append(cur, with_meanings(req, events))
         except BaseException:
             req.version = expected_version
             raise
@@ -399,18 +428,23 @@ class PostgresStore:
 
     # -- journal
     def _append(self, cur: psycopg.Cursor[TupleRow], events: list[Event]) -> None:
-        # Lock each run's journal (in a fixed order, so two appends cannot deadlock) before
-        # any seq is drawn: the run's events then commit in seq order.
-        for key in sorted({_lock_key(ev.run_id) for ev in events}):
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_JOURNAL, key))
-        for ev in events:
-            cur.execute(
-                "INSERT INTO journal (run_id, request_id, type, at, data) "
-                "VALUES (%s, %s, %s, %s, %s) RETURNING seq",
-                (ev.run_id, ev.request_id, ev.type.value, ev.at,
-                 json.dumps(ev.data, default=str)))
-            row = cur.fetchone()
-            ev.seq = int(row[0]) if row else 0
+        """Chain and insert ``events``: the head row stays locked until the commit, so every
+        gateway's appends form one chain, committed in seq order. Always the last thing a
+        transaction does (nothing is locked after the head: no deadlock)."""
+        if not events:
+            return
+        cur.execute(q.pg(q.CHAIN_HEAD) + " FOR UPDATE")
+        head = cur.fetchone()
+        if head is None:  # pragma: no cover - the migration creates it
+            raise StoreError(f"the journal of {self.where} has no chain head")
+        rows = Chain.extend(events, int(head[0]), str(head[1]))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+        cur.execute(
+            "WITH added AS (INSERT INTO journal (seq, run_id, request_id, type, at, data, "
+            f"prev, hash) OVERRIDING SYSTEM VALUE VALUES {values} RETURNING 1) "
+            "UPDATE journal_head SET seq = %s, hash = %s WHERE id = 1",
+            (*(a for row, ev in zip(rows, events, strict=True)
+               for a in (*row[:4], ev.at, *row[5:])), events[-1].seq, events[-1].hash))
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         with self._tx() as cur:
@@ -420,17 +454,39 @@ class PostgresStore:
         return events
 
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
-        rows = self._read(
-            "SELECT seq, run_id, request_id, type, at, data FROM journal "
-            "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s", (run_id, after, limit))
-        return [_event(r) for r in rows]
+        rows = self._read(q.pg(q.RUN_EVENTS), (run_id, after, limit))
+        return [row_event(r) for r in rows]
 
     def recent(self, run_id: str, limit: int = 40) -> list[Event]:
         """The run's last ``limit`` events, oldest first."""
-        rows = self._read(
-            "SELECT seq, run_id, request_id, type, at, data FROM journal "
-            "WHERE run_id = %s ORDER BY seq DESC LIMIT %s", (run_id, limit))
-        return [_event(r) for r in reversed(rows)]
+        rows = self._read(q.pg(q.RUN_RECENT), (run_id, limit))
+        return [row_event(r) for r in reversed(rows)]
+
+    # -- the chain (bench_gate.store._chain)
+    def journal_head(self) -> tuple[int, str]:
+        row = self._read(q.pg(q.CHAIN_HEAD))[0]
+        return int(row[0]), str(row[1])
+
+    def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
+        return self._read(q.pg(q.CHAIN_PAGE), (after, limit))
+
+    def segments(self) -> list[Segment]:
+        return [row_segment(r) for r in self._read(q.pg(q.SEGMENTS))]
+
+    def record_archive(self, segment: Segment) -> bool:
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_ARCHIVE,))
+            cur.execute(q.pg(q.FIRST_LIVE))
+            first = cur.fetchone()
+            if first is None or (int(first[0]), first[1]) != (segment.first_seq, segment.prev):
+                return False  # archived by someone else meanwhile
+            cur.execute(q.pg(q.DROP_ARCHIVED), (segment.first_seq, segment.last_seq))
+            if cur.rowcount != segment.events:
+                raise StoreError(f"archiving seqs {segment.first_seq} to {segment.last_seq}: "
+                                 f"{cur.rowcount} events in the store, {segment.events} in "
+                                 "the segment; nothing was archived")
+            cur.execute(q.pg(q.SEGMENT_INSERT), segment.row())
+        return True
 
     # -- approved setpoints
     def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
@@ -507,7 +563,3 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close(timeout=2.0)
 
-
-def _event(row: TupleRow) -> Event:
-    return Event(seq=row[0], run_id=row[1], request_id=row[2], type=row[3], at=row[4],
-                 data=json.loads(row[5]))

@@ -8,7 +8,9 @@ from typing import Any
 from ..models import Status
 from ._base import RequestSort
 
-__all__ = ["OPEN_RUNS_OF", "PENDING_OF", "RUN_PRINCIPAL", "page", "pg"]
+__all__ = ["CHAIN_HEAD", "CHAIN_PAGE", "DROP_ARCHIVED", "FIRST_LIVE", "LINK_UNCHAINED",
+           "OPEN_RUNS_OF", "PENDING_OF", "RUN_EVENTS", "RUN_PRINCIPAL", "RUN_RECENT",
+           "SEGMENTS", "SEGMENT_INSERT", "UNCHAINED", "page", "pg"]
 
 #: The order of each sort; ``id`` breaks ties, so pages never overlap or skip.
 _ORDER = {RequestSort.NEWEST: "created_at DESC, id", RequestSort.EXPIRY: "expires_at, id"}
@@ -44,3 +46,25 @@ def pg(sql: str) -> str:
     """The same statement with PostgreSQL's placeholders (no statement here holds a '?'
     of its own)."""
     return sql.replace("?", "%s")
+
+
+# -- the journal's hash chain (bench_gate.store._chain)
+_EVENT = "SELECT seq, run_id, request_id, type, at, data, prev, hash FROM journal"
+#: The last seq and hash of the chain: what the next append continues.
+CHAIN_HEAD = "SELECT seq, hash FROM journal_head WHERE id = 1"
+#: The whole chain in seq order, a page at a time (``journal verify``).
+CHAIN_PAGE = f"{_EVENT} WHERE seq > ? ORDER BY seq LIMIT ?"
+#: One run's events, oldest first, a page at a time; and its last events.
+RUN_EVENTS = f"{_EVENT} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+RUN_RECENT = f"{_EVENT} WHERE run_id = ? ORDER BY seq DESC LIMIT ?"
+#: Events journaled before the store had a chain (the migration chains them in seq order).
+UNCHAINED = ("SELECT seq, run_id, request_id, type, at, data FROM journal "
+             "WHERE hash IS NULL ORDER BY seq LIMIT ?")
+LINK_UNCHAINED = "UPDATE journal SET prev = ?, hash = ? WHERE seq = ?"
+#: The oldest event still in the store, which an archive must start at.
+FIRST_LIVE = "SELECT seq, prev FROM journal ORDER BY seq LIMIT 1"
+SEGMENTS = ("SELECT first_seq, last_seq, events, prev, last_hash, path, archived_at "
+            "FROM journal_segments ORDER BY first_seq")
+SEGMENT_INSERT = ("INSERT INTO journal_segments (first_seq, last_seq, events, prev, last_hash, "
+                  "path, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
+DROP_ARCHIVED = "DELETE FROM journal WHERE seq >= ? AND seq <= ?"

@@ -16,11 +16,18 @@ from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
+from ._chain import Chain, Segment, backfill, row_event, row_segment, with_meanings
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
-#: Rows in one INSERT (five parameters each, well under SQLite's 32,766).
+#: Rows in one INSERT (eight parameters each, well under SQLite's 32,766).
 _MAX_ROWS = 2000
+#: Appends on the one-statement path that may find the chain's head moved, one after the
+#: other, before the append gives up.
+_CHAIN_RETRIES = 50
+_JOURNAL_INSERT = ("INSERT INTO journal (seq, run_id, request_id, type, at, data, prev, hash) "
+                   "VALUES ")
+_JOURNAL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
 
 #: Each entry moves the schema one version up. Never edit a released entry: append.
 MIGRATIONS: tuple[str, ...] = (
@@ -83,7 +90,45 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE requests SET requester = (SELECT principal FROM runs WHERE runs.id = requests.run_id);
     CREATE INDEX requests_requester ON requests (requester, status, expires_at);
     """,
+    # 4: the journal's hash chain (bench_gate.store._chain): each event's prev-hash and
+    # hash; the head the next append continues (moved by the database with every row, so a
+    # deleted newest event is seen, and the chain goes on after it, not after the row left);
+    # the archived segments. The store then chains the events it holds, in seq order.
+    """
+    ALTER TABLE journal ADD COLUMN prev TEXT;
+    ALTER TABLE journal ADD COLUMN hash TEXT;
+    CREATE TABLE journal_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    CREATE TABLE journal_segments (
+        first_seq INTEGER PRIMARY KEY,
+        last_seq INTEGER NOT NULL,
+        events INTEGER NOT NULL,
+        prev TEXT NOT NULL,
+        last_hash TEXT NOT NULL,
+        path TEXT NOT NULL,
+        archived_at TEXT NOT NULL
+    );
+    CREATE TRIGGER journal_head_moves AFTER INSERT ON journal
+    BEGIN
+      UPDATE journal_head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
+    END;
+    """,
 )
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration script (a trigger, with the semicolons of its body,
+    is one statement)."""
+    buffer = ""
+    for piece in script.split(";"):
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip().strip(";").strip():
+                yield buffer
+            buffer = ""
 
 
 class SqliteStore:
@@ -111,11 +156,16 @@ class SqliteStore:
         # thread never makes the loop wait to read a run (WAL lets the two overlap).
         self._fast_lock = self._lock if self._fast is self._db else threading.Lock()
         self.pending_check: PendingCheck | None = None
+        #: The journal chain's head, as this store last saw it; and the head a write
+        #: transaction moves it to when it commits.
+        self._chain = Chain()
+        self._moving: tuple[int, str] | None = None
         self.migrate()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            self._moving = None
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -126,6 +176,10 @@ class SqliteStore:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
+            finally:
+                moved, self._moving = self._moving, None
+            if moved is not None:  # committed: the head is there now
+                self._chain.moved(*moved)
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -156,10 +210,11 @@ class SqliteStore:
             if version > len(MIGRATIONS):
                 raise StoreError(f"the store's schema v{version} is newer than this gateway's")
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for statement in script.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in _statements(script):
+                    db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
+            head = backfill(lambda sql, args: db.execute(sql, args).fetchall())
+        self._chain.reset(*head)
 
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
@@ -239,7 +294,7 @@ class SqliteStore:
             if cur.rowcount != 1:
                 req.version = expected_version
                 return False
-            self._append(db, events)
+            self._append(db, with_meanings(req, events))
         return True
 
     def get_request(self, request_id: str) -> TakeoverRequest | None:
@@ -287,12 +342,14 @@ class SqliteStore:
 
     # -- journal
     def _append(self, db: sqlite3.Connection, events: list[Event]) -> None:
-        for ev in events:
-            cur = db.execute(
-                "INSERT INTO journal (run_id, request_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
-                (ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
-                 json.dumps(ev.data, default=str)))
-            ev.seq = int(cur.lastrowid or 0)
+        """Chain and insert ``events`` inside ``db``'s write transaction, which holds the
+        head where it is until the commit."""
+        if not events:
+            return
+        head = db.execute(q.CHAIN_HEAD).fetchone()
+        db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW,
+                       Chain.extend(events, int(head[0]), str(head[1])))
+        self._moving = (events[-1].seq, events[-1].hash)
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         """Journal events. ``durable=False`` (reads, which change nothing) skips the fsync:
@@ -302,39 +359,66 @@ class SqliteStore:
             with self._tx() as db:
                 self._append(db, events)
             return events
-        # One statement is one atomic transaction: no BEGIN/COMMIT round trips.
-        rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(events))
-        args = [a for ev in events for a in (
-            ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
-            json.dumps(ev.data, default=str))]
-        with self._fast_lock:
-            try:
-                last = self._fast.execute(
-                    "INSERT INTO journal (run_id, request_id, type, at, data) VALUES "
-                    f"{rows}", args).lastrowid
-            except sqlite3.Error as exc:
-                raise StoreError(f"store error: {exc}") from exc
-        # One INSERT holds the write lock throughout: its rows take consecutive seqs in
-        # VALUES order, the last being lastrowid.
-        first = int(last or 0) - len(events) + 1
-        for i, ev in enumerate(events):
-            ev.seq = first + i
-        return events
+        # One statement is one atomic transaction: no BEGIN/COMMIT round trips. It continues
+        # the head this store last saw (moved only by commits); if another connection moved
+        # it since, the first seq is taken, the statement fails whole, and it is chained
+        # again after the head read back.
+        sql = _JOURNAL_INSERT + ", ".join([_JOURNAL_ROW] * len(events))
+        for _ in range(_CHAIN_RETRIES):
+            seq, prev = self._chain.known()
+            args = [a for row in Chain.extend(events, seq, prev) for a in row]
+            with self._fast_lock:
+                try:
+                    self._fast.execute(sql, args)
+                except sqlite3.IntegrityError as exc:
+                    if "journal.seq" not in str(exc):
+                        raise StoreError(f"store error: {exc}") from exc
+                    try:
+                        head = self._fast.execute(q.CHAIN_HEAD).fetchone()
+                    except sqlite3.Error as again:
+                        raise StoreError(f"store error: {again}") from again
+                    self._chain.reset(int(head[0]), str(head[1]))
+                    continue
+                except sqlite3.Error as exc:
+                    raise StoreError(f"store error: {exc}") from exc
+            self._chain.moved(events[-1].seq, events[-1].hash)
+            return events
+        raise StoreError(f"the journal's head moved under {_CHAIN_RETRIES} appends in a row; "
+                         "nothing of this one was journaled")
 
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
-        rows = self._read(
-            "SELECT seq, run_id, request_id, type, at, data FROM journal "
-            "WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?", (run_id, after, limit))
-        return [Event(seq=r[0], run_id=r[1], request_id=r[2], type=r[3], at=r[4],
-                      data=json.loads(r[5])) for r in rows]
+        rows = self._read(q.RUN_EVENTS, (run_id, after, limit))
+        return [row_event(r) for r in rows]
 
     def recent(self, run_id: str, limit: int = 40) -> list[Event]:
         """The run's last ``limit`` events, oldest first."""
-        rows = self._read(
-            "SELECT seq, run_id, request_id, type, at, data FROM journal "
-            "WHERE run_id = ? ORDER BY seq DESC LIMIT ?", (run_id, limit))
-        return [Event(seq=r[0], run_id=r[1], request_id=r[2], type=r[3], at=r[4],
-                      data=json.loads(r[5])) for r in reversed(rows)]
+        rows = self._read(q.RUN_RECENT, (run_id, limit))
+        return [row_event(r) for r in reversed(rows)]
+
+    # -- the chain (bench_gate.store._chain)
+    def journal_head(self) -> tuple[int, str]:
+        row = self._read(q.CHAIN_HEAD)[0]
+        return int(row[0]), str(row[1])
+
+    def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
+        return self._read(q.CHAIN_PAGE, (after, limit))
+
+    def segments(self) -> list[Segment]:
+        return [row_segment(r) for r in self._read(q.SEGMENTS)]
+
+    def record_archive(self, segment: Segment) -> bool:
+        with self._tx() as db:
+            first = db.execute(q.FIRST_LIVE).fetchone()
+            if first is None or (int(first[0]), first[1]) != (segment.first_seq, segment.prev):
+                return False  # archived by someone else meanwhile
+            gone = db.execute(q.DROP_ARCHIVED, (segment.first_seq, segment.last_seq)).rowcount
+            if gone != segment.events:
+                raise StoreError(f"archiving seqs {segment.first_seq} to {segment.last_seq}: "
+                                 f"{gone} events in the store, {segment.events} in the "
+                                 "segment; nothing was archived")
+            db.execute(q.SEGMENT_INSERT, (*segment.row()[:-1],
+                                          segment.archived_at.isoformat()))
+        return True
 
     # -- approved setpoints
     def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
@@ -380,3 +464,4 @@ class SqliteStore:
             if self._fast is not self._db:
                 self._fast.close()
             self._db.close()
+

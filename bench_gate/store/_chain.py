@@ -1,0 +1,441 @@
+"""The journal's hash chain: every event carries the hash of the event before it.
+
+One chain per store. The store computes it where events are appended (both dialects call
+:func:`link` through :class:`Chain`), so every path that journals anything, reads' group
+commits included, extends the same chain.
+
+The hash of an event (encoding version 1), exactly::
+
+    hash = lowercase hex of sha256( C ), C the ASCII bytes of the JSON text
+    {"at":AT,"data":DATA,"prev":PREV,"request":REQUEST,"run":RUN,"seq":SEQ,"type":TYPE}
+
+- keys in that (sorted) order, no whitespace anywhere, every non-ASCII character written as
+  a ``\\uXXXX`` escape: Python's ``json.dumps(obj, sort_keys=True, separators=(",", ":"))``;
+- SEQ: the event's position in the chain (an integer); RUN: the run id; REQUEST: the
+  request id or ``null``; TYPE: the event type, such as ``"read_executed"``;
+- AT: the event's time in UTC, ``"YYYY-MM-DDTHH:MM:SS.ffffffZ"`` (always six digits);
+- DATA: the event's data object, in the same canonical form, nested objects included
+  (object keys are strings; numbers are written as Python's ``json`` writes them: integers
+  as digits, floats by ``repr``, so ``5.0`` stays ``5.0``);
+- PREV: the hash of the event before it, or 64 zeros (:data:`GENESIS`) before the first.
+
+A deleted event breaks the next event's PREV; an edited one no longer matches its own hash.
+Whoever can rewrite the whole store can also recompute the whole chain: the head hash that
+``journal verify`` prints is what to keep elsewhere (a lab notebook, a ticket) to make that
+visible too.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring_ascii as _quote
+from pathlib import Path
+from typing import Any
+
+from ..models import ApprovalKind, Event, EventType, TakeoverRequest
+from . import _queries as q
+
+__all__ = [
+    "ENCODING",
+    "GENESIS",
+    "Chain",
+    "ChainReport",
+    "Link",
+    "Problem",
+    "Segment",
+    "Walker",
+    "canonical_at",
+    "canonical_data",
+    "event_line",
+    "link",
+    "with_meanings",
+]
+
+#: The prev-hash of the first event of a store.
+GENESIS = "0" * 64
+#: What export and segment files say about how their hashes are computed.
+ENCODING = "bench-gate journal chain v1: sha256 over canonical JSON (docs/interlocks.md)"
+
+_SEP = (",", ":")
+_ZERO = timedelta(0)
+#: The canonical encoder (built once: ``json.dumps`` with options builds one per call).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=_SEP, default=str)
+_PLAIN = json.JSONEncoder(default=str)
+
+
+def canonical_at(at: datetime) -> str:
+    """The time as the chain hashes it: UTC, microseconds, ``Z`` (a naive time is UTC)."""
+    offset = at.utcoffset()
+    if offset is not None and offset != _ZERO:
+        at = at.astimezone(UTC)
+    text = at.isoformat(timespec="microseconds")
+    return (text[:-6] if offset is not None else text) + "Z"
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _string_keys(value: Any) -> bool:
+    """Every object key in ``value`` is a string: its JSON text then sorts as it will once
+    read back (an integer key would sort as a number now, as a string then)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not (isinstance(item, _SCALARS)
+                                                or _string_keys(item)):
+                return False
+        return True
+    if isinstance(value, list | tuple):
+        return all(isinstance(item, _SCALARS) or _string_keys(item) for item in value)
+    return True
+
+
+def canonical_data(data: Mapping[str, Any]) -> str:
+    """The data as it is stored and hashed: JSON with sorted keys and no whitespace, every
+    non-ASCII character escaped. Values JSON cannot hold are stored as their ``str`` (as the
+    journal always did). Reading the text back and writing it again gives the same text."""
+    if _string_keys(data):
+        return _CANONICAL.encode(data)
+    return _CANONICAL.encode(json.loads(_PLAIN.encode(data)))
+
+
+def link(seq: int, run: str, request: str | None, type_: str, at: str, data: str,
+         prev: str) -> str:
+    """The hash of one event: ``at`` from :func:`canonical_at`, ``data`` from
+    :func:`canonical_data` (the module docstring gives the encoding)."""
+    text = (f'{{"at":{_quote(at)},"data":{data},"prev":{_quote(prev)},"request":'
+            f'{"null" if request is None else _quote(request)},"run":{_quote(run)},'
+            f'"seq":{int(seq)},"type":{_quote(type_)}}}')
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One event as the chain sees it: what is hashed, its prev-hash and its hash."""
+
+    seq: int
+    run: str
+    request: str | None
+    type: str
+    at: str  # canonical_at
+    data: str  # canonical_data
+    prev: str
+    hash: str
+
+    def expected(self) -> str:
+        return link(self.seq, self.run, self.request, self.type, self.at, self.data,
+                    self.prev)
+
+    @classmethod
+    def of(cls, ev: Event) -> Link:
+        return cls(ev.seq, ev.run_id, ev.request_id, str(ev.type.value), canonical_at(ev.at),
+                   canonical_data(ev.data), ev.prev, ev.hash)
+
+    @classmethod
+    def from_line(cls, line: Mapping[str, Any]) -> Link:
+        """A line of an export or segment file (see :func:`event_line`)."""
+        try:
+            at = str(line["at"])
+            return cls(int(line["seq"]), str(line["run"]),
+                       None if line["request"] is None else str(line["request"]),
+                       str(line["type"]), at, canonical_data(line["data"]),
+                       str(line["prev"]), str(line["hash"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a journal line: {exc!r} in {dict(line)!r:.200}") from exc
+
+
+def event_line(ev: Event) -> dict[str, Any]:
+    """One event as a line of an export or a segment: every hashed field, and its hash."""
+    return {"seq": ev.seq, "run": ev.run_id, "request": ev.request_id,
+            "type": ev.type.value, "at": canonical_at(ev.at), "data": ev.data,
+            "prev": ev.prev, "hash": ev.hash}
+
+
+class Chain:
+    """The head (last seq and hash) a store appends after, and the hashing of an append.
+
+    The store keeps the head in ``journal_head``; this is a hint of it for appends that
+    cannot read it first (SQLite's one-statement path, where the database refuses a row
+    that does not continue the head, and the store reads the head again and retries)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seq = 0
+        self.hash = GENESIS
+
+    def known(self) -> tuple[int, str]:
+        with self._lock:
+            return self.seq, self.hash
+
+    def moved(self, seq: int, hash_: str) -> None:
+        """The head is now at ``seq`` (kept only if it is newer than what is known)."""
+        with self._lock:
+            if seq >= self.seq:
+                self.seq, self.hash = seq, hash_
+
+    def reset(self, seq: int, hash_: str) -> None:
+        with self._lock:
+            self.seq, self.hash = seq, hash_
+
+    @staticmethod
+    def extend(events: list[Event], seq: int, prev: str) -> list[tuple[Any, ...]]:
+        """Number and hash ``events`` after (``seq``, ``prev``); each event gets its seq,
+        prev and hash. Returns the rows to insert: (seq, run, request, type, at, data, prev,
+        hash), the time as :func:`canonical_at` text, the data as :func:`canonical_data`."""
+        rows = []
+        for ev in events:
+            seq += 1
+            data = canonical_data(ev.data)
+            at = canonical_at(ev.at)
+            type_ = ev.type.value
+            hash_ = link(seq, ev.run_id, ev.request_id, type_, at, data, prev)
+            ev.seq, ev.prev, ev.hash = seq, prev, hash_
+            rows.append((seq, ev.run_id, ev.request_id, type_, at, data, prev, hash_))
+            prev = hash_
+        return rows
+
+
+# ----------------------------------------------------------------------- rows of a store
+#: Runs one statement (``?`` placeholders) in the caller's transaction; the rows, if any.
+Execute = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+
+
+def _when(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def row_event(row: tuple[Any, ...]) -> Event:
+    """A row of ``q.CHAIN_PAGE``/``q.RUN_EVENTS`` as an Event."""
+    return Event(seq=row[0], run_id=row[1], request_id=row[2], type=row[3], at=_when(row[4]),
+                 data=json.loads(row[5]), prev=row[6] or "", hash=row[7] or "")
+
+
+def row_link(row: tuple[Any, ...]) -> Link:
+    """A row of ``q.CHAIN_PAGE`` as the chain sees it (without building an Event)."""
+    return Link(int(row[0]), str(row[1]), None if row[2] is None else str(row[2]),
+                str(row[3]), canonical_at(_when(row[4])), canonical_data(json.loads(row[5])),
+                str(row[6] or ""), str(row[7] or ""))
+
+
+def row_segment(row: tuple[Any, ...]) -> Segment:
+    return Segment(int(row[0]), int(row[1]), int(row[2]), str(row[3]), str(row[4]),
+                   str(row[5]), _when(row[6]))
+
+
+def backfill(execute: Execute) -> tuple[int, str]:
+    """The head of the chain; on a store that has none yet (just migrated), first chain
+    every event it holds, in seq order from :data:`GENESIS`, and record the head. Runs
+    inside the migrating transaction; a second call changes nothing."""
+    head = execute(q.CHAIN_HEAD, ())
+    if head:
+        return int(head[0][0]), str(head[0][1])
+    seq, prev = 0, GENESIS
+    while rows := execute(q.UNCHAINED, (1000,)):
+        for row in rows:
+            hash_ = link(int(row[0]), str(row[1]), row[2], str(row[3]),
+                         canonical_at(_when(row[4])), canonical_data(json.loads(row[5])), prev)
+            execute(q.LINK_UNCHAINED, (prev, hash_, row[0]))
+            seq, prev = int(row[0]), hash_
+    execute("INSERT INTO journal_head (id, seq, hash) VALUES (1, ?, ?)", (seq, prev))
+    return seq, prev
+
+
+# ----------------------------------------------------------------------- verification
+class Problem(enum.StrEnum):
+    """Why a chain is not intact, at its first bad seq."""
+
+    EDITED = "edited"  # the event's fields no longer give its hash
+    MISSING = "missing"  # events are gone: the next one's prev-hash names another
+    RELINKED = "relinked"  # no gap, but the prev-hash is not the previous event's hash
+    OUT_OF_ORDER = "out-of-order"  # a seq not above the one before
+    HEAD = "head"  # the last event is not the head the store recorded
+    SEGMENT = "segment"  # an archived segment is missing, unreadable or not the one recorded
+
+
+@dataclass(slots=True)
+class ChainReport:
+    """The outcome of walking a chain (a store with its archive, or a file)."""
+
+    intact: bool = True
+    events: int = 0
+    head_seq: int = 0
+    head: str = GENESIS
+    first_bad_seq: int | None = None
+    problem: Problem | None = None
+    detail: str = ""
+    archived: int = 0
+    segments: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.intact:
+            text = f"intact, {self.events} events, head {self.head}"
+            if self.segments:
+                text += (f" ({self.archived} of them archived in {self.segments} "
+                         f"segment{'s' if self.segments != 1 else ''})")
+            return text
+        return f"broken at seq {self.first_bad_seq}: {self.detail}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"intact": self.intact, "events": self.events, "headSeq": self.head_seq,
+                "head": self.head, "firstBadSeq": self.first_bad_seq,
+                "problem": self.problem.value if self.problem else None,
+                "detail": self.detail or None, "archived": self.archived,
+                "segments": self.segments, "summary": self.summary()}
+
+
+class Walker:
+    """Walks one chain in seq order and stops at the first bad event."""
+
+    def __init__(self, seq: int = 0, prev: str = GENESIS) -> None:
+        self.seq = seq  # the last good event's (0 before the first)
+        self.prev = prev  # its hash
+        self.report = ChainReport()
+
+    def fail(self, seq: int, problem: Problem, detail: str) -> bool:
+        if self.report.intact:
+            self.report.intact = False
+            self.report.first_bad_seq = seq
+            self.report.problem = problem
+            self.report.detail = detail
+        return False
+
+    def feed(self, ev: Link) -> bool:
+        """Check one event against the one before it; False once the chain is broken."""
+        if not self.report.intact:
+            return False
+        if ev.seq <= self.seq:
+            return self.fail(ev.seq, Problem.OUT_OF_ORDER,
+                             f"seq {ev.seq} comes after seq {self.seq}")
+        if ev.prev != self.prev:
+            if ev.seq > self.seq + 1:
+                gone = (f"seq {self.seq + 1}" if ev.seq == self.seq + 2
+                        else f"seqs {self.seq + 1} to {ev.seq - 1}")
+                return self.fail(self.seq + 1, Problem.MISSING,
+                                 f"{gone} missing: seq {ev.seq}'s prev-hash {ev.prev[:16]}… "
+                                 f"is not the hash of seq {self.seq} ({self.prev[:16]}…)")
+            return self.fail(ev.seq, Problem.RELINKED,
+                             f"seq {ev.seq}'s prev-hash {ev.prev[:16]}… is not the hash of "
+                             f"seq {self.seq} ({self.prev[:16]}…): one of the two was "
+                             "rewritten")
+        if ev.expected() != ev.hash:
+            return self.fail(ev.seq, Problem.EDITED,
+                             f"seq {ev.seq} ({ev.type}, run {ev.run}) was edited: its "
+                             f"fields no longer give its hash {ev.hash[:16]}…")
+        self.seq, self.prev = ev.seq, ev.hash
+        self.report.events += 1
+        self.report.head_seq, self.report.head = ev.seq, ev.hash
+        return True
+
+    def end(self, head_seq: int, head: str) -> ChainReport:
+        """The walk reached the store's recorded head (``head_seq``, ``head``)."""
+        if self.report.intact and (self.seq, self.prev) != (head_seq, head):
+            if self.seq < head_seq:
+                gone = (f"seq {head_seq}" if head_seq == self.seq + 1
+                        else f"seqs {self.seq + 1} to {head_seq}")
+                self.fail(self.seq + 1, Problem.MISSING,
+                          f"{gone} missing: the store's head is seq {head_seq} "
+                          f"({head[:16]}…), the last event found is seq {self.seq}")
+            else:
+                self.fail(self.seq, Problem.HEAD,
+                          f"the last event, seq {self.seq} ({self.prev[:16]}…), is not the "
+                          f"store's recorded head, seq {head_seq} ({head[:16]}…)")
+        if self.report.intact:
+            self.report.head_seq, self.report.head = head_seq, head
+        return self.report
+
+
+# ----------------------------------------------------------------------- archive segments
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """An archived range of the chain: events ``first_seq``..``last_seq`` in one file."""
+
+    first_seq: int
+    last_seq: int
+    events: int
+    prev: str  # the prev-hash of its first event
+    last_hash: str  # the hash of its last event
+    path: str
+    archived_at: datetime
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.first_seq, self.last_seq, self.events, self.prev, self.last_hash,
+                self.path, self.archived_at)
+
+
+def read_lines(path: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    """(the header, the event lines) of an export or segment file."""
+    handle = path.open(encoding="utf-8")
+    first = handle.readline()
+    try:
+        header = json.loads(first)
+    except ValueError as exc:
+        handle.close()
+        raise ValueError(f"{path}: the first line is not a bench-gate journal header") \
+            from exc
+    if not isinstance(header, dict) or "bench_gate_journal" not in header:
+        handle.close()
+        raise ValueError(f"{path}: the first line is not a bench-gate journal header")
+
+    def lines() -> Iterator[dict[str, Any]]:
+        with handle:
+            for number, text in enumerate(handle, start=2):
+                if not text.strip():
+                    continue
+                try:
+                    item = json.loads(text)
+                except ValueError as exc:
+                    raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
+                if not isinstance(item, dict):
+                    raise ValueError(f"{path}:{number}: not a journal line")
+                yield item
+    return header, lines()
+
+
+def write_lines(path: Path, header: Mapping[str, Any], events: Iterable[Event]) -> int:
+    """Write a header and the events as JSON Lines, durably (a temporary file, fsync, then
+    renamed into place). Returns how many events were written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with tmp.open("w", encoding="utf-8") as out:
+        out.write(json.dumps(dict(header), separators=_SEP) + "\n")
+        for ev in events:
+            out.write(json.dumps(event_line(ev), separators=_SEP, default=str) + "\n")
+            count += 1
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(path)
+    try:  # the rename itself reaches the disk (POSIX; best effort elsewhere)
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return count
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return count
+
+
+# ----------------------------------------------------------------------- approval meaning
+def with_meanings(req: TakeoverRequest, events: list[Event]) -> list[Event]:
+    """Give each ``approval_granted`` event of ``req`` that names one ``kind`` and has no
+    ``meaning`` yet the words its approver was shown (:func:`bench_gate.journal.
+    approval_meaning`), before it is hashed into the chain."""
+    from ..journal import approval_meaning
+
+    for ev in events:
+        if ev.type is EventType.APPROVAL_GRANTED and "meaning" not in ev.data \
+                and ev.request_id == req.id and "kind" in ev.data:
+            try:
+                kind = ApprovalKind(ev.data["kind"])
+            except ValueError:
+                continue
+            ev.data["meaning"] = approval_meaning(kind, req.actions, message=req.message)
+    return events
