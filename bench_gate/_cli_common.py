@@ -1,0 +1,49 @@
+"""What every ``bench-gate`` command shares: the one-line error, printing, tables, times,
+and the client of a running server."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import UTC, datetime
+
+from .client import Client
+from .doorway import CHANGED_EXIT, ERROR_EXIT
+
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "ago", "client_for", "echo", "table"]
+
+ERROR = ERROR_EXIT
+#: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
+CHANGED = CHANGED_EXIT
+#: ``journal verify``: the chain is not intact (the first bad seq is printed).
+BROKEN = 10
+
+
+class CliError(Exception):
+    """A failure to report in one line, without a traceback."""
+
+
+def echo(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    token = args.token or os.environ.get("BENCH_GATE_TOKEN")
+    if not token:
+        raise CliError("no token: pass --token or set BENCH_GATE_TOKEN")
+    return Client(args.url, token)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> None:
+    if not rows:
+        echo("(none)")
+        return
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    for row in [headers, *rows]:
+        echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
+
+
+def ago(iso: str) -> str:
+    seconds = int((datetime.fromisoformat(iso) - datetime.now(UTC)).total_seconds())
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    return f"{sign}{seconds // 60}m{seconds % 60:02d}s"

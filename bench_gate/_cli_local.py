@@ -1,0 +1,259 @@
+"""``bench-gate`` commands that work on this machine: serve the bench (and MCP on stdio),
+manage tokens and keep the journal (verify, export, archive), on the store itself."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ._cli_common import BROKEN, CliError, client_for, echo, table
+from .client import ApiError
+
+__all__ = ["journal_archive", "journal_export", "journal_verify", "mcp", "serve",
+           "token_create", "token_list", "token_revoke"]
+
+
+# ------------------------------------------------------------------------- local: serve
+def serve(args: argparse.Namespace) -> int:
+    from sim_instruments import SimBenchThread
+
+    from . import server
+    from .auth import Tokens
+    from .config import default_config, load_config
+    from .store import open_store
+
+    config = load_config(args.config) if args.config else None
+    bench = None
+    if config is None or args.sim:
+        try:
+            bench = SimBenchThread(psu_port=args.sim_psu_port, dmm_port=args.sim_dmm_port)
+        except OSError as exc:
+            raise CliError(f"cannot start the simulated bench on ports {args.sim_psu_port} "
+                           f"and {args.sim_dmm_port}: {exc.strerror or exc} (choose others "
+                           "with --sim-psu-port/--sim-dmm-port)") from exc
+        if config is None:
+            config = default_config(bench.psu_port, bench.dmm_port)
+    if args.bench:
+        config.bench = args.bench
+    for spec in args.door or []:
+        name, _, port = spec.partition("=")
+        ic = config.instrument(name)
+        if ic is None or not port.isdigit() or int(port) > 65535:
+            raise CliError(f"--door {spec!r}: write NAME=PORT with an instrument of this bench "
+                           f"({', '.join(i.name for i in config.instruments)}) and a port "
+                           "(0 picks a free one)")
+        ic.socket_port = int(port)
+    db, shown = _db(args.db)
+    store = open_store(db)
+    tokens = Tokens(store)
+    first = None if tokens.any() else tokens.create("admin", "admin")[1]
+
+    def ready(r: server.Running) -> None:
+        echo(f"bench-gate: serving bench {config.bench!r}")
+        echo(f"  HTTP API      {r.url}   (OpenAPI {r.url}/openapi.json, docs {r.url}/docs)")
+        echo(f"  store         {shown}")
+        if bench is not None:
+            echo(f"  simulated     PSU {bench.psu_resource_name}, DMM {bench.dmm_resource_name}")
+        echo("  instruments")
+        for ic in config.instruments:
+            door = r.doors.get(ic.name)
+            where = f"socket door {door[0]}:{door[1]}" if door else "no socket door"
+            echo(f"    {ic.name:<8} {ic.profile:<8} {ic.resource}   {where}")
+        if r.doors_note:
+            echo(f"  note          {r.doors_note}")
+        if first:
+            echo("  admin token   (shown once; keep it)")
+            echo(f"    export BENCH_GATE_TOKEN={first}")
+        else:
+            echo("  tokens        already issued; list them with "
+                 f"`bench-gate token list --db {shown}`")
+        echo("  more tokens   bench-gate token create --name alice --role operator "
+             f"--db {shown}")
+        echo("  Ctrl-C stops.")
+
+    try:
+        server.run_loop(server.run(config, store, host=args.host, port=args.port,
+                                   on_ready=ready,
+                                   log_level="info" if args.verbose else "warning"))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise CliError(f"cannot serve: {exc.strerror or exc} (move the HTTP port with --port, "
+                       "a socket door with --door NAME=PORT)") from exc
+    finally:
+        if bench is not None:
+            bench.close()
+        store.close()
+    return 0
+
+
+# ------------------------------------------------------------------------- local: token
+def _tokens(args: argparse.Namespace) -> Any:
+    from .auth import Tokens
+    from .store import open_store
+
+    db, _ = _db(args.db)
+    if isinstance(db, Path) and not db.exists():
+        raise CliError(f"no store at {db}: run `bench-gate serve` once, or pass --db")
+    return Tokens(open_store(db))
+
+
+def _db(arg: str | None) -> tuple[str | Path, str]:
+    """What to open (a SQLite path, or a PostgreSQL URL kept as it is) and how to show it:
+    never with its password."""
+    from . import server
+
+    if arg and arg.startswith(("postgresql://", "postgres://")):
+        from .store._postgres import describe
+
+        return arg, describe(arg)
+    if arg and arg.startswith("sqlite:///"):
+        arg = arg[len("sqlite:///"):]
+    db = Path(arg) if arg else server.default_db()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return db, str(db)
+
+
+def token_create(args: argparse.Namespace) -> int:
+    record, secret = _tokens(args).create(args.name, args.role)
+    echo(f"created {record['id']} for {record['name']} ({record['role']}); shown once:")
+    echo(secret)
+    return 0
+
+
+def token_list(args: argparse.Namespace) -> int:
+    rows = [[r["id"], r["name"], r["role"], r["created_at"][:19],
+             "revoked " + r["revoked_at"][:19] if r.get("revoked_at") else "active"]
+            for r in _tokens(args).all()]
+    table(["ID", "NAME", "ROLE", "CREATED", "STATE"], rows)
+    return 0
+
+
+def token_revoke(args: argparse.Namespace) -> int:
+    count = _tokens(args).revoke(args.id_or_name)
+    echo(f"revoked {count} token{'s' if count != 1 else ''}")
+    return 0
+
+
+# ------------------------------------------------------------------------- agents
+def mcp(args: argparse.Namespace) -> int:
+    """The MCP server on stdio, acting for the token's requester against --url."""
+    import anyio
+
+    from .mcp import AgentSession, HttpBench, build_server
+
+    client = client_for(args)
+    try:
+        client.request("GET", "/v1/instruments")  # fail here, not in the agent's first call
+    except ApiError:
+        client.close()
+        raise
+    session = AgentSession(HttpBench(client))
+
+    async def session_for(ctx: Any) -> AgentSession:
+        return session
+
+    async def serve() -> None:
+        try:
+            await build_server(session_for).run_stdio_async()
+        finally:
+            await session.close()
+
+    try:
+        anyio.run(serve)
+    finally:
+        client.close()
+    return 0
+
+
+# ------------------------------------------------------------------------- local: journal
+def _open_db(arg: str | None) -> Any:
+    from .store import open_store
+
+    db, shown = _db(arg)
+    if isinstance(db, Path) and not db.exists():
+        raise CliError(f"no store at {shown}: pass --db")
+    return open_store(db)
+
+
+def journal_verify(args: argparse.Namespace) -> int:
+    from .store import verify_file, verify_store
+
+    folder = Path(args.archive_dir) if args.archive_dir else None
+    if args.file is None or args.db is not None:
+        store = _open_db(args.db)
+    else:
+        store = None  # the file alone, as on another machine
+    try:
+        if args.file is not None:
+            report = verify_file(Path(args.file), store, folder)
+        else:
+            report = verify_store(store, folder)
+    finally:
+        if store is not None:
+            store.close()
+    if args.json:
+        echo(json.dumps({**report.as_json(), "notes": report.notes}, indent=2))
+    else:
+        echo(report.summary())
+        for note in report.notes:
+            echo(f"  {note}")
+    return 0 if report.intact else BROKEN
+
+
+def journal_export(args: argparse.Namespace) -> int:
+    from .store import export_run
+
+    out = Path(args.output or f"journal-{args.run}.jsonl")
+    store = _open_db(args.db)
+    try:
+        count = export_run(store, args.run, out,
+                           Path(args.archive_dir) if args.archive_dir else None)
+    finally:
+        store.close()
+    echo(f"wrote {count} events of run {args.run} with their hashes to {out}; check it "
+         f"anywhere with `bench-gate journal verify --file {out}`")
+    return 0
+
+
+def _when(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CliError(f"--before {text!r}: write a date or a time, 2024-05-01 or "
+                       "2024-05-01T12:00:00+00:00") from exc
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def journal_archive(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from .config import load_config
+    from .store import archive, default_archive_dir
+
+    policy = load_config(args.config).journal if args.config else None
+    keep_days = args.keep_days or (policy.keep_days if policy else None)
+    if args.before:
+        before = _when(args.before)
+    elif keep_days:
+        before = datetime.now(UTC) - timedelta(days=keep_days)
+    else:
+        raise CliError("say which events to archive: --before DATE, --keep-days N, or a "
+                       "--config whose [journal] sets keep_days")
+    store = _open_db(args.db)
+    try:
+        folder = default_archive_dir(store, args.archive_dir
+                                     or (policy.archive_dir if policy else None))
+        done = archive(store, before, folder)
+    finally:
+        store.close()
+    if not done:
+        echo(f"nothing to archive: no event older than {before.isoformat()} is left in the "
+             "store")
+    for segment in done:
+        echo(f"archived seqs {segment.first_seq} to {segment.last_seq} ({segment.events} "
+             f"events) to {segment.path}")
+    return 0
