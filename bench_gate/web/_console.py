@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -28,7 +28,7 @@ from . import _views as views
 from ._session import COOKIE, Session, Sessions
 
 __all__ = ["QUEUE_PAGE", "Console", "SignInRequired", "checked_form", "console_of", "first",
-           "form_of", "same_origin", "shown_error"]
+           "form_of", "require_decider", "same_origin", "shown_error"]
 
 HERE = Path(__file__).parent
 #: Pending requests on one page of the queue.
@@ -108,13 +108,6 @@ def shown_error(fn: Callable[..., T], *args: Any) -> T:
     """Call the gateway; its error becomes the HTTP error every door gives it."""
     try:
         return fn(*args)
-    except GatewayError as exc:
-        raise HTTPException(problem_of(exc).http, exc.message) from exc
-
-
-async def shown_error_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    try:
-        return await fn(*args)
     except GatewayError as exc:
         raise HTTPException(problem_of(exc).http, exc.message) from exc
 
