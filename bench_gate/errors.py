@@ -6,6 +6,7 @@ into these at one boundary each, with ``raise ... from exc``.
     ├── InvalidInput           (a bad argument: unknown kind, bad edit, bad timeout)
     │   └── IdempotencyKeyReused (an Idempotency-Key sent again with another request)
     ├── Refused                (the message is refused outright: bad SCPI, forbidden, envelope)
+    │   └── scpi.ScpiError     (the SCPI itself: -100..-199 syntax, -200..-299 execution)
     ├── PermissionDenied       (self-approval, wrong person, two-person rule)
     ├── QuotaExceeded          (one requester holds as many of something as it may)
     ├── TransitionError        (a status change that is not allowed or lost a race)

@@ -39,7 +39,7 @@ from .plans import Plan, PlanScope, PlanStatus, covers, is_plan_request, scope_w
 from .runs import Runs
 from .scpi import Classification, Effect
 from .snapshots import Snapshots
-from .states import TERMINAL
+from .states import PLANS, TERMINAL, PlanEvent
 from .states import Event as Move
 from .takeover import Requests
 
@@ -90,14 +90,16 @@ class PlanDesk(Part):
     def _refresh(self, plan: Plan) -> None:
         if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None and \
                 plan.expires_at <= self.clock():
-            plan.status = PlanStatus.EXPIRED
+            plan.status = PLANS.move(plan.id, plan.status, PlanEvent.EXPIRE)
             self._save(plan)
 
-    def close(self, plan_id: str, status: PlanStatus) -> None:
+    def close(self, plan_id: str, event: PlanEvent) -> None:
+        """End a pending or active plan by ``event``; an ended one stays as it is."""
         raw = self.store.kv_get("plans", plan_id)
         if raw is not None:
             plan = Plan.model_validate(raw)
-            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
+            status = PLANS.target(plan.status, event)
+            if status is not None:
                 plan.status = status
                 self._save(plan)
 
@@ -177,7 +179,7 @@ class PlanDesk(Part):
             return req
         if not self.requests.move(req, Move.START, EventType.STEP_STARTED, {"plan_id": plan.id}):
             return self.requests.get(req.id)
-        plan.status = PlanStatus.ACTIVE
+        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.ACTIVATE)
         plan.expires_at = self.clock() + timedelta(minutes=plan.scope.timeout_minutes)
         plan.approved_by = sorted({a.by for a in req.valid_approvals()})
         self._save(plan)
@@ -199,9 +201,7 @@ class PlanDesk(Part):
                 self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
                                    {"by": operator.name, "reason": "plan revoked"},
                                    outcome="cancelled: the plan was revoked")
-        elif plan.status is not PlanStatus.ACTIVE:
-            raise TransitionError(plan.id, plan.status.value, "revoke")
-        plan.status = PlanStatus.REVOKED
+        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
         plan.revoked_by = operator.name
         self._save(plan)
         self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
@@ -281,7 +281,7 @@ class PlanDesk(Part):
             return None
         plan.writes_used += writes
         if plan.writes_left == 0:
-            plan.status = PlanStatus.EXHAUSTED
+            plan.status = PLANS.move(plan.id, plan.status, PlanEvent.EXHAUST)
         self._save(plan)
         required = sorted({a.approval for a in actions if a.approval is not None},
                           key=list(ApprovalKind).index) or [ApprovalKind.STATE]
@@ -319,13 +319,14 @@ class PlanDesk(Part):
         failed, stale) never starts its plan."""
         if dst in TERMINAL and dst is not Status.EXECUTED and is_plan_request(req):
             assert req.plan_id is not None
-            self.close(req.plan_id, PlanStatus.DENIED)
+            self.close(req.plan_id, PlanEvent.DENY)
 
     def on_run_closed(self, run_id: str) -> None:
         """A closed run's standing approval ends with it."""
         for plan in self.plans_of(run_id):
-            if plan.status in (PlanStatus.PENDING, PlanStatus.ACTIVE):
-                plan.status = PlanStatus.REVOKED
+            status = PLANS.target(plan.status, PlanEvent.REVOKE)
+            if status is not None:
+                plan.status = status
                 plan.revoked_by = "the run was closed"
                 self._save(plan)
         self._locks.pop(run_id, None)

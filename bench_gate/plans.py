@@ -8,7 +8,6 @@ the journal. Anything outside becomes an ordinary takeover request.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 from datetime import datetime
@@ -18,17 +17,9 @@ from pydantic import BaseModel, Field, model_validator
 
 from .models import TakeoverRequest
 from .scpi import Effect, Unit, format_number
+from .states import PlanStatus
 
 __all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words"]
-
-
-class PlanStatus(enum.StrEnum):
-    PENDING = "pending"  # waiting for its approvals
-    ACTIVE = "active"
-    REVOKED = "revoked"
-    EXPIRED = "expired"
-    EXHAUSTED = "exhausted"  # every write used
-    DENIED = "denied"  # its request was denied, expired, or cancelled
 
 
 class PlanScope(BaseModel):

@@ -18,7 +18,6 @@ which is atomic on the gateway's event loop (one gateway per store; see docs/mcp
 from __future__ import annotations
 
 import asyncio
-import enum
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from .auth import refuse_token
 from .config import PolicyConfig
 from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
 from .models import Event, EventType, Principal, RunStatus
+from .states import QUESTIONS, QuestionEvent, QuestionStatus
 from .store import Store
 
 __all__ = [
@@ -51,15 +51,8 @@ WAIT_SLICE = 1.0
 RESCAN_SECONDS = 30.0
 
 
-class QuestionStatus(enum.StrEnum):
-    OPEN = "open"
-    ANSWERED = "answered"
-    EXPIRED = "expired"
-    CANCELLED = "cancelled"
-
-
-TERMINAL = frozenset({QuestionStatus.ANSWERED, QuestionStatus.EXPIRED,
-                      QuestionStatus.CANCELLED})
+#: An ask that is answered, expired or cancelled is done.
+TERMINAL = QUESTIONS.terminal
 
 
 class Option(BaseModel):
@@ -170,7 +163,7 @@ class QuestionDesk:
 
     def _expire_if_due(self, ask: QuestionSet) -> QuestionSet:
         if ask.status is QuestionStatus.OPEN and ask.expires_at <= self.clock():
-            ask.status = QuestionStatus.EXPIRED
+            ask.status = QUESTIONS.move(ask.id, ask.status, QuestionEvent.EXPIRE)
             ask.decided_at = self.clock()
             ask.outcome = ask.summary()
             self._changed(ask, EventType.QUESTION_EXPIRED,
@@ -262,8 +255,7 @@ class QuestionDesk:
         if who.name == ask.asked_by:
             raise PermissionDenied(f"{who.name} asked this question; another person must "
                                    "answer it")
-        if ask.status is not QuestionStatus.OPEN:
-            raise TransitionError(ask.id, ask.status.value, "answer")
+        answered = QUESTIONS.move(ask.id, ask.status, QuestionEvent.ANSWER)
         try:
             given = [Answer.model_validate(a) for a in answers]
         except ValidationError as exc:
@@ -292,7 +284,7 @@ class QuestionDesk:
                                    f"{[o.label for o in q.options]}"
                                    + (" or write an answer" if q.allow_free_text else ""))
             a.text = text
-        ask.status = QuestionStatus.ANSWERED
+        ask.status = answered
         ask.answers = given
         ask.answered_by = who.name
         ask.decided_at = self.clock()
@@ -330,7 +322,7 @@ class QuestionDesk:
         """The run closed: its open asks will get no answer."""
         count = 0
         for ask in self.find(QuestionStatus.OPEN, run_id=run_id, limit=10_000):
-            ask.status = QuestionStatus.CANCELLED
+            ask.status = QUESTIONS.move(ask.id, ask.status, QuestionEvent.CANCEL)
             ask.decided_at = self.clock()
             ask.outcome = ask.summary()
             self._changed(ask, EventType.QUESTION_CANCELLED, {"reason": "the run closed"})

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from .approvals import require_operator
 from .auth import refuse_token
 from .core import Core, Part, new_id
-from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
+from .errors import InvalidInput, NotFound, PermissionDenied
 from .models import (
     Event,
     EventType,
@@ -23,6 +23,7 @@ from .models import (
     TakeoverRequest,
 )
 from .questions import QuestionDesk
+from .states import RUNS, RunEvent
 from .states import Event as Move
 from .takeover import Requests
 
@@ -132,9 +133,7 @@ class Runs(Part):
         require_operator(operator)
         refuse_token(reason, "reason")
         run = self.get(run_id)
-        if run.status is RunStatus.CLOSED:
-            raise TransitionError(run_id, run.status.value, "take over", "the run is closed")
-        run.status = RunStatus.TAKEN_OVER
+        run.status = RUNS.move(run_id, run.status, RunEvent.TAKE_OVER, "the run is closed")
         run.takeover_reason = reason
         run.takeover_by = operator.name
         self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_TAKEN_OVER,
@@ -146,10 +145,8 @@ class Runs(Part):
         """End an operator's takeover or a suspension; the run's writes go on."""
         require_operator(operator)
         run = self.get(run_id)
-        if run.status not in (RunStatus.TAKEN_OVER, RunStatus.SUSPENDED):
-            raise TransitionError(run_id, run.status.value, "release",
-                                  "only a taken-over or suspended run can be released")
-        run.status = RunStatus.ACTIVE
+        run.status = RUNS.move(run_id, run.status, RunEvent.RELEASE,
+                               "only a taken-over or suspended run can be released")
         run.takeover_reason = run.takeover_by = None
         self.store.save_run(run, [Event(run_id=run_id, type=EventType.TAKEOVER_RELEASED,
                                         data={"by": operator.name})])
@@ -166,7 +163,8 @@ class Runs(Part):
                                    {"reason": reason},
                                    outcome=f"cancelled: {reason}; nothing was written")
         self.questions.cancel_run(run_id)
-        run.status = RunStatus.CLOSED
+        if run.status is not RunStatus.CLOSED:  # closing twice is closing once
+            run.status = RUNS.move(run_id, run.status, RunEvent.CLOSE)
         self._closed_runs.add(run_id)
         self.store.save_run(run, [])
         self.store.kv_delete(ATTACHED, run_id)
@@ -197,10 +195,11 @@ class Runs(Part):
         run.denials_in_a_row += 1
         run.denials_total += 1
         policy = self.config.policy
-        if run.status is not RunStatus.SUSPENDED and (
+        suspended = RUNS.target(run.status, RunEvent.SUSPEND)  # not twice, never when closed
+        if suspended is not None and (
                 run.denials_in_a_row >= policy.denials_in_a_row
                 or run.denials_total >= policy.denials_total):
-            run.status = RunStatus.SUSPENDED
+            run.status = suspended
             reason = (f"{run.denials_in_a_row} denials in a row"
                       if run.denials_in_a_row >= policy.denials_in_a_row
                       else f"{run.denials_total} denials in all")

@@ -1,19 +1,44 @@
-"""The takeover request's state machine, as one table checked at import.
+"""Every lifecycle of the gateway as one table each, checked at import: one initial state,
+every state reachable, no exits from a terminal state.
+
+The takeover request::
 
     pending ──grant(all kinds)──▶ approved ──▶ executing ──▶ executed | failed | ambiguous
        │                              └──recheck differs──▶ stale
        ├──deny──▶ denied   ├──time──▶ expired   ├──cancel──▶ cancelled
        └──recheck differs──▶ stale
+
+A run (``RUNS``)::
+
+    active ──take over──▶ taken_over ──release──▶ active
+       └──denials──▶ suspended ──release──▶ active        (any of them) ──close──▶ closed
+
+A plan (``PLANS``)::
+
+    pending ──its request executes──▶ active ──▶ expired | exhausted | revoked
+       └──its request is denied, expires or is cancelled──▶ denied;  ──revoke──▶ revoked
+
+A question (``QUESTIONS``)::
+
+    open ──▶ answered | expired | cancelled
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from .models import Status
+from .errors import TransitionError
+from .models import RunStatus, Status
 
-__all__ = ["INITIAL", "TERMINAL", "TRANSITIONS", "UNDECIDED", "Event", "Outcome", "check_table",
-           "target"]
+__all__ = ["INITIAL", "PLANS", "QUESTIONS", "RUNS", "TERMINAL", "TRANSITIONS", "UNDECIDED",
+           "Event", "Machine", "Outcome", "PlanEvent", "PlanStatus", "QuestionEvent",
+           "QuestionStatus", "RunEvent", "check_machine", "check_table", "target"]
+
+S = TypeVar("S", bound=enum.Enum)
+E = TypeVar("E", bound=enum.Enum)
 
 
 class Event(enum.StrEnum):
@@ -77,22 +102,132 @@ def target(status: Status, event: Event) -> Status | None:
     return TRANSITIONS.get((status, event))
 
 
-def check_table() -> None:
+def check_machine(name: str, states: type[S], initial: S, terminal: frozenset[S],
+                  transitions: Mapping[tuple[S, E], S]) -> None:
     """One initial state, every state reachable, no exits from terminal states."""
-    reached = {INITIAL}
-    frontier = [INITIAL]
+    reached = {initial}
+    frontier = [initial]
     while frontier:
         state = frontier.pop()
-        for (src, _), dst in TRANSITIONS.items():
+        for (src, _), dst in transitions.items():
             if src == state and dst not in reached:
                 reached.add(dst)
                 frontier.append(dst)
-    unreachable = set(Status) - reached
+    unreachable = set(states) - reached
     if unreachable:
-        raise AssertionError(f"unreachable statuses: {sorted(unreachable)}")
-    exits = [(s, e) for (s, e) in TRANSITIONS if s in TERMINAL]
+        raise AssertionError(f"{name}: unreachable statuses: "
+                             f"{sorted(s.value for s in unreachable)}")
+    exits = [(s.value, e.value) for (s, e) in transitions if s in terminal]
     if exits:
-        raise AssertionError(f"terminal statuses with exits: {exits}")
+        raise AssertionError(f"{name}: terminal statuses with exits: {exits}")
+
+
+def check_table() -> None:
+    """The request table's check (see :func:`check_machine`)."""
+    check_machine("request", Status, INITIAL, frozenset(TERMINAL), TRANSITIONS)
+
+
+@dataclass(frozen=True)
+class Machine(Generic[S, E]):
+    """One lifecycle: its states, the initial one, the terminal ones and every move."""
+
+    name: str
+    states: type[S]
+    initial: S
+    terminal: frozenset[S]
+    transitions: Mapping[tuple[S, E], S]
+
+    def target(self, state: S, event: E) -> S | None:
+        return self.transitions.get((state, event))
+
+    def move(self, subject: str, state: S, event: E, detail: str = "") -> S:
+        """The state ``event`` leads to, or TransitionError naming the state and event."""
+        dst = self.target(state, event)
+        if dst is None:
+            raise TransitionError(subject, str(state.value), str(event.value).replace("_", " "),
+                                  detail)
+        return dst
+
+    def check(self) -> None:
+        check_machine(self.name, self.states, self.initial, self.terminal, self.transitions)
+
+
+# ------------------------------------------------------------------------- runs
+class RunEvent(enum.StrEnum):
+    TAKE_OVER = "take_over"  # an operator holds every write
+    RELEASE = "release"
+    SUSPEND = "suspend"  # denials in a row, or an emergency stop
+    CLOSE = "close"  # the requester is gone, or closed it
+
+
+_OPEN_RUNS = (RunStatus.ACTIVE, RunStatus.TAKEN_OVER, RunStatus.SUSPENDED)
+RUNS: Machine[RunStatus, RunEvent] = Machine(
+    "run", RunStatus, RunStatus.ACTIVE, frozenset({RunStatus.CLOSED}), {
+        **{(s, RunEvent.TAKE_OVER): RunStatus.TAKEN_OVER for s in _OPEN_RUNS},
+        (RunStatus.TAKEN_OVER, RunEvent.RELEASE): RunStatus.ACTIVE,
+        (RunStatus.SUSPENDED, RunEvent.RELEASE): RunStatus.ACTIVE,
+        (RunStatus.ACTIVE, RunEvent.SUSPEND): RunStatus.SUSPENDED,
+        (RunStatus.TAKEN_OVER, RunEvent.SUSPEND): RunStatus.SUSPENDED,
+        **{(s, RunEvent.CLOSE): RunStatus.CLOSED for s in _OPEN_RUNS},
+    })
+
+
+# ------------------------------------------------------------------------- plans
+class PlanStatus(enum.StrEnum):
+    PENDING = "pending"  # waiting for its approvals
+    ACTIVE = "active"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+    EXHAUSTED = "exhausted"  # every write used
+    DENIED = "denied"  # its request was denied, expired, or cancelled
+
+
+class PlanEvent(enum.StrEnum):
+    ACTIVATE = "activate"  # its request executed
+    DENY = "deny"  # its request was denied, expired or cancelled
+    REVOKE = "revoke"  # an operator, or its run closed
+    EXPIRE = "expire"
+    EXHAUST = "exhaust"  # its last write was spent
+
+
+PLANS: Machine[PlanStatus, PlanEvent] = Machine(
+    "plan", PlanStatus, PlanStatus.PENDING,
+    frozenset({PlanStatus.REVOKED, PlanStatus.EXPIRED, PlanStatus.EXHAUSTED,
+               PlanStatus.DENIED}), {
+        (PlanStatus.PENDING, PlanEvent.ACTIVATE): PlanStatus.ACTIVE,
+        (PlanStatus.PENDING, PlanEvent.DENY): PlanStatus.DENIED,
+        (PlanStatus.PENDING, PlanEvent.REVOKE): PlanStatus.REVOKED,
+        (PlanStatus.ACTIVE, PlanEvent.REVOKE): PlanStatus.REVOKED,
+        # Its request failed after the plan was activated (it never finished).
+        (PlanStatus.ACTIVE, PlanEvent.DENY): PlanStatus.DENIED,
+        (PlanStatus.ACTIVE, PlanEvent.EXPIRE): PlanStatus.EXPIRED,
+        (PlanStatus.ACTIVE, PlanEvent.EXHAUST): PlanStatus.EXHAUSTED,
+    })
+
+
+# ------------------------------------------------------------------------- questions
+class QuestionStatus(enum.StrEnum):
+    OPEN = "open"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class QuestionEvent(enum.StrEnum):
+    ANSWER = "answer"
+    EXPIRE = "expire"
+    CANCEL = "cancel"  # its run closed
+
+
+QUESTIONS: Machine[QuestionStatus, QuestionEvent] = Machine(
+    "question", QuestionStatus, QuestionStatus.OPEN,
+    frozenset({QuestionStatus.ANSWERED, QuestionStatus.EXPIRED, QuestionStatus.CANCELLED}), {
+        (QuestionStatus.OPEN, QuestionEvent.ANSWER): QuestionStatus.ANSWERED,
+        (QuestionStatus.OPEN, QuestionEvent.EXPIRE): QuestionStatus.EXPIRED,
+        (QuestionStatus.OPEN, QuestionEvent.CANCEL): QuestionStatus.CANCELLED,
+    })
 
 
 check_table()
+for _machine in (RUNS, PLANS, QUESTIONS):
+    _machine.check()

@@ -1,12 +1,17 @@
 """SCPI errors, numbered as in SCPI-99 Vol. 2 §21.8 (command errors -100..-199,
-execution errors -200..-299).
+execution errors -200..-299). They are the gateway's refusals, so they sit in its one
+exceptions tree (``bench_gate.errors``)::
 
-    ScpiError
-    ├── ScpiSyntaxError       (-100..-199: the message could not be read)
-    └── ScpiExecutionError    (-200..-299: read, but the value or command is not allowed)
+    GatewayError
+    └── Refused
+        └── ScpiError
+            ├── ScpiSyntaxError       (-100..-199: the message could not be read)
+            └── ScpiExecutionError    (-200..-299: read, but the value or command is not allowed)
 """
 
 from __future__ import annotations
+
+from ..errors import Refused
 
 __all__ = [
     "ERROR_NAMES",
@@ -54,18 +59,18 @@ ERROR_NAMES: dict[int, str] = {
 }
 
 
-class ScpiError(Exception):
-    """A SCPI message was refused; carries the SCPI error number and a reason."""
+class ScpiError(Refused):
+    """A SCPI message was refused; carries the SCPI error number and a reason, and reads as
+    the instrument's error queue would say it (``-113,"Undefined header; ..."``)."""
 
     def __init__(self, code: int, detail: str, source: str = "", pos: int | None = None) -> None:
-        self.code = code
         self.name = ERROR_NAMES.get(code, "Error")
         self.detail = detail
         self.source = source
         self.pos = pos
         where = f" at column {pos + 1}" if pos is not None else ""
-        self.message = f"{self.name}; {detail}{where}"
-        super().__init__(f'{code},"{self.message}"')
+        super().__init__(code, f"{self.name}; {detail}{where}")
+        self.args = (f'{code},"{self.message}"',)
 
 
 class ScpiSyntaxError(ScpiError):
