@@ -16,6 +16,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Deliberate declarative repetition: the same names as _EXPORTS (and as the modules'
+# own import lists), imported here only for type checkers; at run time __getattr__ loads
+# each name on first use.
 if TYPE_CHECKING:
     from .client import ApiError, Client, ProposalChangedError
     from .config import BenchConfig, load_config

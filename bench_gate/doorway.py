@@ -20,19 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    GatewayError,
-    IdempotencyKeyReused,
-    InstrumentError,
-    InvalidInput,
-    NotFound,
-    PermissionDenied,
-    ProposalChanged,
-    QuotaExceeded,
-    Refused,
-    StoreError,
-    TransitionError,
-)
+from . import errors as e
+from .errors import GatewayError, Refused
 from .models import Status, TakeoverRequest
 from .states import UNDECIDED, Outcome
 
@@ -88,17 +77,17 @@ class Problem:
 #: Error → how doors report it. The first row the error is an instance of is its row, so a
 #: subclass comes before its base.
 ERRORS: tuple[tuple[type[GatewayError], Problem], ...] = (
-    (NotFound, Problem("not-found", 404, -200, ERROR_EXIT)),
-    (IdempotencyKeyReused, Problem("idempotency_key_reused", 422, -200, ERROR_EXIT)),
-    (InvalidInput, Problem("invalid-input", 422, -200, ERROR_EXIT)),
-    (Refused, Problem("refused", 422, -203, ERROR_EXIT)),
-    (PermissionDenied, Problem("forbidden", 403, -200, ERROR_EXIT)),
-    (QuotaExceeded, Problem("quota-exceeded", 429, -200, ERROR_EXIT)),
-    (ProposalChanged, Problem("proposal-changed", 409, -200, CHANGED_EXIT)),
-    (TransitionError, Problem("conflict", 409, -200, ERROR_EXIT)),
-    (InstrumentError, Problem("instrument-error", 502, -240, ERROR_EXIT)),
-    (StoreError, Problem("store-error", 503, -200, ERROR_EXIT)),
-    (GatewayError, Problem("gateway-error", 500, -200, ERROR_EXIT)),
+    (e.NotFound, Problem("not-found", 404, -200, ERROR_EXIT)),
+    (e.IdempotencyKeyReused, Problem("idempotency_key_reused", 422, -200, ERROR_EXIT)),
+    (e.InvalidInput, Problem("invalid-input", 422, -200, ERROR_EXIT)),
+    (e.Refused, Problem("refused", 422, -203, ERROR_EXIT)),
+    (e.PermissionDenied, Problem("forbidden", 403, -200, ERROR_EXIT)),
+    (e.QuotaExceeded, Problem("quota-exceeded", 429, -200, ERROR_EXIT)),
+    (e.ProposalChanged, Problem("proposal-changed", 409, -200, CHANGED_EXIT)),
+    (e.TransitionError, Problem("conflict", 409, -200, ERROR_EXIT)),
+    (e.InstrumentError, Problem("instrument-error", 502, -240, ERROR_EXIT)),
+    (e.StoreError, Problem("store-error", 503, -200, ERROR_EXIT)),
+    (e.GatewayError, Problem("gateway-error", 500, -200, ERROR_EXIT)),
 )
 _BY_KIND = {problem.kind: problem for _, problem in ERRORS}
 

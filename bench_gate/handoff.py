@@ -13,21 +13,23 @@ from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import Profile
 
-__all__ = ["build_handoff", "describe", "snapshot_key"]
+__all__ = ["build_handoff", "describe", "show_value", "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
     return f"ch{channel}.{field}" if channel is not None else field
 
 
-def _show(profile: Profile, field: str, value: str | None) -> str:
+def show_value(profile: Profile | None, field: str, value: str | None,
+               missing: str = "?") -> str:
+    """A stored value as a person reads it: ``3.300 V``, ``ON``."""
     if value is None:
-        return "?"
-    spec = profile.fields.get(field)
+        return missing
+    spec = profile.fields.get(field) if profile is not None else None
     if spec is None:
         return value
     if spec.type == "boolean":
-        return "ON" if value in ("1", "ON", "True") else "OFF"
+        return "ON" if value in ("1", "ON", "True", "true") else "OFF"
     if spec.type == "number":
         try:
             return f"{Decimal(value):.3f} {spec.unit}".strip()
@@ -43,8 +45,8 @@ def describe(profile: Profile, action: Action) -> str:
         label = profile.fields[action.field].label
         if action.new is None:
             return f"{where}{label}: {action.canonical}"
-        return (f"{where}{label} {_show(profile, action.field, action.old)} → "
-                f"{_show(profile, action.field, action.new)}")
+        return (f"{where}{label} {show_value(profile, action.field, action.old)} → "
+                f"{show_value(profile, action.field, action.new)}")
     command = next((c for c in profile.model.commands
                     if action.canonical.lstrip("*").split(" ")[0].split("?")[0]
                     in c.header.upper()), None)

@@ -65,6 +65,9 @@ class Outcome(enum.StrEnum):
     """What a submit came to: it ran, it waits for a person, it was refused, or the status
     its request ended in (an idempotent retry of a decided request)."""
 
+    # Deliberate declarative repetition: every request Status, spelled again so that a
+    # type checker knows the members, plus REFUSED (a refusal files no request).
+
     EXECUTED = "executed"
     PENDING = "pending"
     REFUSED = "refused"

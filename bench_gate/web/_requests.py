@@ -14,6 +14,7 @@ from ..models import ApprovalKind, Principal, RunKind, Status, TakeoverRequest
 from ..states import TERMINAL
 from . import _views as views
 from ._console import Console, checked_form, console_of, first, require_decider
+from ._session import Session
 
 __all__ = ["router"]
 
@@ -66,12 +67,19 @@ async def one(request: Request, request_id: str) -> Response:
     return await request_page(console, request, console.request_for(me, request_id), me)
 
 
+async def _decision(request: Request, request_id: str
+                    ) -> tuple[Console, Session, Principal, dict[str, list[str]],
+                               TakeoverRequest]:
+    """A decision's checked form, by an operator or admin, on a request they may see."""
+    console, session, me, form = await checked_form(request)
+    require_decider(me, "deciding")
+    return console, session, me, form, console.request_for(me, request_id)
+
+
 @router.post("/requests/{request_id}/approve", response_class=HTMLResponse)
 async def approve(request: Request, request_id: str) -> Response:
-    console, session, me, form = await checked_form(request)
+    console, session, me, form, req = await _decision(request, request_id)
     gateway = console.gateway
-    require_decider(me, "deciding")
-    req = console.request_for(me, request_id)
     if req.status is not Status.PENDING:
         console.say(session, "error", f"{req.id} is already {req.status.value}; nothing "
                                       "was approved")
@@ -148,10 +156,8 @@ async def approve(request: Request, request_id: str) -> Response:
 
 @router.post("/requests/{request_id}/deny", response_class=HTMLResponse)
 async def deny(request: Request, request_id: str) -> Response:
-    console, session, me, form = await checked_form(request)
+    console, session, me, form, req = await _decision(request, request_id)
     gateway = console.gateway
-    require_decider(me, "deciding")
-    req = console.request_for(me, request_id)
     notes = first(form, "notes").strip()
     if not notes:
         return await request_page(console, request, req, me, status_code=422,

@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..config import ChannelLimits
+from ..handoff import show_value
 from ..models import ApprovalKind, Event, TakeoverRequest
 from ..scpi import Profile
 
@@ -41,20 +42,7 @@ KIND_WORDS = {
 
 def show(profile: Profile | None, key: str, value: str | None) -> str:
     """A stored value as a person reads it: ``3.300 V``, ``ON``."""
-    if value is None:
-        return "—"
-    name = key.split(".", 1)[-1]
-    spec = profile.fields.get(name) if profile is not None else None
-    if spec is None:
-        return value
-    if spec.type == "boolean":
-        return "ON" if value in ("1", "ON", "True", "true") else "OFF"
-    if spec.type == "number":
-        try:
-            return f"{Decimal(value):.3f} {spec.unit}".strip()
-        except InvalidOperation:
-            return value
-    return value
+    return show_value(profile, key.split(".", 1)[-1], value, missing="—")
 
 
 def label(profile: Profile | None, key: str) -> str:
