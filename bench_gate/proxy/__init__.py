@@ -8,8 +8,9 @@ nothing else: queries pass at once, writes wait for a person, in order, per conn
 {'psu': ('127.0.0.1', 5025), 'dmm': ('127.0.0.1', 5026)}
 """
 
-from ._door import Connection, Doors, start_doors
+from ._door import Connection
 from ._gate import GateCommand, GateOp, is_gate_message, parse_gate
+from ._listen import Doors, start_doors
 
 __all__ = [
     "Connection",

@@ -12,36 +12,33 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ipaddress
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..auth import Tokens, refuse_token
+from ..auth import refuse_token
 from ..confidence import stated_confidence
-from ..config import BenchConfig, InstrumentConfig
 from ..doorway import answer, follow, scpi_code, settled, submit
 from ..errors import GatewayError, InvalidInput, Refused, TransitionError
-from ..gateway import Gateway
 from ..models import Principal, Role, RunKind, Status, TakeoverRequest
-from ..plans import PlanStatus
-from ..scpi import ERROR_NAMES, MAX_MESSAGE_LENGTH, ScpiError, is_read_only
+from ..scpi import MAX_MESSAGE_LENGTH, ScpiError, is_read_only
 from ..states import Outcome
-from ._gate import GateCommand, GateOp, error_text, is_gate_message, parse_gate, quote
+from . import _gate as gate
+from ._gate import GateCommand, GateOp, is_gate_message, parse_gate, quote
 
-__all__ = ["Connection", "Doors", "start_doors"]
+if TYPE_CHECKING:
+    from ._listen import Door
+
+__all__ = ["READ_CHUNK", "Connection"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
 #: Messages queued behind a held write before the reader stops reading (TCP back-pressure).
 MAX_QUEUED = 1024
 #: Gateway errors kept per connection; one more replaces the newest with -350.
 ERROR_QUEUE_DEPTH = 30
 READ_CHUNK = 65536
-#: How long Doors.close() lets connections wind down before cancelling them.
-CLOSE_TIMEOUT = 5.0
 #: Written bytes buffered before the processor awaits drain().
 HIGH_WATER = 1 << 16
 
@@ -49,26 +46,6 @@ _SYST_ERR = re.compile(r"^\s*:?SYST(?:EM)?:ERR(?:OR)?(?::NEXT)?\?\s*$", re.IGNOR
 _CLS = re.compile(r"^\s*\*CLS\s*$", re.IGNORECASE)
 _OVERSIZED = object()
 _EOF = object()
-
-
-def _scpi_message(code: int, reason: str) -> str:
-    """``Command protected; ...``: the standard short text first, then the detail."""
-    name = ERROR_NAMES.get(code, "Error")
-    return reason if reason.startswith(name) else f"{name}; {reason}"
-
-
-def _peer_allowed(host: str, allowed: list[str]) -> bool:
-    try:
-        addr = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host in allowed
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    for entry in allowed:
-        with contextlib.suppress(ValueError):
-            if ipaddress.ip_address(entry) == addr:
-                return True
-    return False
 
 
 class Connection:
@@ -230,9 +207,9 @@ class Connection:
             return False
         ops = [c.op for c in commands]
         if ops == [GateOp.STATUS_QUERY]:
-            self._send(self._status())
+            self._send(gate.request_status(self.gateway, self.last_request))
         elif ops == [GateOp.PLAN_QUERY]:
-            self._send(self._plan_status())
+            self._send(gate.plan_status(self.gateway, self.last_plan))
         else:
             return False
         return True
@@ -274,9 +251,9 @@ class Connection:
         await self._drain_instrument_errors()
         if len(self.errors) >= ERROR_QUEUE_DEPTH:
             self.errors.pop()
-            self.errors.append(error_text(-350, "Queue overflow"))
+            self.errors.append(gate.error_text(-350, "Queue overflow"))
             return
-        self.errors.append(error_text(code, _scpi_message(code, reason)))
+        self.errors.append(gate.error_text(code, gate.scpi_message(code, reason)))
 
     async def _drain_instrument_errors(self) -> None:
         if self.run_id is None or not self.door.has_error_queue:
@@ -434,13 +411,13 @@ class Connection:
         elif op is GateOp.CONFIDENCE:
             self.confidence = cmd.number
         elif op is GateOp.STATUS_QUERY:
-            return self._status()
+            return gate.request_status(self.gateway, self.last_request)
         elif op is GateOp.RUN_QUERY:
             return quote(self._ensure_run())
         elif op is GateOp.PLAN:
             await self._plan(cmd)
         elif op is GateOp.PLAN_QUERY:
-            return self._plan_status()
+            return gate.plan_status(self.gateway, self.last_plan)
         elif op is GateOp.STOP:  # normally taken at once by _stop_now
             await self._emergency_stop()
         return None
@@ -465,127 +442,3 @@ class Connection:
         final = await self._decision(req)
         if final.status is not Status.EXECUTED:
             await self._report(final)
-
-    def _plan_status(self) -> str:
-        """``ACTIVE,"plan-...",17,1795``: status, id, writes left, seconds left (0 unless
-        active); ``NONE,"",0,0`` before any plan."""
-        if self.last_plan is None:
-            return 'NONE,"",0,0'
-        try:
-            plan = self.gateway.get_plan(self.last_plan)
-        except GatewayError:
-            return 'NONE,"",0,0'
-        seconds = 0
-        if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None:
-            seconds = max(0, int((plan.expires_at - self.gateway.clock()).total_seconds()))
-        return f"{plan.status.value.upper()},{quote(plan.id)},{plan.writes_left},{seconds}"
-
-    def _status(self) -> str:
-        """``PENDING,"tk-...","still needs: setpoint"``; ``NONE,"",""`` before any hold."""
-        if self.last_request is None:
-            return 'NONE,"",""'
-        try:
-            req = self.gateway.get_request(self.last_request)
-        except GatewayError as exc:
-            return f'NONE,"",{quote(exc.message)}'
-        if req.status is Status.PENDING:
-            missing = req.missing()
-            text = "waiting for a person: " + (", ".join(k.value for k in missing)
-                                               or "decision")
-        else:
-            text = req.outcome or req.status.value
-        return f"{req.status.value.upper()},{quote(req.id)},{quote(text)}"
-
-
-@dataclass
-class Door:
-    """One instrument's listening socket."""
-
-    gateway: Gateway
-    tokens: Tokens
-    config: InstrumentConfig
-    allowed: list[str]
-    server: asyncio.Server | None = None
-    connections: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        profile = self.gateway.profile(self.config.name)
-        self.profile = profile.name
-        self.has_error_queue = profile.lookup(False, ("SYSTEM", "ERROR")) is not None
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        host = str(peer[0]) if peer else "?"
-        if not _peer_allowed(host, self.allowed):
-            logger.warning("%s door: refused connection from %s (not in allowed_peers)",
-                           self.config.name, host)
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        conn = Connection(self, reader, writer, host)
-        self.connections[task] = conn
-        try:
-            await conn.serve()
-        except asyncio.CancelledError:
-            pass  # the door is closing; serve() has already cancelled what was pending
-        finally:
-            self.connections.pop(task, None)
-
-
-class Doors:
-    """The socket doors of a bench: ``addresses`` maps instrument name to (host, port)."""
-
-    def __init__(self, doors: dict[str, Door]) -> None:
-        self._doors = doors
-        self.addresses: dict[str, tuple[str, int]] = {}
-        for name, door in doors.items():
-            assert door.server is not None
-            sock = door.server.sockets[0].getsockname()
-            self.addresses[name] = (str(sock[0]), int(sock[1]))
-
-    async def close(self) -> None:
-        """Stop listening, end every connection (cancelling what they left pending)."""
-        for door in self._doors.values():
-            if door.server is not None:
-                door.server.close()
-        tasks = [t for door in self._doors.values() for t in door.connections]
-        for door in self._doors.values():
-            for conn in door.connections.values():
-                conn.hang_up()
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT)
-            for task in late:
-                task.cancel()
-            for task in late:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-        for door in self._doors.values():
-            if door.server is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(door.server.wait_closed(), 5)
-
-
-async def start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig,
-                      host: str | None = None) -> Doors:
-    """Open a socket door for every instrument with a ``socket_port`` (0 picks a free port).
-
-    Doors bind ``host``, else ``config.server.host`` (127.0.0.1 by default); only peers in
-    ``config.server.allowed_peers`` may connect.
-    """
-    bind = host or config.server.host or DEFAULT_HOST
-    doors: dict[str, Door] = {}
-    try:
-        for ic in config.instruments:
-            if ic.socket_port is None:
-                continue
-            door = Door(gateway, tokens, ic, list(config.server.allowed_peers))
-            door.server = await asyncio.start_server(door.handle, bind, ic.socket_port,
-                                                     limit=READ_CHUNK)
-            doors[ic.name] = door
-    except OSError:
-        for door in doors.values():
-            if door.server is not None:
-                door.server.close()
-        raise
-    return Doors(doors)

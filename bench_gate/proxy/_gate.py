@@ -20,12 +20,19 @@ import enum
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..scpi import RawUnit, ScpiExecutionError, ScpiSyntaxError, lex
+from ..errors import GatewayError
+from ..models import Status
+from ..scpi import ERROR_NAMES, RawUnit, ScpiExecutionError, ScpiSyntaxError, lex
 from ..scpi._lexer import ChannelList, CharData, Data, Number, QuotedString
+from ..states import PlanStatus
 
-__all__ = ["GateCommand", "GateOp", "error_text", "is_gate_message", "parse_gate", "quote"]
+if TYPE_CHECKING:
+    from ..gateway import Gateway
+
+__all__ = ["GateCommand", "GateOp", "error_text", "is_gate_message", "parse_gate",
+           "plan_status", "quote", "request_status", "scpi_message"]
 
 ROOT = "GATE"
 
@@ -215,3 +222,41 @@ def quote(text: str) -> str:
 def error_text(code: int, message: str) -> str:
     return f"{code},{quote(message)}"
 
+
+def scpi_message(code: int, reason: str) -> str:
+    """``Command protected; ...``: the standard short text first, then the detail."""
+    name = ERROR_NAMES.get(code, "Error")
+    return reason if reason.startswith(name) else f"{name}; {reason}"
+
+
+def plan_status(gateway: Gateway, plan_id: str | None) -> str:
+    """GATE:PLAN?'s answer, ``ACTIVE,"plan-...",17,1795``: status, id, writes left, seconds
+    left (0 unless active); ``NONE,"",0,0`` before any plan."""
+    if plan_id is None:
+        return 'NONE,"",0,0'
+    try:
+        plan = gateway.get_plan(plan_id)
+    except GatewayError:
+        return 'NONE,"",0,0'
+    seconds = 0
+    if plan.status is PlanStatus.ACTIVE and plan.expires_at is not None:
+        seconds = max(0, int((plan.expires_at - gateway.clock()).total_seconds()))
+    return f"{plan.status.value.upper()},{quote(plan.id)},{plan.writes_left},{seconds}"
+
+
+def request_status(gateway: Gateway, request_id: str | None) -> str:
+    """GATE:STAT?'s answer, ``PENDING,"tk-...","still needs: setpoint"``; ``NONE,"",""``
+    before any hold."""
+    if request_id is None:
+        return 'NONE,"",""'
+    try:
+        req = gateway.get_request(request_id)
+    except GatewayError as exc:
+        return f'NONE,"",{quote(exc.message)}'
+    if req.status is Status.PENDING:
+        missing = req.missing()
+        text = "waiting for a person: " + (", ".join(k.value for k in missing)
+                                           or "decision")
+    else:
+        text = req.outcome or req.status.value
+    return f"{req.status.value.upper()},{quote(req.id)},{quote(text)}"
