@@ -93,6 +93,24 @@ def _forms(profile: str) -> list[Form]:
 
 
 FORMS = {p: _forms(p) for p in PROFILES}
+#: Headers outside the profile's tree (on a complete profile: refused with -113).
+CANDIDATE_UNKNOWN = ("VOLTA", "OUTP:PROT:CLE", "SYST:BEEP", "FETC?", "GATE:TOK", "DISP:TEXT",
+                     "SOUR1:VOLT", "OUTP2", "*XYZ", "*IDN1?", "VOLT2?", "SYST:ERR:NEXT:X?")
+
+
+def _unknown_to(profile: str) -> list[str]:
+    known = get_profile(profile)
+    out = []
+    for header in CANDIDATE_UNKNOWN:
+        (raw,) = lex(header)
+        words = tuple(m.rstrip("0123456789") for m in raw.mnemonics)
+        numbered = any(m != w for m, w in zip(raw.mnemonics, words, strict=True))
+        if raw.mnemonics[0] == "GATE" or numbered or known.lookup(raw.common, words) is None:
+            out.append(header)
+    return out
+
+
+UNKNOWN_HEADERS = {p: _unknown_to(p) for p in PROFILES}
 
 NUMBERS = st.one_of(
     st.decimals(min_value=-100, max_value=100, places=3, allow_nan=False).map(str),
@@ -156,9 +174,7 @@ def near_valid_unit(draw: st.DrawFn, profile: str) -> tuple[str, Form | None]:
     """A unit from the profile's own command tree, with plausible (often wrong) parameters;
     sometimes an unknown header. The form is None when the unit is not from the tree."""
     if draw(st.integers(0, 9)) == 0:
-        header = draw(st.sampled_from(["VOLTA", "OUTP:PROT:CLE", "SYST:BEEP", "FETC?",
-                                       "GATE:TOK", "DISP:TEXT", "SOUR1:VOLT", "OUTP2",
-                                       "*XYZ", "*IDN1?", "VOLT2?", "SYST:ERR:NEXT:X?"]))
+        header = draw(st.sampled_from(UNKNOWN_HEADERS[profile]))
         form: Form | None = None
         text = header
     else:

@@ -11,9 +11,9 @@ from typing import Any
 
 from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
-from .scpi import Profile
+from .scpi import Profile, ProfileError, ScpiError, classify
 
-__all__ = ["build_handoff", "describe", "show_value", "snapshot_key"]
+__all__ = ["applies", "build_handoff", "describe", "show_value", "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
@@ -53,7 +53,43 @@ def describe(profile: Profile, action: Action) -> str:
     note = f" ({command.note})" if command is not None and command.note else ""
     if action.effect == "unknown":
         return f"{action.canonical}: a command the gateway does not know{note}"
+    if action.effect == "excites":
+        applied = applies(profile, action.canonical)
+        return (f"{action.canonical}: the {_noun(profile)} drives the DUT: "
+                f"{applied or 'it sources current or voltage into whatever is connected'}")
     return f"{where}{action.effect} change: {action.canonical}{note}"
+
+
+def applies(profile: Profile, canonical: str) -> str:
+    """What an ``excites`` command applies to the DUT, in the profile's words."""
+    try:
+        units = classify(canonical, profile.name).units
+    except (ScpiError, ProfileError):
+        return ""
+    return "; ".join(dict.fromkeys(u.note for u in units if u.note))
+
+
+def _noun(profile: Profile) -> str:
+    return {"meter": "meter", "supply": "supply", "load": "load", "smu": "SMU"}.get(
+        profile.kind, "instrument")
+
+
+def _reversibility(req: TakeoverRequest, profile: Profile, blind: list[str]) -> str | None:
+    """The words for an instrument without outputs (a meter), or None for one with them."""
+    if profile.safe_action is not None:
+        return None
+    noun = _noun(profile)
+    exciting = [a.canonical for a in req.actions if a.effect == "excites"]
+    if exciting:
+        what = "; ".join(dict.fromkeys(filter(None, (applies(profile, c) for c in exciting))))
+        return (f"excites the DUT: the {noun} applies {what or 'current or voltage'} to "
+                f"whatever is connected to its inputs ({', '.join(exciting)})")
+    if blind:
+        return (f"unpredictable: the gateway cannot predict what {', '.join(blind)} does to "
+                f"the {noun}'s set-up; a {noun} has no outputs, but the function it leaves "
+                "selected may drive current into the DUT on the next reading")
+    return (f"reversible: a {noun} has no outputs; this changes what it measures and how, "
+            "not what reaches the DUT")
 
 
 def build_handoff(
@@ -73,7 +109,10 @@ def build_handoff(
     touched = sorted({a.channel for a in req.actions if a.channel is not None})
     energizes = [a.channel for a in req.actions if a.approval == "output_enable"]
     blind = [a.canonical for a in req.actions if a.unpredictable]
-    if blind:
+    without_outputs = _reversibility(req, profile, blind)
+    if without_outputs is not None:
+        reversibility = without_outputs
+    elif blind:
         # Never claim "nothing reaches the DUT" for a command nobody can predict.
         reversibility = (f"unpredictable: the gateway cannot predict what {', '.join(blind)} "
                          "does to setpoints and outputs, so it needs every approval; after "
@@ -114,6 +153,8 @@ def build_handoff(
         signals.append("contains a command the gateway does not know")
     if blind:
         signals.append("its effect on setpoints and outputs cannot be predicted")
+    if any(a.effect == "excites" for a in req.actions):
+        signals.append(f"the {_noun(profile)} drives current or voltage into the DUT")
     diff = {k: [snap.values.get(k), v] for k, v in sorted(proposed.items())
             if snap.values.get(k) != v}
     recent = [
@@ -122,6 +163,7 @@ def build_handoff(
         for e in history
         if e.type in (EventType.COMMAND_RECEIVED, EventType.STEP_COMPLETED,
                       EventType.STEP_FAILED, EventType.TAKEOVER_DENIED)
+        and e.data.get("origin", "client") == "client"  # not the gateway's own SYST:ERR?
     ][-10:]
     return {
         "command": req.message,

@@ -96,7 +96,7 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
         return f"the plan covers {scope.instrument}, not {instrument}"
     state = dict(live)
     for unit in units:
-        if unit.effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS):
+        if unit.effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS, Effect.MEASURE_CONFIG):
             continue
         ch = unit.channel
         if ch is None or ch not in scope.channels:

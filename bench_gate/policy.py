@@ -21,7 +21,7 @@ EVERY_APPROVAL = (ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE, ApprovalKin
 
 
 class Verdict(enum.Enum):
-    PASS = "pass"  # reads, selections, harmless writes: run now
+    PASS = "pass"  # reads, selections, harmless writes, measure-config: run now
     REFUSE = "refuse"  # forbidden, or outside the envelope: never runs
     HOLD = "hold"  # a person decides
 
@@ -37,8 +37,10 @@ class Decision:
 def approval_for(unit: Unit, policy: PolicyConfig) -> ApprovalKind | None:
     """The approval kind a unit needs, or None if it may run unattended."""
     effect = unit.effect
-    if effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS):
-        return None
+    if effect in (Effect.READ, Effect.SELECT, Effect.HARMLESS, Effect.MEASURE_CONFIG):
+        return None  # measure-config: a meter's passive settings, journaled
+    if effect is Effect.EXCITES:
+        return ApprovalKind.STATE  # the meter drives the DUT: a person says it may
     if effect is Effect.SETPOINT:
         return ApprovalKind.SETPOINT
     if effect is Effect.OUTPUT:

@@ -22,7 +22,34 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--psu-port", type=int, default=5555, help="E36312A port (0: any)")
     serve.add_argument("--dmm-port", type=int, default=5556, help="34465A port (0: any)")
     serve.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    settings = commands.add_parser(
+        "settings", help="the bench.yaml blocks a profile's settings and commands need")
+    settings.add_argument("profiles", nargs="*", default=["e36312a", "34465a"],
+                          help="shipped profile names (default: the simulated bench's)")
+    settings.add_argument("--write", action="store_true",
+                          help="rewrite the generated blocks of bench.yaml in place")
     return parser
+
+
+def _settings(names: Sequence[str], write: bool) -> int:
+    from bench_gate.scpi import get_profile
+
+    from ._resources import bench_yaml_path
+    from ._settings import actions_yaml, settings_yaml, update_bench_yaml
+
+    profiles = [get_profile(name) for name in names]
+    if not write:
+        for profile in profiles:
+            print(f"# {profile.name}: properties\n{settings_yaml(profile)}"
+                  f"# {profile.name}: dialogues\n{actions_yaml(profile)}", end="")
+        return 0
+    path = bench_yaml_path()
+    text = path.read_text(encoding="utf-8")
+    for profile in profiles:
+        text = update_bench_yaml(text, profile)
+    path.write_text(text, encoding="utf-8")
+    print(f"rewrote the generated blocks of {path}")
+    return 0
 
 
 async def _serve(host: str, psu_port: int, dmm_port: int) -> None:
@@ -44,6 +71,8 @@ async def _serve(host: str, psu_port: int, dmm_port: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "settings":
+        return _settings(args.profiles, args.write)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
     try:
         try:

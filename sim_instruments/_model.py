@@ -19,9 +19,11 @@ from typing import Any, ClassVar, Self
 import pyvisa
 from pyvisa.resources import MessageBasedResource
 
-from bench_gate.scpi import ScpiError, classify
+from bench_gate.scpi import ScpiError, classify, get_profile, lex
+from bench_gate.scpi._lexer import CharData, Number
 
 from ._resources import DMM_PROFILE, DMM_RESOURCE, PSU_PROFILE, PSU_RESOURCE
+from ._settings import answer_limit, resolve_keywords
 
 __all__ = ["ERROR_QUEUE_DEPTH", "Probe", "SimDmm", "SimInstrument", "SimPsu"]
 
@@ -34,7 +36,8 @@ Probe = Callable[[], tuple[float, float]]
 
 _NSEL = re.compile(r"INST:NSEL (\d)")
 _SEL = re.compile(r"INST:SEL CH(\d)")
-_CLEAR_TRIP = re.compile(r"VOLT:PROT:CLE \(@(\d)\)")
+_CLEAR_TRIP = re.compile(r"(?:VOLT|OUTP):PROT:CLE \(@(\d)\)")
+_FETCH = re.compile(r"FETC:(VOLT|CURR)\? (\(@\d\))")
 _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
 
@@ -64,7 +67,11 @@ class _Prop:
     kind: type[int] | type[float] | type[str]
     default: str
 
+    quoted: bool = False  # the getter answers string data: "VOLT"
+
     def parse(self, text: str) -> int | float | str:
+        if self.quoted and len(text) >= 2 and text[0] == text[-1] == '"':
+            text = text[1:-1]
         return self.kind(float(text)) if self.kind is int else self.kind(text)
 
     def set_command(self, value: int | float | str) -> str:
@@ -81,12 +88,14 @@ def _props(device: Mapping[str, Any]) -> dict[str, _Prop]:
         kind = _TYPES[spec.get("specs", {}).get("type", "str")]
         getter = spec["getter"]["q"].strip() if "getter" in spec else None
         setter = spec["setter"]["q"].strip() if "setter" in spec else None
-        out[name] = _Prop(name, getter, setter, kind, spec.get("default", ""))
+        quoted = "getter" in spec and str(spec["getter"].get("r", "")).startswith('"')
+        out[name] = _Prop(name, getter, setter, kind, spec.get("default", ""), quoted)
     return out
 
 
 def _answerable(device: Mapping[str, Any]) -> frozenset[str]:
-    """Every query pyvisa-sim answers; anything else would leave a read waiting."""
+    """Every query pyvisa-sim answers; anything else would leave a read waiting. A dialogue
+    ``"MMEM:UPL? *"`` answers that query whatever its parameters (the simulator's reading)."""
     out = {d["q"].strip() for d in device.get("dialogues", ()) if "r" in d}
     out |= {p["getter"]["q"].strip() for p in device.get("properties", {}).values()
             if "getter" in p}
@@ -95,6 +104,10 @@ def _answerable(device: Mapping[str, Any]) -> frozenset[str]:
         for key in ("status_register", "error_queue"):
             out |= {entry["q"].strip() for entry in error.get(key, ())}
     return frozenset(out)
+
+
+def _dialogue_queries(device: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(d["q"].strip() for d in device.get("dialogues", ()))
 
 
 def _no_error(device: Mapping[str, Any]) -> str:
@@ -127,6 +140,10 @@ class SimInstrument:
         self._no_error = _no_error(device)
         self._errors: deque[tuple[int, str]] = deque()
         self._esr = 0
+        self._profile = get_profile(self.profile)
+        #: Queries answered, and commands taken, whatever their parameters:
+        #: "MMEM:UPL? *" -> "MMEM:UPL?", "MMEM:STOR:STAT *" -> "MMEM:STOR:STAT".
+        self._any_params = {q[:-2]: q for q in _dialogue_queries(device) if q.endswith(" *")}
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -181,7 +198,12 @@ class SimInstrument:
         if query:
             answer = self._answer(canonical)
         else:
-            self._send(canonical)
+            if self._model_write(canonical):
+                pass
+            elif canonical.split(" ", 1)[0] in self._any_params:
+                self._send(self._any_params[canonical.split(" ", 1)[0]])  # taken as it is
+            else:
+                self._send(resolve_keywords(self._profile, canonical))
             self._after_write(canonical)
         self._drain()
         return answer
@@ -198,11 +220,35 @@ class SimInstrument:
         if canonical == "*STB?":
             ese = int(self._ask("*ESE?")) if "*ESE?" in self._answerable else 0
             return str((4 if self._errors else 0) | (32 if self._esr & ese else 0))
+        if canonical == "*LRN?":
+            return self._learn()
+        if canonical == "SYST:ERR:COUN?":
+            self._drain()
+            return f"+{len(self._errors)}"
+        answer = self._model_answer(canonical)
+        if answer is not None:
+            return answer
         self._before_query(canonical)
         if canonical in self._answerable:
             return self._ask(canonical)
+        limit = answer_limit(self._profile, canonical)  # VOLT:NPLC? MAX
+        if limit is not None:
+            return limit
+        wildcard = self._any_params.get(canonical.split(" ", 1)[0])
+        if wildcard is not None:
+            return self._ask(wildcard)
         self._send(canonical)  # pyvisa-sim queues -113 and answers nothing, like a meter
         return None
+
+    def _learn(self) -> str:
+        """``*LRN?`` (IEEE 488.2 §10.17): the commands that set every setting as it is now."""
+        parts = []
+        for prop in self._props.values():
+            if prop.setter is None or prop.getter is None or prop.setter.startswith("SIM:") \
+                    or prop.name in self.rst_keeps:
+                continue
+            parts.append(prop.set_command(self._get(prop.name)))
+        return ";".join(parts)
 
     def _after_write(self, canonical: str) -> None:
         if canonical == "*CLS":
@@ -224,6 +270,14 @@ class SimInstrument:
 
     def _selected(self) -> int | None:
         return None
+
+    def _model_answer(self, canonical: str) -> str | None:
+        """A query the model answers itself (a measurement), or None for pyvisa-sim."""
+        return None
+
+    def _model_write(self, canonical: str) -> bool:
+        """A command the model carries out itself (CONFigure); False for pyvisa-sim."""
+        return False
 
     def _before_query(self, canonical: str) -> None:
         """Bring linked values up to date before pyvisa-sim answers ``canonical``."""
@@ -295,6 +349,16 @@ class SimPsu(SimInstrument):
     def _selected(self) -> int:
         return int(self._ask("INST:NSEL?"))
 
+    def _model_answer(self, canonical: str) -> str | None:
+        if m := _FETCH.fullmatch(canonical):  # the last measurement: here, a fresh one
+            return self._ask(f"MEAS:{m[1]}? {m[2]}")
+        return None
+
+    def _model_write(self, canonical: str) -> bool:
+        if _CLEAR_TRIP.fullmatch(canonical) and canonical.startswith("OUTP"):
+            return True  # OUTP:PROT:CLE: _link clears the trip, pyvisa-sim has no dialogue
+        return False
+
     def _link(self, canonical: str) -> None:
         if m := _NSEL.fullmatch(canonical):
             self._set("selected_name", f"CH{m[1]}")
@@ -337,17 +401,45 @@ class SimPsu(SimInstrument):
             self._set(p + "measured_current", amps)
 
 
+@dataclass(frozen=True)
+class _Function:
+    """One measurement function of the meter, as CONF? names it, and its settings."""
+
+    name: str  # as CONF? and FUNC? name it: VOLT, VOLT:AC, RES...
+    range: str | None  # the setting that holds its range (VOLT:RANG)
+    resolution: str | None  # the setting that holds its resolution (VOLT:RES)
+    unit: str  # as DATA:LAST? labels a reading
+    reading: float | None  # what the simulated DUT reads (None: the probe's)
+
+
 class SimDmm(SimInstrument):
-    """Keysight 34465A subset. With a probe, readings come from it (the bench wires PSU CH1)."""
+    """Keysight 34465A. With a probe, voltage and current readings come from it (the bench
+    wires PSU CH1); other functions read fixed values of a simulated DUT."""
 
     profile = DMM_PROFILE
     resource_name = DMM_RESOURCE
-    #: What CONF? answers for each function, at the default range and resolution.
-    conf_text: ClassVar[dict[str, str]] = {
-        "VOLT": '"VOLT +1.00000000E+01,+3.00000000E-06"',
-        "CURR": '"CURR +1.00000000E+00,+1.00000000E-06"',
-    }
-    _measures: ClassVar[dict[str, str]] = {"MEAS:VOLT:DC?": "VOLT", "MEAS:CURR:DC?": "CURR"}
+    functions: ClassVar[dict[str, _Function]] = {f.name: f for f in (
+        _Function("VOLT", "VOLT:RANG", "VOLT:RES", "VDC", None),
+        _Function("VOLT:AC", "VOLT:AC:RANG", None, "VAC", 0.0),
+        _Function("VOLT:RAT", "VOLT:RANG", "VOLT:RES", "", 1.0),
+        _Function("CURR", "CURR:RANG", "CURR:RES", "ADC", None),
+        _Function("CURR:AC", "CURR:AC:RANG", None, "AAC", 0.0),
+        _Function("RES", "RES:RANG", "RES:RES", "OHM", 1000.0),
+        _Function("FRES", "FRES:RANG", "FRES:RES", "OHM", 1000.0),
+        _Function("FREQ", None, None, "HZ", 0.0),
+        _Function("PER", None, None, "SEC", 0.0),
+        _Function("CAP", "CAP:RANG", None, "F", 1e-9),
+        _Function("CONT", None, None, "OHM", 1000.0),
+        _Function("DIOD", None, None, "VDC", 0.6),
+        _Function("TEMP", None, None, "C", 23.0),
+    )}
+    #: CONFigure and MEASure? headers (canonical) and the function each selects.
+    configures: ClassVar[dict[str, str]] = {
+        "VOLT:DC": "VOLT", "VOLT:AC": "VOLT:AC", "VOLT:DC:RAT": "VOLT:RAT", "CURR:DC": "CURR",
+        "CURR:AC": "CURR:AC", "RES": "RES", "FRES": "FRES", "FREQ": "FREQ", "PER": "PER",
+        "CAP": "CAP", "CONT": "CONT", "DIOD": "DIOD", "TEMP": "TEMP"}
+    #: Queries that answer the last reading.
+    readings: ClassVar[frozenset[str]] = frozenset({"FETC?", "DATA:LAST?", "R?", "DATA:REM?"})
 
     def __init__(
         self,
@@ -363,22 +455,84 @@ class SimDmm(SimInstrument):
         with self._lock:
             self._probe = probe
 
-    def _before_query(self, canonical: str) -> None:
-        function = self._measures.get(canonical)
-        if function is not None:
-            # MEASure? is CONFigure then READ? (34465A manual, MEASure subsystem).
-            self._send(f"CONF:{function}:DC")
-            self._link(canonical)
-        if function is not None or canonical == "READ?":
-            self._refresh()
+    def _function(self) -> _Function:
+        name = str(self._get("set_func"))
+        return self.functions.get(name, self.functions["VOLT"])
 
-    def _link(self, canonical: str) -> None:
-        self._set("conf", self.conf_text[str(self._get("function"))])
+    def _model_write(self, canonical: str) -> bool:
+        head = canonical.split(" ", 1)[0]
+        if head.startswith("CONF:") and head[5:] in self.configures:
+            self._configure(self.configures[head[5:]], canonical)
+            return True
+        return False
+
+    def _model_answer(self, canonical: str) -> str | None:
+        head = canonical.split(" ", 1)[0]
+        if head.startswith("MEAS:") and head[5:-1] in self.configures:
+            # MEASure? is CONFigure then READ? (34465A manual, MEASure subsystem).
+            self._configure(self.configures[head[5:-1]], canonical)
+            return self._read(fresh=True)
+        if head == "READ?":
+            return self._read(fresh=True)
+        if head in self.readings:
+            return self._read(fresh=False, labelled=head == "DATA:LAST?")
+        if head == "CONF?":
+            return self._conf()
+        return None
+
+    def _configure(self, name: str, canonical: str) -> None:
+        """Select a function with its range and resolution, as CONFigure does."""
+        self._set("set_func", name)
+        function = self.functions[name]
+        params = lex(canonical)[0].params if " " in canonical else ()
+        if function.range is not None:
+            auto = self._prop_for(function.range + ":AUTO")
+            wanted = params[0] if params else None
+            if isinstance(wanted, Number):
+                self._send(f"{function.range} {wanted.value:f}")
+                if auto is not None:
+                    self._set(auto, 0)
+            elif isinstance(wanted, CharData) and wanted.text in ("MIN", "MAX"):
+                self._send(resolve_keywords(self._profile, f"{function.range} {wanted.text}"))
+                if auto is not None:
+                    self._set(auto, 0)
+            elif auto is not None:  # AUTO, DEF or nothing: autorange
+                self._set(auto, 1)
+        if function.resolution is not None and len(params) > 1:
+            wanted = params[1]
+            if isinstance(wanted, Number):
+                self._send(f"{function.resolution} {wanted.value:f}")
+
+    def _prop_for(self, header: str) -> str | None:
+        query = header + "?"
+        return next((p.name for p in self._props.values() if p.getter == query), None)
+
+    def _conf(self) -> str:
+        """``"VOLT +1.00000000E+01,+3.00000000E-06"``: the function, range and resolution."""
+        function = self._function()
+        name = function.name if function.name != "VOLT:RAT" else "VOLT:RAT"
+        if function.range is None:
+            return f'"{name}"'
+        rng = float(self._ask(function.range + "?"))
+        res = float(self._ask(function.resolution + "?")) if function.resolution else 0.0
+        return f'"{name} {rng:+.8E},{res:+.8E}"'
+
+    def _read(self, *, fresh: bool, labelled: bool = False) -> str:
+        if fresh:
+            self._refresh()
+        value = f"{float(self._get('reading')):+.8E}"
+        return f"{value} {self._function().unit}" if labelled else value
 
     def _refresh(self) -> None:
+        function = self._function()
         if self._probe is not None:
             volts, amps = self._probe()
             self._set("measured_voltage", volts)
             self._set("measured_current", amps)
-        name = "measured_voltage" if self._get("function") == "VOLT" else "measured_current"
-        self._set("reading", float(self._get(name)))
+        if function.reading is not None:
+            value = function.reading
+        elif function.name == "CURR":
+            value = float(self._get("measured_current"))
+        else:
+            value = float(self._get("measured_voltage"))
+        self._set("reading", value)

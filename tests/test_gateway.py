@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench_gate.config import BenchConfig, InstrumentConfig
 from bench_gate.errors import InvalidInput, NotFound, PermissionDenied, TransitionError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Role, RunKind, Status
+from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 
 
@@ -247,14 +250,35 @@ async def test_refusals_write_nothing(gateway: Gateway, script: Principal, front
     assert events(gateway, run.id)[-1] == "write_refused"
 
 
-async def test_unknown_command_is_held_not_passed(gateway: Gateway, script: Principal) -> None:
+async def test_unknown_command_is_held_not_passed(config: BenchConfig, db_path: Path,
+                                                  clock: Clock, script: Principal) -> None:
+    # An instrument on the generic profile (the DMM's port): what it does not know is held.
+    config.instruments.append(InstrumentConfig(
+        name="gen", resource=config.instruments[1].resource, profile="generic"))
+    gateway = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gateway.start()
+    try:
+        run = gateway.create_run(script, "script")
+        result = await gateway.submit(run.id, "gen", "SYST:BEEP")
+        assert result.status == "pending" and result.request is not None
+        # Its effect cannot be predicted: it needs every approval.
+        assert result.request.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE,
+                                           ApprovalKind.STATE]
+        assert result.request.actions[0].effect == "unknown"
+    finally:
+        await gateway.close()
+        gateway.store.close()
+
+
+async def test_a_complete_profile_refuses_what_it_does_not_know(
+        gateway: Gateway, script: Principal) -> None:
     run = gateway.create_run(script, "script")
-    result = await gateway.submit(run.id, "psu", "SYST:BEEP")
-    assert result.status == "pending" and result.request is not None
-    # Its effect cannot be predicted: it needs every approval.
-    assert result.request.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE,
-                                       ApprovalKind.STATE]
-    assert result.request.actions[0].effect == "unknown"
+    beep = await gateway.submit(run.id, "psu", "SYST:BEEP")
+    assert beep.status == "executed"  # known to the E36312A's profile: harmless
+    typo = await gateway.submit(run.id, "psu", "SYST:BEEPP")
+    assert (typo.status, typo.code) == ("refused", -113)
+    assert "closest: SYSTem:BEEPer[:IMMediate]" in typo.reason
+    assert gateway.list_requests(run_id=run.id) == []
 
 
 async def test_idempotent_retry_returns_the_same_request(gateway: Gateway, script: Principal,

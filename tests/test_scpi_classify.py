@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from bench_gate.scpi import Effect, ScpiError, classify, format_number, is_read_only
+from bench_gate.scpi import Effect, ScpiError, classify, format_number, get_profile, is_read_only
 
 PSU = "e36312a"
 DMM = "34465a"
@@ -39,7 +39,7 @@ def test_format_number_is_exact(value: str, text: str) -> None:
 
 
 def test_unknown_unit_keeps_every_digit() -> None:
-    (unit,) = classify("FOO #HFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", PSU).units
+    (unit,) = classify("FOO #HFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", "generic").units
     assert unit.canonical == "FOO 340282366920938463463374607431768211455.0"
     assert unit.effect is Effect.UNKNOWN
 
@@ -189,12 +189,20 @@ HEADERS: list[tuple[str, str, str, str, tuple[str, ...], Effect, int | None, obj
     (PSU, "CALibration:SAVE", "", "", ("CAL:SAVE",), Effect.FORBIDDEN, None, None),
     (PSU, "CALibration:VOLTage[:DATA]", "", "", ("CAL:VOLT",), Effect.FORBIDDEN, None, None),
     (PSU, "SYSTem:SECurity:IMMediate", "", "", ("SYST:SEC:IMM",), Effect.FORBIDDEN, None, None),
-    (DMM, "MEASure[:SCALar]:VOLTage[:DC]", "?", "", ("MEAS:VOLT:DC?",), Effect.READ, None, None),
-    (DMM, "MEASure[:SCALar]:CURRent[:DC]", "?", "", ("MEAS:CURR:DC?",), Effect.READ, None, None),
+    (DMM, "MEASure[:SCALar]:VOLTage[:DC]", "?", "", ("MEAS:VOLT:DC?",), Effect.MEASURE_CONFIG,
+     None, None),
+    (DMM, "MEASure[:SCALar]:CURRent[:DC]", "?", "", ("MEAS:CURR:DC?",), Effect.MEASURE_CONFIG,
+     None, None),
     (DMM, "READ", "?", "", ("READ?",), Effect.READ, None, None),
     (DMM, "CONFigure", "?", "", ("CONF?",), Effect.READ, None, None),
-    (DMM, "CONFigure[:SCALar]:VOLTage[:DC]", "", "", ("CONF:VOLT:DC",), Effect.STATE, None, None),
-    (DMM, "CONFigure[:SCALar]:CURRent[:DC]", "", "", ("CONF:CURR:DC",), Effect.STATE, None, None),
+    (DMM, "CONFigure[:SCALar]:VOLTage[:DC]", "", "", ("CONF:VOLT:DC",), Effect.MEASURE_CONFIG,
+     None, None),
+    (DMM, "CONFigure[:SCALar]:CURRent[:DC]", "", "", ("CONF:CURR:DC",), Effect.MEASURE_CONFIG,
+     None, None),
+    (DMM, "CONFigure[:SCALar]:RESistance", "", "", ("CONF:RES",), Effect.EXCITES, None, None),
+    (DMM, "MEASure[:SCALar]:FRESistance", "?", "", ("MEAS:FRES?",), Effect.EXCITES, None, None),
+    (DMM, "[SENSe:]VOLTage[:DC]:NPLC", "?", "", ("VOLT:NPLC?",), Effect.READ, None, None),
+    (DMM, "FETCh", "?", "", ("FETC?",), Effect.READ, None, None),
     (DMM, "CALibration[:ALL]", "?", "", ("CAL?",), Effect.FORBIDDEN, None, None),
     (DMM, "SYSTem:ERRor[:NEXT]", "?", "", ("SYST:ERR?",), Effect.READ, None, None),
     ("generic", "SYSTem:ERRor[:NEXT]", "?", "", ("SYST:ERR?",), Effect.READ, None, None),
@@ -238,7 +246,15 @@ MISSPELLED = [
 
 
 @pytest.mark.parametrize(("profile", "message"), MISSPELLED)
-def test_misspelled_headers_are_unknown_and_held(profile: str, message: str) -> None:
+def test_misspelled_headers_are_refused_or_held(profile: str, message: str) -> None:
+    """On a complete profile a misspelling is a typo, refused at once (-113, or -112 for a
+    too-long mnemonic); on any other it is unknown and held."""
+    if get_profile(profile).complete:
+        with pytest.raises(ScpiError) as info:
+            classify(message, profile)
+        assert info.value.code in (-112, -113)
+        assert not is_read_only(message, profile=profile)
+        return
     try:
         result = classify(message, profile)
     except ScpiError as exc:  # a too-long mnemonic (-112), never anything else
@@ -351,13 +367,23 @@ COMPOUND: list[tuple[str, list[tuple[str, Effect, int | None, object]], int | No
 def test_compound_messages(
     message: str, units: list[tuple[str, Effect, int | None, object]], selected: int | None
 ) -> None:
-    result = classify(message, PSU)
+    if any(e is E.UNKNOWN for _, e, _, _ in units):
+        # The PSU's profile is complete: a message with a header it does not know is
+        # refused whole (-113). The generic profile holds it, rendered as below.
+        with pytest.raises(ScpiError) as info:
+            classify(message, PSU)
+        assert info.value.code == -113
+        if not all(e is E.UNKNOWN or c.startswith("*") for c, e, _, _ in units):
+            return
+        result = classify(message, "generic")
+    else:
+        result = classify(message, PSU)
     assert [(u.canonical, u.effect, u.channel, u.value) for u in result.units] == units
     assert result.selected == selected
     reads = [e for _, e, _, _ in units]
     expected = all(e in (E.READ, E.SELECT) for e in reads) and reads[-1] is E.READ
     assert result.read_only is expected
-    assert is_read_only(message, profile=PSU) is expected
+    assert is_read_only(message, profile=result.profile) is expected
 
 
 def test_units_remember_where_they_came_from() -> None:
@@ -410,9 +436,10 @@ def test_read_only(message: str, read_only: bool) -> None:
 @pytest.mark.parametrize(
     ("profile", "message", "read_only"),
     [
-        (DMM, "MEAS:VOLT?", True),
-        (DMM, "MEAS:VOLT:DC?", True),
-        (DMM, "MEASure:SCALar:VOLTage:DC?", True),
+        # MEASure? reconfigures the meter: measure-config, passes, but it is no read.
+        (DMM, "MEAS:VOLT?", False),
+        (DMM, "MEAS:VOLT:DC?", False),
+        (DMM, "MEASure:SCALar:VOLTage:DC?", False),
         (DMM, "READ?", True),
         (DMM, "CONF?", True),
         (DMM, "CONF:VOLT:DC", False),
@@ -420,7 +447,8 @@ def test_read_only(message: str, read_only: bool) -> None:
         (DMM, "CONF:VOLT;:READ?", False),
         (DMM, "*TST?", False),
         (DMM, "CAL?", False),
-        (DMM, "FETC?", False),  # not in the profile: held
+        (DMM, "FETC?", True),
+        (DMM, "SENS:VOLT:DC:RANG?;:VOLT:DC:NPLC?;:TRIG:SOUR?;:SAMP:COUN?;:DATA:POIN?", True),
         ("generic", "*IDN?", True),
         ("generic", "*IDN?;*OPC?;*STB?;*ESR?;*ESE?;*SRE?", True),
         ("generic", "SYST:ERR?", True),
@@ -567,7 +595,7 @@ ERRORS = [
     # parameter counts
     ("*IDN? 1", -108), ("*RST 1", -108), ("VOLT 1,2,(@1)", -108), ("OUTP ON,OFF,(@1)", -108),
     ("VOLT:PROT:CLE 1,(@1)", -108), ("*ESE", -109), ("VOLT", -109), ("INST:NSEL", -109),
-    ("APPL", -109), ("APPL? ", -109),
+    ("APPL", -109),
     # query-only and command-only headers
     ("MEAS:VOLT 5", -113), ("SYST:ERR", -113), ("*IDN", -113), ("*RST?", -113),
     ("VOLT:PROT:CLE?", -113), ("VOLT:PROT:TRIP", -113),

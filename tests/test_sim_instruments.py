@@ -125,11 +125,12 @@ DMM_READS: list[tuple[str, str]] = [
     ("*STB?", r"\d+"),
     ("SYST:ERR?", re.escape(NO_ERROR)),
     ("SYST:VERS?", r"1994\.0"),
-    ("MEAS:VOLT:DC?", NR3.pattern),
-    ("MEAS:CURR:DC?", NR3.pattern),
-    ("READ?", NR3.pattern),
-    ("CONF?", rf'"(VOLT|CURR) {NR3.pattern},{NR3.pattern}"'),  # MEAS:CURR:DC? configures
+    ("VOLT:NPLC?", NR3.pattern),
+    ("TRIG:SOUR?", "IMM"),
+    ("FUNC?", '"VOLT"'),
+    ("SAMP:COUN?", r"\d+"),
 ]
+# MEASure?, READ? and CONF? are the model's (SimDmm), never pyvisa-sim's: see test_dmm_*.
 
 
 @pytest.mark.parametrize(("query", "pattern"), PSU_READS)
@@ -194,7 +195,8 @@ def test_pyvisa_sim_takes_psu_write(
     assert sim_psu.query(query) == expected
 
 
-@pytest.mark.parametrize("command", ["*RST", "*CLS", "CONF:VOLT:DC", "CONF:CURR:DC"])
+@pytest.mark.parametrize("command", ["*RST", "*CLS", "VOLT:NPLC 1.0", 'FUNC "CURR"',
+                                     "TRIG:SOUR BUS"])
 def test_pyvisa_sim_takes_dmm_write(sim_dmm: MessageBasedResource, command: str) -> None:
     sim_dmm.write(command)
     assert sim_dmm.query("SYST:ERR?") == NO_ERROR
@@ -286,7 +288,8 @@ def test_error_queue_order_status_and_overflow(bench: SimBenchThread) -> None:
     assert psu.handle_message("*STB?") == "4"  # error queue not empty
     first = psu.handle_message("SYST:ERR?") or ""
     assert first.startswith('-222,"Data out of range')
-    assert psu.handle_message("SYST:ERR?") == '-113,"Undefined header"'
+    # A complete profile names the header it does not know (an instrument says less).
+    assert (psu.handle_message("SYST:ERR?") or "").startswith('-113,"Undefined header; SIM:NOPE')
     assert psu.handle_message("SYST:ERR?") == NO_ERROR
     assert psu.handle_message("*ESR?") == "48"  # CME | EXE
     assert psu.handle_message("*ESR?") == "0"
@@ -295,7 +298,12 @@ def test_error_queue_order_status_and_overflow(bench: SimBenchThread) -> None:
     answers = [psu.handle_message("SYST:ERR?") for _ in range(ERROR_QUEUE_DEPTH + 1)]
     assert answers[ERROR_QUEUE_DEPTH - 1] == '-350,"Queue overflow"'
     assert answers[ERROR_QUEUE_DEPTH] == NO_ERROR
+    # An undefined header refuses its whole message (the profile is complete), so *CLS
+    # after it in the same message never runs; on its own it clears the queue.
     psu.handle_message("FOO;*CLS")
+    assert (psu.handle_message("SYST:ERR?") or "").startswith("-113,")
+    psu.handle_message("FOO")
+    psu.handle_message("*CLS")
     assert psu.handle_message("SYST:ERR?;*ESR?") == f"{NO_ERROR};0"
 
 
@@ -304,7 +312,7 @@ def test_dmm_measures_psu_channel_1(bench: SimBenchThread) -> None:
     dmm = bench.dmm
     assert dmm.handle_message("MEAS:VOLT:DC?") == "+4.00000000E+00"
     assert dmm.handle_message("MEAS:CURR:DC?") == "+4.00000000E-01"
-    assert dmm.handle_message("CONF?") == '"CURR +1.00000000E+00,+1.00000000E-06"'
+    assert dmm.handle_message("CONF?") == '"CURR +1.00000000E+00,+3.00000000E-07"'
     assert dmm.handle_message("READ?") == "+4.00000000E-01"
     dmm.handle_message("CONF:VOLT:DC")
     assert dmm.handle_message("READ?;CONF?") == (
@@ -428,7 +436,7 @@ def test_lan_rst_resets(lan_psu: MessageBasedResource) -> None:
     ("message", "prefix"),
     [
         ("VOLT 9,(@1)", '-222,"Data out of range'),
-        ("FOO:BAR 1", '-113,"Undefined header"'),
+        ("FOO:BAR 1", '-113,"Undefined header'),
         ("VOLT 5,,(@1)", "-1"),  # a syntax error of some kind
         ("VOLT 5;*IDN", "-113,"),  # *IDN is query-only
     ],

@@ -26,7 +26,16 @@ from ._lexer import (
     RawUnit,
     lex,
 )
-from ._profile import CommandSpec, Effect, FormSpec, ParamSpec, Profile, ProfileError, get_profile
+from ._profile import (
+    CommandSpec,
+    Effect,
+    FormSpec,
+    ParamSpec,
+    Profile,
+    ProfileError,
+    canonical_with_suffix,
+    get_profile,
+)
 from ._profile import canonical_header as _canonical_header
 
 __all__ = [
@@ -45,10 +54,14 @@ Value = Decimal | bool | int | str
 #: Upper-case 'M' is milli to SCPI and mega to SI, so it is refused as ambiguous.
 MULTIPLIERS = {"": 0, "p": -12, "P": -12, "n": -9, "N": -9, "u": -6, "U": -6, "m": -3,
                "k": 3, "K": 3, "G": 9, "g": 9}
+#: Units whose 'M' prefix SCPI reads as mega, not milli (SCPI-99 Vol. 1 §7.7.3).
+MEGA_UNITS = frozenset({"OHM", "HZ"})
 KEYWORD_FORMS = {"MIN": "MIN", "MINIMUM": "MIN", "MAX": "MAX", "MAXIMUM": "MAX",
                  "DEF": "DEF", "DEFAULT": "DEF"}
 NOT_A_NUMBER = frozenset({"INF", "NINF", "NAN"})
 RE_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: An expansion template's channel list, dropped when the selection names the channel.
+RE_CHANNEL_LIST = re.compile(r",?\s*\(@\{ch\}\)")
 #: What a naive instrument parser splits a message at, or ends it at, whatever surrounds it:
 #: ';' between units (IEEE 488.2 §7.4.1), LF and CR as terminators, NUL in C firmware. The
 #: lexer refuses CR, LF and NUL anywhere in a message; ';' is refused here, inside string
@@ -73,6 +86,7 @@ class Unit:
     value: Value | None  # the new value of ``field`` for a write
     canonical: str
     local: bool = False  # answered by the gateway itself, never sent (``*CLS``)
+    note: str = ""  # for ``excites``: what the instrument applies to whatever is connected
 
     @property
     def writes(self) -> bool:
@@ -174,6 +188,8 @@ class _Resolver:
         self.profile = profile
         self.selected = selected
         self.path: tuple[str, ...] = ()
+        #: The canonical header of the unit being resolved when a '#' keeps its number.
+        self.numbered: str | None = None
 
     def err(self, cls: type[ScpiError], code: int, detail: str, pos: int) -> ScpiError:
         return cls(code, detail, self.message, pos)
@@ -185,9 +201,12 @@ class _Resolver:
         return Classification(self.message, self.profile.name, tuple(out), self.selected)
 
     def unit(self, raw: RawUnit) -> list[Unit]:
+        self.numbered = None
         resolved = self.resolve(raw)
         if isinstance(resolved, str):
             self.check_data(raw, None)  # an unknown header never gets the opt-in
+            if self.profile.complete:
+                raise self.undefined(raw, resolved)
             units = [self.unknown(raw, resolved)]
             allow = False
         else:
@@ -252,12 +271,18 @@ class _Resolver:
             suffixes = (None,) * len(base) + tuple(n for _, n in split)
             self.path = words[:-1]
         entry = self.profile.lookup(raw.common, words)
+        if entry is not None and any(
+                node is not None and node.fixed is not None and number != node.fixed
+                for node, number in zip(entry.nodes, suffixes, strict=True)):
+            entry = None  # DATA is not DATA2: another header, one the profile does not know
         if entry is None:
             return ("*" if raw.common else "") + ":".join(
                 w + (str(n) if n is not None else "") for w, n in zip(words, suffixes, strict=True)
             )
         suffix_channel: int | None = None
         for node, number in zip(entry.nodes, suffixes, strict=True):
+            if node is not None and node.fixed is not None:
+                continue
             if number is None or node is None:
                 continue
             if not node.suffix:
@@ -270,7 +295,21 @@ class _Resolver:
         if form is None:
             detail = "is a query only" if not raw.query else "has no query form"
             raise self.err(ScpiSyntaxError, -113, f"{command.header} {detail}", raw.start)
+        if form.channel != "suffix" and suffix_channel is not None:
+            if command.suffixes and suffix_channel not in command.suffixes:
+                raise self.err(ScpiSyntaxError, -114, f"{command.header} takes the suffixes "
+                               f"{', '.join(map(str, command.suffixes))}, not {suffix_channel}",
+                               raw.start)
+            self.numbered = canonical_with_suffix(command, suffix_channel)
         return command, form, suffix_channel
+
+    def undefined(self, raw: RawUnit, name: str) -> ScpiError:
+        """A header a complete profile does not know is a typo: -113 with the closest one."""
+        text = name + ("?" if raw.query else "")
+        hint = self.profile.closest(raw.common, name, raw.query)
+        where = f"; closest: {hint}" if hint else ""
+        return self.err(ScpiSyntaxError, -113, f"{text} is not a command of the "
+                        f"{self.profile.model.title}{where}", raw.start)
 
     def unknown(self, raw: RawUnit, name: str) -> Unit:
         text = name + ("?" if raw.query else "")
@@ -321,8 +360,22 @@ class _Resolver:
                 values[spec.name] = self.convert(spec, datum, channel)
                 if spec.name == form.channel_param:
                     channel = int(values[spec.name])
+            if form.channel == "param" and form.channel_param not in values:
+                channel = self.selected  # APPL? alone: the selected channel's
             out.extend(self.emit(raw, command, form, channel, values))
         return out
+
+    @staticmethod
+    def excitation(form: FormSpec, values: dict[str, Value]) -> str | None:
+        """What the unit drives into the DUT, if it does: the form's own words for a form
+        that always excites, else those of the value a parameter names."""
+        if form.effect is Effect.EXCITES:
+            return form.applies
+        for spec in form.params:
+            value = values.get(spec.name, spec.assumed)
+            if spec.excites and isinstance(value, str) and value in spec.excites:
+                return spec.excites[value]
+        return None
 
     def emit(
         self,
@@ -340,6 +393,8 @@ class _Resolver:
                 names = set(RE_PLACEHOLDER.findall(template)) - {"ch"}
                 if not names <= rendered.keys():
                     continue  # an optional parameter this form did not get
+                if channel is None:  # the selection decides: no channel list at all
+                    template = RE_CHANNEL_LIST.sub("", template)
                 text = template.format(ch=channel, **rendered)
                 sub = _Resolver(text, self.profile, self.selected).run()
                 for u in sub.units:
@@ -351,7 +406,9 @@ class _Resolver:
                 missing = next((s.name for s in form.params if s.name not in values), "a value")
                 raise self.err(ScpiSyntaxError, -109, f"{missing} is missing", raw.end)
             return units
-        header = form.canonical or _canonical_header(command)
+        header = form.canonical or self.numbered or _canonical_header(command)
+        if form.channel == "suffix" and channel is not None and form.canonical is None:
+            header = canonical_with_suffix(command, channel)  # STAT:QUES:INST:ISUM2:COND
         if raw.query:
             header += "?"
         args = [_render_param(s, values[s.name]) for s in form.params if s.name in values]
@@ -368,8 +425,12 @@ class _Resolver:
                               and s.name in values), None)
         if form.effect is Effect.SELECT:
             self.selected = channel
-        return [Unit(raw.index, raw.start, raw.text, header, raw.query, form.effect,
-                     channel, form.field, value, canonical, form.local)]
+        effect, note = form.effect, ""
+        applied = self.excitation(form, values)
+        if applied is not None:
+            effect, note = Effect.EXCITES, applied
+        return [Unit(raw.index, raw.start, raw.text, header, raw.query, effect,
+                     channel, form.field, value, canonical, form.local, note)]
 
     def check_channel(self, channel: int | None, pos: int) -> None:
         if channel is not None and channel not in self.profile.channels:
@@ -380,6 +441,13 @@ class _Resolver:
     def convert(self, spec: ParamSpec, datum: Data, channel: int | None) -> Value:
         kind = spec.type
         pos = _pos(datum, None)
+        if spec.keywords and isinstance(datum, CharData):
+            word = _keyword(spec.keywords, datum.text)
+            if word is None:
+                raise self.err(ScpiExecutionError, -224,
+                               f"{spec.name} must be a number or one of "
+                               f"{', '.join(spec.keywords)}", pos)
+            return word
         if kind == "number":
             return self.number(spec, datum, channel)
         if kind == "integer":
@@ -415,6 +483,9 @@ class _Resolver:
             raise self.err(ScpiExecutionError, -224,
                            f"{spec.name} must name a channel ({names})", pos)
         if kind == "choice":
+            if isinstance(datum, Number) and not datum.suffix and {"ON", "OFF"} <= {
+                    c.upper() for c in spec.choices}:  # SCPI-99 §7.3: 1 is ON, 0 is OFF
+                return "OFF" if datum.value.to_integral_value(ROUND_HALF_UP) == 0 else "ON"
             if isinstance(datum, CharData):
                 for choice in spec.choices:
                     short = "".join(c for c in choice if c.isupper())
@@ -422,12 +493,24 @@ class _Resolver:
                         return short
             raise self.err(ScpiExecutionError, -224,
                            f"{spec.name} must be one of {', '.join(spec.choices)}", pos)
+        if kind == "word":  # a number or a keyword, passed on as it is (a probe type)
+            if isinstance(datum, Number) and not datum.suffix:
+                return format_number(datum.value)
+            if isinstance(datum, CharData):
+                return datum.text
+            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number or a word", pos)
         if kind == "block":
             if isinstance(datum, Block):
                 return datum.data
             raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be block data", pos)
         if isinstance(datum, QuotedString):
-            return datum.text
+            if not spec.choices:
+                return datum.text
+            named = self.profile.string_choice(spec, datum.text)
+            if named is None:
+                raise self.err(ScpiExecutionError, -224,
+                               f"{spec.name} must be one of {', '.join(spec.choices)}", pos)
+            return named
         raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a quoted string", pos)
 
     def number(self, spec: ParamSpec, datum: Data, channel: int | None) -> Decimal:
@@ -471,6 +554,8 @@ class _Resolver:
             raise self.err(ScpiSyntaxError, -131,
                            f"suffix {suffix!r} is not a unit of {name} ({unit})", pos)
         prefix = suffix[: len(suffix) - len(unit)]
+        if prefix.upper() == "M" and unit.upper() in MEGA_UNITS:
+            return 6  # SCPI-99 Vol. 1 §7.7.3: MOHM and MHZ are mega, whatever the case
         if prefix == "M":
             raise self.err(ScpiSyntaxError, -131,
                            f"suffix {suffix!r} is ambiguous (SCPI reads milli, SI reads mega); "
@@ -488,6 +573,15 @@ class _Resolver:
         if not ranges:
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def _keyword(keywords: tuple[str, ...], text: str) -> str | None:
+    """The short form of the keyword ``text`` spells (``MAXimum`` -> ``MAX``), or None."""
+    for word in keywords:
+        short = "".join(c for c in word if c.isupper())
+        if text in (short, word.upper()):
+            return short
+    return None
 
 
 def _pos(datum: Data, raw: RawUnit | None) -> int:

@@ -7,6 +7,7 @@ lives there, never in code branches on a model name. Loading compiles the header
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import itertools
@@ -26,6 +27,7 @@ __all__ = [
     "Effect",
     "FieldSpec",
     "FormSpec",
+    "InstrumentKind",
     "ParamSpec",
     "Profile",
     "ProfileError",
@@ -45,6 +47,11 @@ class Effect(enum.StrEnum):
     PROTECTION = "protection"
     STATE = "state"
     HARMLESS = "harmless"
+    #: A meter's range, resolution, NPLC, trigger and sample settings: passive, journaled.
+    MEASURE_CONFIG = "measure-config"
+    #: A meter function that drives current or voltage into the DUT (resistance,
+    #: continuity, diode, capacitance, RTD and thermistor temperature): held.
+    EXCITES = "excites"
     FORBIDDEN = "forbidden"
     UNKNOWN = "unknown"
 
@@ -54,7 +61,10 @@ class ProfileError(Exception):
 
 
 ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
-                    "minmax"]
+                    "minmax", "word"]
+#: What kind of instrument a profile describes: the handoff's words follow it (a meter has
+#: no outputs).
+InstrumentKind = Literal["supply", "meter", "load", "smu", "other"]
 ChannelMode = Literal["none", "list", "param", "suffix", "all"]
 
 
@@ -68,7 +78,19 @@ class ParamSpec(BaseModel):
     field: str | None = None
     unit: str = ""
     range: tuple[Decimal, Decimal] | None = None
+    #: For ``choice``: the words, upper case for the short form (``IMMediate``). For
+    #: ``string``: if given, the quoted header patterns it may name (``"VOLTage[:DC]"``).
     choices: tuple[str, ...] = ()
+    #: For ``number`` and ``integer``: keywords passed to the instrument as they are
+    #: (``MINimum``, ``MAXimum``, ``DEFault``, ``AUTO``, ``INFinity``), never resolved here.
+    keywords: tuple[str, ...] = ()
+    #: The instrument's value after ``*RST`` (for ``DEF`` in its simulator and the docs).
+    default: Decimal | None = None
+    #: For ``choice`` and ``string``: the values that drive current or voltage into the DUT,
+    #: each with what the instrument applies; naming one makes the unit ``excites``.
+    excites: dict[str, str] = Field(default_factory=dict)
+    #: For ``excites``: the value the instrument assumes when the parameter is left out.
+    assumed: str | None = None
 
 
 class FormSpec(BaseModel):
@@ -93,6 +115,8 @@ class FormSpec(BaseModel):
     #: Answered by the gateway itself, never sent to the instrument (``*CLS``: the error
     #: queue and status registers are shared by every client).
     local: bool = False
+    #: For ``effect: excites``: what the instrument applies to whatever is connected.
+    applies: str = ""
 
 
 class CommandSpec(BaseModel):
@@ -102,6 +126,8 @@ class CommandSpec(BaseModel):
     set: FormSpec | None = None
     query: FormSpec | None = None
     note: str = ""
+    #: The numbers a '#' node takes when it names no channel (``DIGital:PIN#``: 1, 2, 3).
+    suffixes: tuple[int, ...] = ()
 
 
 class ChannelSpec(BaseModel):
@@ -140,6 +166,14 @@ class ProfileModel(BaseModel):
     name: str
     title: str
     identity: str = ""
+    kind: InstrumentKind = "other"
+    #: Every documented header is listed: a header the profile does not know is a typo,
+    #: refused with -113 and a hint, never held (docs/profiles.md).
+    complete: bool = False
+    #: Where the command set was taken from (manual, revision): shown by ``profile check``.
+    source: str = ""
+    #: Free room for YAML anchors (parameter lists used by many headers); never read.
+    shared: Any = None
     channels: dict[int, ChannelSpec] = Field(default_factory=dict)
     fields: dict[str, FieldSpec] = Field(default_factory=dict)
     select_query: str | None = None
@@ -161,6 +195,8 @@ class Node:
     long: str
     optional: bool
     suffix: bool  # takes a numeric suffix, '#' in the pattern
+    #: A number that is part of the mnemonic (``DATA2``): the only suffix it takes.
+    fixed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +216,7 @@ def _parse_pattern(pattern: str) -> tuple[Node, ...]:
     if pattern.startswith("*"):
         word = pattern[1:]
         return (Node(word.upper(), word.upper(), False, False),)
-    parts = re.findall(r"\[:?[A-Za-z]+#?:?\]|:?[A-Za-z]+#?", pattern)
+    parts = re.findall(r"\[:?[A-Za-z]+\d*#?:?\]|:?[A-Za-z]+\d*#?", pattern)
     if "".join(parts).replace(":", "") != pattern.replace(":", ""):
         raise ProfileError(f"cannot read header pattern {pattern!r}")
     nodes = []
@@ -189,10 +225,15 @@ def _parse_pattern(pattern: str) -> tuple[Node, ...]:
         word = part.strip("[]:")
         suffix = word.endswith("#")
         word = word.rstrip("#")
+        digits = word[len(word.rstrip("0123456789")):]
+        word = word[: len(word) - len(digits)]
+        if digits and suffix:
+            raise ProfileError(f"node {word}{digits}# in {pattern!r}: a fixed number or '#'")
         short = "".join(c for c in word if c.isupper())
         if not short or not word[: len(short)].isupper():
             raise ProfileError(f"node {word!r} in {pattern!r} has no upper-case short form")
-        nodes.append(Node(short, word.upper(), optional, suffix))
+        nodes.append(Node(short, word.upper(), optional, suffix or bool(digits),
+                          int(digits) if digits else None))
     return tuple(nodes)
 
 
@@ -213,6 +254,11 @@ def _spellings(nodes: tuple[Node, ...]) -> list[tuple[tuple[str, ...], tuple[Nod
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _pattern_spellings(pattern: str) -> frozenset[tuple[str, ...]]:
+    return frozenset(words for words, _ in _spellings(_parse_pattern(pattern)))
+
+
 def canonical_header(command: CommandSpec) -> str:
     return _canonical_header(command.header)
 
@@ -222,7 +268,16 @@ def _canonical_header(pattern: str) -> str:
     nodes = _parse_pattern(pattern)
     if pattern.startswith("*"):
         return "*" + nodes[0].short
-    return ":".join(n.short for n in nodes if not n.optional)
+    return ":".join(n.short + (str(n.fixed) if n.fixed is not None else "")
+                    for n in nodes if not n.optional)
+
+
+def canonical_with_suffix(command: CommandSpec, number: int) -> str:
+    """The canonical header of a pattern whose '#' node keeps its number (``DNS2``)."""
+    nodes = _parse_pattern(command.header)
+    return ":".join(n.short + (str(number) if n.suffix and n.fixed is None else
+                               str(n.fixed) if n.fixed is not None else "")
+                    for n in nodes if not n.optional or (n.suffix and n.fixed is None))
 
 
 @dataclass(frozen=True)
@@ -248,6 +303,35 @@ class Profile:
     @property
     def safe_action(self) -> SafeActionSpec | None:
         return self.model.safe_action
+
+    @property
+    def complete(self) -> bool:
+        return self.model.complete
+
+    @property
+    def kind(self) -> InstrumentKind:
+        return self.model.kind
+
+    def string_choice(self, spec: ParamSpec, text: str) -> str | None:
+        """The canonical header a quoted choice names (``"volt:dc"`` -> ``VOLT``), or None."""
+        words = tuple(w.upper() for w in text.strip().lstrip(":").split(":"))
+        for pattern in spec.choices:
+            if words in _pattern_spellings(pattern):
+                return _canonical_header(pattern)
+        return None
+
+    def closest(self, common: bool, name: str, query: bool) -> str | None:
+        """The known header nearest to the unknown ``name``, as the manual writes it."""
+        candidates: dict[str, str] = {}
+        for (is_common, words), entry in self.table.items():
+            form = entry.command.query if query else entry.command.set
+            if is_common == common and form is not None:
+                candidates.setdefault(":".join(words), entry.command.header)
+        wanted = name.lstrip("*").upper()
+        found = difflib.get_close_matches(wanted, list(candidates), n=1, cutoff=0.7)
+        if not found:
+            return None
+        return candidates[found[0]] + ("?" if query else "")
 
     def range_of(self, field_name: str, channel: int | None) -> tuple[Decimal, Decimal] | None:
         if channel is not None and channel in self.model.channels:
@@ -292,6 +376,7 @@ class Profile:
                                    or form.expand):
                     raise ProfileError(f"{command.header}: only a harmless command form, not "
                                        "a query or an expansion, can be local")
+                _check_excitation(command, form)
         safe = model.safe_action
         if safe is not None and (safe.field not in model.fields
                                  or model.fields[safe.field].type != "boolean"):
@@ -304,6 +389,30 @@ class Profile:
         return cls(model, table, names)
 
 
+def _check_excitation(command: CommandSpec, form: FormSpec) -> None:
+    """An exciting form says what it applies; a parameter's exciting values are its own."""
+    if form.effect is Effect.EXCITES and not form.applies:
+        raise ProfileError(f"{command.header}: an excites form says what it applies "
+                           "(applies: ...)")
+    for p in form.params:
+        if p.keywords and p.type not in ("number", "integer"):
+            raise ProfileError(f"{command.header}: keywords are for number and integer "
+                               f"parameters, not {p.type} {p.name!r}")
+        if not p.excites:
+            continue
+        if p.type not in ("choice", "string") or not p.choices:
+            raise ProfileError(f"{command.header}: excites values need a choice or string "
+                               f"parameter with choices ({p.name!r})")
+        if form.expand:
+            raise ProfileError(f"{command.header}: an expansion cannot excite by value")
+        shorts = {_canonical_header(c) if p.type == "string"
+                  else "".join(ch for ch in c if ch.isupper()) for c in p.choices}
+        unknown = sorted(set(p.excites) - shorts)
+        if unknown:
+            raise ProfileError(f"{command.header}: excites names {', '.join(unknown)}, not "
+                               f"among the choices of {p.name!r} ({', '.join(sorted(shorts))})")
+
+
 def _builtin_dir() -> Path:
     return Path(str(resources.files("bench_gate") / "profiles"))
 
@@ -313,14 +422,39 @@ def available_profiles() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in _builtin_dir().glob("*.yaml")))
 
 
-@functools.cache
+#: Profiles loaded from a path, by their own name: a lab's profile is classified by name
+#: (``classify(message, "my-psu")``) once its file has been loaded.
+_BY_NAME: dict[str, Profile] = {}
+
+
 def get_profile(name: str) -> Profile:
-    """Load a profile by name (a shipped profile) or by path to a YAML file."""
-    path = Path(name) if name.endswith((".yaml", ".yml")) else _builtin_dir() / f"{name}.yaml"
-    if not path.is_file():
+    """Load a profile by name (a shipped profile, or one already loaded from its file) or
+    by path to a YAML file."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name).resolve()
+        profile = _load(path)
+        known = _BY_NAME.get(profile.name)
+        shipped = (_builtin_dir() / f"{profile.name}.yaml").resolve()
+        if (known is not None and known is not profile) or (
+                shipped.is_file() and shipped != path):
+            raise ProfileError(f"profile {str(path)!r} is named {profile.name!r}, a name "
+                               "already taken: give it a name of its own")
+        _BY_NAME[profile.name] = profile
+        return profile
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    path = (_builtin_dir() / f"{name}.yaml").resolve()
+    if not re.fullmatch(r"[a-z0-9_-]+", name) or not path.is_file():
         raise ProfileError(
             f"no profile named {name!r}; the shipped ones are {', '.join(available_profiles())}"
         )
+    return _load(path)
+
+
+@functools.cache
+def _load(path: Path) -> Profile:
+    if not path.is_file():
+        raise ProfileError(f"no profile file {str(path)!r}")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         model = ProfileModel.model_validate(raw)
