@@ -116,13 +116,16 @@ def test_a_write_still_inside_the_instrument_is_judged_after_it_lands(tmp_path: 
             run = me.post("/v1/runs", json={"kind": "script"}).json()["id"]
             first = me.post(f"/v1/runs/{run}/scpi", json={
                 "instrument": "psu", "command": "VOLT 2.5,(@1)"}).json()["takeover"]
-            second = me.post(f"/v1/runs/{run}/scpi", json={
+            # Another run: a run's own later request would be judged against the state its
+            # earlier one leaves, and rightly run after it (tests/test_natural_order.py).
+            other = me.post("/v1/runs", json={"kind": "script"}).json()["id"]
+            second = me.post(f"/v1/runs/{other}/scpi", json={
                 "instrument": "psu", "command": "VOLT 3,(@1)"}).json()["takeover"]
-            grant = f"/v1/runs/{run}/takeover/{{}}/grant"
+            grant = "/v1/runs/{}/takeover/{}/grant"
 
             def decide(tk: dict[str, Any]) -> None:
                 try:
-                    olga.post(grant.format(tk["id"]),
+                    olga.post(grant.format(tk["runId"], tk["id"]),
                               json={"approve": ["setpoint"], "proposalHash": tk["proposalHash"]})
                 except Exception:  # the gateway died under it
                     pass

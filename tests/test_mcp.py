@@ -21,7 +21,8 @@ from mcp_types import CallToolResult
 from ._http_bench import Bench, start_bench
 
 TOOLS = {"set_goal", "list_instruments", "get_state", "scpi_query", "scpi_write",
-         "wait_for_decision", "request_plan", "ask_operator", "wait_for_answer"}
+         "wait_for_decision", "request_plan", "ask_operator", "wait_for_answer",
+         "emergency_stop"}
 BENCH_GATE = str(Path(sys.executable).parent / "bench-gate")
 
 

@@ -129,7 +129,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/bench/stop"): (REQ, {"nope": 1}),
     ("GET", "/v1/bench/stop"): (REQ, None),
     ("POST", "/v1/bench/stop/clear"): (OP, {"nope": 1}),
-    ("POST", "/v1/runs/{run_id}/heartbeat"): (OWNER, None),
+    ("POST", "/v1/runs/{run_id}/heartbeat"): (REQ, None),
     ("GET", "/v1/bench/leases"): (OP, None),
     ("GET", "/healthz"): ("public", None),
     ("GET", "/v1/instruments"): (REQ, None),

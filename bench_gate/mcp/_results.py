@@ -15,6 +15,7 @@ __all__ = [
     "Pending",
     "Problem",
     "QueryResult",
+    "Stopped",
     "WriteOutcome",
 ]
 
@@ -26,6 +27,17 @@ class Problem(BaseModel):
     reason: str
     scpi_code: int | None = None
     hint: str | None = None
+
+
+class Stopped(BaseModel):
+    """The emergency stop, done: what each instrument was sent and read back."""
+
+    by: str
+    door: str
+    instruments: dict[str, dict[str, Any]]
+    cancelled: list[str]
+    suspended: list[str]
+    seconds: float
 
 
 class InstrumentInfo(BaseModel):

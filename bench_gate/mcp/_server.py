@@ -30,6 +30,7 @@ from ._results import (
     InstrumentState,
     Problem,
     QueryResult,
+    Stopped,
     WriteOutcome,
 )
 
@@ -203,17 +204,15 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
     @_guard
     async def emergency_stop(ctx: Context, instrument: Annotated[str | None, Field(
             default=None, max_length=64, description="one instrument, or every one")] = None
-                             ) -> CallToolResult:
+                             ) -> Annotated[CallToolResult, Stopped]:
         """Make the bench safe at once: every channel's output off, every pending request
         on it cancelled, every write refused until an operator clears the stop. Needs no
         approval; use it whenever something looks wrong."""
         session = await session_for(ctx)
-        done = await session.bench.emergency_stop(instrument)
-        stopped = ", ".join(done.get("instruments", {})) or "the bench"
-        return CallToolResult(content=[TextContent(
-            type="text", text=f"stopped {stopped}: outputs off, {len(done.get('cancelled', []))} "
-                              "requests cancelled; an operator must clear the stop")],
-            structured_content=done)
+        done = Stopped.model_validate(await session.bench.emergency_stop(instrument))
+        return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: outputs "
+                             f"off, {len(done.cancelled)} requests cancelled; an operator "
+                             "must clear the stop")
 
     @server.tool(annotations=READ, title="List instruments")
     @_guard
