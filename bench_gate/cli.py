@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from . import _cli_local as local
 from . import _cli_remote as remote
 from ._cli_common import BROKEN, CHANGED, ERROR, CliError
+from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
 
@@ -201,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     pv.set_defaults(fn=remote.plan_revoke)
     ps = cmd("plans", remote.plans, "a run's plans with their status and writes left")
     ps.add_argument("run")
+    profile_commands(sub)
     return p
 
 
