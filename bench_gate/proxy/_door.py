@@ -48,6 +48,26 @@ _OVERSIZED = object()
 _EOF = object()
 
 
+class _Early:
+    """A ``GATE:STAT?`` (or ``GATE:PLAN?``) queued behind a write not classified yet: answered
+    as soon as that write holds the stream, else in its turn."""
+
+    __slots__ = ("answered", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.answered = False
+
+
+def _status_op(text: str) -> GateOp | None:
+    """GATE:STAT? or GATE:PLAN? alone in a message, else None."""
+    try:
+        ops = [c.op for c in parse_gate(text)]
+    except ScpiError:
+        return None
+    return ops[0] if ops in ([GateOp.STATUS_QUERY], [GateOp.PLAN_QUERY]) else None
+
+
 class Connection:
     """One client on one door: its run, its error queue, its pending rationale."""
 
@@ -75,6 +95,7 @@ class Connection:
         self._unwatch: Callable[[], None] | None = None
         #: Queued messages that will produce an answer (a '?' in them): GATE:STAT? waits behind.
         self._queued_queries = 0
+        self._early = []
 
     # ------------------------------------------------------------------ tasks
     async def serve(self) -> None:
@@ -87,6 +108,12 @@ class Connection:
                 if item is _OVERSIZED:
                     await self._push_error(-223, f"message longer than {MAX_MESSAGE_LENGTH} "
                                            "characters; it was discarded")
+                    continue
+                if isinstance(item, _Early):
+                    if item in self._early:
+                        self._early.remove(item)
+                    if not item.answered:  # nothing held before it: answered in its turn
+                        await self._handle(item.text)
                     continue
                 assert isinstance(item, str)
                 if "?" in item:
@@ -171,6 +198,13 @@ class Connection:
         text = line.decode("latin-1")
         if is_gate_message(text) and (self._stop_now(text) or self._answer_now(text)):
             return
+        if is_gate_message(text) and self._answers_early(text):
+            # Behind a write the processor has not classified yet (it may be about to hold):
+            # answered the moment it holds, without waiting for its decision.
+            early = _Early(text)
+            self._early.append(early)
+            await self.queue.put(early)
+            return
         if "?" in text:
             self._queued_queries += 1
         await self.queue.put(text)
@@ -201,22 +235,41 @@ class Connection:
         behind."""
         if self._queued_queries or self._owing or not self._holding:
             return False
-        try:
-            commands = parse_gate(text)
-        except ScpiError:
+        op = _status_op(text)
+        if op is None:
             return False
-        ops = [c.op for c in commands]
-        if ops == [GateOp.STATUS_QUERY]:
-            self._send(gate.request_status(self.gateway, self.last_request))
-        elif ops == [GateOp.PLAN_QUERY]:
-            self._send(gate.plan_status(self.gateway, self.last_plan))
-        else:
-            return False
+        self._send_status(op)
         return True
+
+    def _answers_early(self, text: str) -> bool:
+        """The race of issue 18: a GATE:STAT? sent right after a write reaches the reader
+        before the processor has classified that write, so nothing holds yet. With no
+        answer owed before it and something ahead of it, it waits for that to hold."""
+        if self._queued_queries or self._owing or self._holding:
+            return False
+        if not (self._busy or self.queue.qsize()):
+            return False
+        return _status_op(text) is not None
+
+    def _send_status(self, op: GateOp) -> None:
+        if op is GateOp.STATUS_QUERY:
+            self._send(gate.request_status(self.gateway, self.last_request))
+        else:
+            self._send(gate.plan_status(self.gateway, self.last_plan))
+
+    def _answer_early(self) -> None:
+        """The stream now holds: answer the GATE:STAT? queued behind the held write."""
+        for early in self._early:
+            op = _status_op(early.text)
+            if op is not None and not early.answered:
+                self._send_status(op)
+                early.answered = True
+        self._early.clear()
 
     _busy = False
     _owing = False
     _holding = False
+    _early: list[_Early]
 
     def hang_up(self) -> None:
         """End the connection from our side: the reader sees EOF, a held write is cancelled."""
@@ -322,6 +375,7 @@ class Connection:
         one), or the client goes away, in which case the request is cancelled."""
         self.last_request = req.id
         self._holding = True
+        self._answer_early()
         try:
             req = await follow(self.gateway, req, None, until=self.gone, seen=self._seen)
             if not settled(req.status, req.superseded_by):  # the client went away
