@@ -154,6 +154,15 @@ class JournalConfig(_Strict):
     archive_dir: str | None = None
 
 
+class SocketDoorConfig(_Strict):
+    """``[socket_door]``: how a raw-SCPI connection meets a write that waits for a person."""
+
+    #: ``wait``: the connection holds the stream until the write is decided (the default);
+    #: ``refuse``: the write is answered at once with -203 and its request id, and the
+    #: script resends it once approved. A connection changes it with ``GATE:HOLD``.
+    on_hold: Literal["wait", "refuse"] = "wait"
+
+
 class BenchConfig(_Strict):
     bench: str = "bench"
     instruments: list[InstrumentConfig]
@@ -164,6 +173,7 @@ class BenchConfig(_Strict):
     confidence: ConfidenceConfig = Field(default_factory=ConfidenceConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     journal: JournalConfig = Field(default_factory=JournalConfig)
+    socket_door: SocketDoorConfig = Field(default_factory=SocketDoorConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchConfig:

@@ -17,7 +17,7 @@ import pyvisa
 from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal
+from bench_gate.models import Principal, Status
 from bench_gate.proxy import Doors, start_doors
 from tests.test_proxy import in_thread, next_pending
 
@@ -101,3 +101,93 @@ async def test_gate_stat_never_overtakes_an_answer_owed_before_it(
     volts, status = await task
     assert Decimal(volts) == 2
     assert status.startswith(f'EXECUTED,"{req.id}"')
+
+
+# ---------------------------------------------------------------- on_hold = refuse
+
+
+def _errors(client: Any) -> list[str]:
+    out = []
+    while True:
+        err = client.query("SYST:ERR?")
+        if err == NO_ERROR:
+            return out
+        out.append(err)
+
+
+async def test_refuse_answers_a_held_write_at_once_with_its_request(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal) -> None:
+    psu = open_client(timeout=3000)
+
+    def script() -> tuple[str, list[str], str, str]:
+        psu.write("GATE:HOLD REFUSE")
+        mode = psu.query("GATE:HOLD?")
+        psu.write("VOLT 1.5,(@1)")
+        idn = psu.query("*IDN?")  # the stream goes on at once
+        return mode, _errors(psu), idn, psu.query("GATE:STAT?")
+
+    mode, errors, idn, status = await in_thread(script)
+    (req,) = gateway.list_requests(status=Status.PENDING)
+    assert mode == "REFUSE"
+    assert idn.startswith("Keysight Technologies,E36312A")
+    assert errors == [f'-203,"Command protected; {req.id} waits for a person (setpoint): '
+                      'approve it, then resend the same command on this connection"']
+    assert status.startswith(f'PENDING,"{req.id}"')
+
+    def resend() -> list[str]:
+        psu.write("VOLT 1.5,(@1)")
+        return _errors(psu)
+
+    again = await in_thread(resend)  # still pending: the same request, no second one
+    assert len(again) == 1 and req.id in again[0]
+    assert [r.id for r in gateway.list_requests()] == [req.id]
+    await gateway.grant(req.id, olga, list(req.required), proposal_hash=req.proposal_hash)
+
+    def after() -> tuple[list[str], str]:
+        psu.write("VOLT 1.5,(@1)")  # approved: this resend is its run, never a second one
+        return _errors(psu), psu.query("VOLT? (@1)")
+
+    errors, volts = await in_thread(after)
+    assert errors == []
+    assert Decimal(volts) == Decimal("1.5")
+    assert [r.id for r in gateway.list_requests()] == [req.id]
+    assert gateway.get_request(req.id).status is Status.EXECUTED
+
+
+async def test_refuse_after_a_denial_asks_again(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal) -> None:
+    psu = open_client(timeout=3000)
+    await in_thread(psu.write, "GATE:HOLD REF;:GATE:RAT \"ramp\"")
+    await in_thread(psu.write, "CURR 0.2,(@2)")
+    first = await next_pending(gateway)
+    await gateway.deny(first.id, olga, "not now", proposal_hash=first.proposal_hash)
+    await in_thread(psu.write, "CURR 0.2,(@2)")
+    second = await next_pending(gateway, {first.id})
+    assert second.id != first.id
+    errors = await in_thread(_errors, psu)
+    assert [first.id in errors[0], second.id in errors[-1]] == [True, True]
+    await in_thread(psu.write, "GATE:HOLD WAIT")
+    assert await in_thread(psu.query, "GATE:HOLD?") == "WAIT"
+
+
+async def test_on_hold_refuse_from_bench_toml(gateway: Gateway, config: BenchConfig) -> None:
+    config.socket_door.on_hold = "refuse"
+    for ic in config.instruments:
+        ic.socket_port = 0
+    doors = await start_doors(gateway, Tokens(gateway.store), config)
+    rm = pyvisa.ResourceManager("@py")
+    try:
+        host, port = doors.addresses["psu"]
+        psu = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
+                               write_termination="\n", timeout=3000)
+
+        def script() -> tuple[str, list[str]]:
+            psu.write("VOLT 2,(@1)")
+            return psu.query("GATE:HOLD?"), _errors(psu)
+
+        mode, errors = await in_thread(script)
+        assert mode == "REFUSE" and errors[0].startswith('-203,"Command protected; tk-')
+        psu.close()
+    finally:
+        rm.close()
+        await doors.close()

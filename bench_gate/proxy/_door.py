@@ -22,7 +22,7 @@ from ..confidence import stated_confidence
 from ..doorway import answer, follow, scpi_code, settled, submit
 from ..errors import GatewayError, InvalidInput, Refused, TransitionError
 from ..models import Principal, Role, RunKind, Status, TakeoverRequest
-from ..scpi import MAX_MESSAGE_LENGTH, ScpiError, is_read_only
+from ..scpi import MAX_MESSAGE_LENGTH, ScpiError, classify, is_read_only
 from ..states import Outcome
 from . import _gate as gate
 from ._gate import GateCommand, GateOp, is_gate_message, parse_gate, quote
@@ -96,6 +96,10 @@ class Connection:
         #: Queued messages that will produce an answer (a '?' in them): GATE:STAT? waits behind.
         self._queued_queries = 0
         self._early = []
+        #: ``wait`` or ``refuse`` (socket_door.on_hold, GATE:HOLD): see _refuse_hold.
+        self.on_hold = door.on_hold
+        #: Writes answered -203 under ``refuse``: their canonical units -> request id.
+        self._refused: dict[tuple[str, ...], str] = {}
 
     # ------------------------------------------------------------------ tasks
     async def serve(self) -> None:
@@ -347,6 +351,8 @@ class Connection:
         self._busy = True
         self._owing = "?" in text
         try:
+            if self.on_hold == "refuse" and await self._resent(text):
+                return
             try:
                 result = await submit(self.gateway, run_id, self.instrument, text,
                                       rationale=rationale, confidence=confidence)
@@ -365,10 +371,59 @@ class Connection:
             if result.request is None:  # pragma: no cover - the core always returns one
                 await self._push_error(-200, f"unexpected result {result.status!r}")
                 return
+            if self.on_hold == "refuse" and result.request.status is Status.PENDING:
+                await self._refuse_hold(result.request)
+                return
             final = await self._decision(result.request)
             await self._report(final)
         finally:
             self._busy = self._owing = False
+
+    # ------------------------------------------------------------------ on_hold = refuse
+    async def _refuse_hold(self, req: TakeoverRequest) -> None:
+        """``refuse``: the stream never waits for a person. The held write is answered at
+        once with -203 naming its request, which stays pending for the operator; the script
+        resends the same command once it is approved (see :meth:`_resent`)."""
+        self.last_request = req.id
+        self._refused[tuple(a.canonical for a in req.actions)] = req.id
+        self._refused[("", req.message.strip())] = req.id  # VOLT 5 names no channel
+        missing = ", ".join(k.value for k in req.missing()) or "a decision"
+        await self._push_error(-203, f"{req.id} waits for a person ({missing}): approve it, "
+                               "then resend the same command on this connection")
+
+    def _canonical(self, text: str) -> tuple[str, ...] | None:
+        try:
+            return classify(text, self.door.profile).canonical
+        except ScpiError:
+            return None
+
+    async def _resent(self, text: str) -> bool:
+        """A resend of a write refused under ``refuse``: never a second request. Still
+        pending: -203 again. Approved or executing: waited for, then reported like a held
+        write. Executed (the core runs an approved request when its last approval is
+        given): answered from its receipt, never run twice. Denied, expired, cancelled:
+        forgotten, and the resend is submitted afresh. True if the resend was dealt with."""
+        keys = [k for k in (self._canonical(text), ("", text.strip())) if k is not None]
+        request_id = next((self._refused[k] for k in keys if k in self._refused), None)
+        if request_id is None:
+            return False
+        for key in [k for k, v in self._refused.items() if v == request_id]:
+            del self._refused[key]  # one resend takes it; a pending one is put back below
+        try:
+            req = self.gateway.get_request(request_id)
+        except GatewayError:
+            return False
+        if req.status is Status.PENDING:
+            await self._refuse_hold(req)
+            return True
+        if req.status in (Status.APPROVED, Status.EXECUTING) or (
+                req.status is Status.STALE and req.superseded_by):
+            await self._report(await self._decision(req))
+            return True
+        if req.status is Status.EXECUTED:
+            await self._report(req)
+            return True
+        return False
 
     async def _decision(self, req: TakeoverRequest) -> TakeoverRequest:
         """Hold the stream until a person decides (following a stale request to its fresh
@@ -474,6 +529,10 @@ class Connection:
             return gate.plan_status(self.gateway, self.last_plan)
         elif op is GateOp.STOP:  # normally taken at once by _stop_now
             await self._emergency_stop()
+        elif op is GateOp.HOLD:
+            self.on_hold = str(cmd.text)
+        elif op is GateOp.HOLD_QUERY:
+            return self.on_hold.upper()
         return None
 
     async def _plan(self, cmd: GateCommand) -> None:

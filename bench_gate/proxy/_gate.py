@@ -12,6 +12,8 @@ They are parsed with the project's lexer and never forwarded to an instrument::
                             ask for a standing plan; the connection waits until it is decided
     GATE:STOP               the emergency stop: every instrument's safe action at once
     GATE:PLAN?              the connection's latest plan: STATUS,"plan-...",writes left,seconds
+    GATE:HOLD WAIT|REFUSE   a held write waits for its decision, or is answered -203 at once
+                            (resend it once approved); GATE:HOLD? reads it back
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class GateOp(enum.Enum):
     PLAN = "PLAN"
     PLAN_QUERY = "PLAN?"
     STOP = "STOP"
+    HOLD = "HOLD"
+    HOLD_QUERY = "HOLD?"
 
 
 #: (long form, short form) of each leaf, as in a SCPI command tree.
@@ -61,19 +65,23 @@ _LEAVES: dict[str, tuple[str, str]] = {
     "RUN": ("RUN", "RUN"),
     "PLAN": ("PLAN", "PLAN"),
     "STOP": ("STOP", "STOP"),
+    "HOLD": ("HOLD", "HOLD"),
 }
 
 _SETS = {"TOKEN": GateOp.TOKEN, "GOAL": GateOp.GOAL, "RATIONALE": GateOp.RATIONALE,
-         "CONFIDENCE": GateOp.CONFIDENCE, "PLAN": GateOp.PLAN, "STOP": GateOp.STOP}
+         "CONFIDENCE": GateOp.CONFIDENCE, "PLAN": GateOp.PLAN, "STOP": GateOp.STOP,
+         "HOLD": GateOp.HOLD}
 _QUERIES = {"GOAL": GateOp.GOAL_QUERY, "RATIONALE": GateOp.RATIONALE_QUERY,
             "STATUS": GateOp.STATUS_QUERY, "RUN": GateOp.RUN_QUERY,
-            "PLAN": GateOp.PLAN_QUERY}
+            "PLAN": GateOp.PLAN_QUERY, "HOLD": GateOp.HOLD_QUERY}
 #: GATE:PLAN's positional parameters after the optional quoted instrument, in order.
 PLAN_FIELDS = ("channels", "voltage_min", "voltage_max", "current_max", "max_step",
                "output_enable", "max_writes", "timeout_minutes")
 _PLAN_SYNTAX = ('GATE:PLAN ["psu",](@1),<vmin>,<vmax>,<imax>,<max step|NONE>,<ON|OFF>,'
                 "<max writes>,<minutes>")
 _BOOLEANS = {"ON": True, "OFF": False}
+#: GATE:HOLD's words, and socket_door.on_hold's values they stand for.
+HOLD_MODES = {"WAIT": "wait", "REFUSE": "refuse", "REF": "refuse"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,7 @@ def _leaf(word: str, src: str, pos: int) -> str:
         if word == long or word == short:
             return name
     raise ScpiSyntaxError(-113, f"GATE has no command {word!r}; it has "
-                          "TOK, GOAL, RAT, CONF, STAT?, RUN?, PLAN, STOP", src, pos)
+                          "TOK, GOAL, RAT, CONF, STAT?, RUN?, PLAN, STOP, HOLD", src, pos)
 
 
 def _unit(unit: RawUnit, src: str) -> GateCommand:
@@ -135,6 +143,10 @@ def _unit(unit: RawUnit, src: str) -> GateCommand:
     param = unit.params[0]
     if op is GateOp.PLAN:
         return GateCommand(op, scope=_plan_scope(unit, src))
+    if op is GateOp.HOLD:
+        if not isinstance(param, CharData) or param.text not in HOLD_MODES:
+            raise ScpiExecutionError(-224, "GATE:HOLD takes WAIT or REFUSE", src, param.pos)
+        return GateCommand(op, text=HOLD_MODES[param.text])
     if op is GateOp.CONFIDENCE:
         if not isinstance(param, Number) or param.suffix:
             raise ScpiSyntaxError(-104, "GATE:CONF takes a number from 0 to 1", src, param.pos)

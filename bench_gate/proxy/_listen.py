@@ -47,6 +47,8 @@ class Door:
     tokens: Tokens
     config: InstrumentConfig
     allowed: list[str]
+    #: ``socket_door.on_hold``: what a new connection does with a held write.
+    on_hold: str = "wait"
     server: asyncio.Server | None = None
     connections: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
 
@@ -121,7 +123,8 @@ async def start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig,
         for ic in config.instruments:
             if ic.socket_port is None:
                 continue
-            door = Door(gateway, tokens, ic, list(config.server.allowed_peers))
+            door = Door(gateway, tokens, ic, list(config.server.allowed_peers),
+                        on_hold=config.socket_door.on_hold)
             door.server = await asyncio.start_server(door.handle, bind, ic.socket_port,
                                                      limit=READ_CHUNK)
             doors[ic.name] = door
