@@ -32,6 +32,7 @@ from ._profile import (
     canonical_header,
     get_profile,
 )
+from ._timing import Timing
 
 __all__ = [
     "ERROR_NAMES",
@@ -49,6 +50,7 @@ __all__ = [
     "ScpiError",
     "ScpiExecutionError",
     "ScpiSyntaxError",
+    "Timing",
     "Unit",
     "Value",
     "available_profiles",

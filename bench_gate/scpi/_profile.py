@@ -32,6 +32,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "SafeActionSpec",
+    "TimingRole",
     "available_profiles",
     "get_profile",
 ]
@@ -62,6 +63,9 @@ class ProfileError(Exception):
 
 ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
                     "minmax", "word"]
+#: The settings that decide how long a reading takes (scpi._timing).
+TimingRole = Literal["nplc", "aperture", "samples", "triggers", "trigger_delay",
+                     "sample_interval"]
 #: What kind of instrument a profile describes: the handoff's words follow it (a meter has
 #: no outputs).
 InstrumentKind = Literal["supply", "meter", "load", "smu", "other"]
@@ -117,6 +121,14 @@ class FormSpec(BaseModel):
     local: bool = False
     #: For ``effect: excites``: what the instrument applies to whatever is connected.
     applies: str = ""
+    #: A setting that decides how long a reading takes (``VOLT:NPLC``: ``nplc``); the
+    #: gateway keeps what it saw set, and a reading's timeout follows (scpi._timing).
+    timing: TimingRole | None = None
+    #: A query that takes a reading (``READ?``, ``MEAS?``, ``FETC?``): its timeout follows
+    #: the timing settings.
+    reads: bool = False
+    #: Seconds this form may take on its own (``*TST?``), beyond the link's timeout.
+    slow: Decimal | None = None
 
 
 class CommandSpec(BaseModel):
@@ -343,6 +355,19 @@ class Profile:
 
     def lookup(self, common: bool, mnemonics: tuple[str, ...]) -> Entry | None:
         return self.table.get((common, mnemonics))
+
+    def form_of(self, canonical: str) -> FormSpec | None:
+        """The form a canonical unit was rendered from (``VOLT:NPLC 10.0`` -> its command
+        form), or None for a unit the profile does not know."""
+        head = canonical.split(" ", 1)[0]
+        query = head.endswith("?")
+        head = head.rstrip("?")
+        common = head.startswith("*")
+        words = tuple(w.rstrip("0123456789") for w in head.lstrip("*").split(":"))
+        entry = self.lookup(common, words)
+        if entry is None:
+            return None
+        return entry.command.query if query else entry.command.set
 
     @classmethod
     def from_model(cls, model: ProfileModel) -> Profile:
