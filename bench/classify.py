@@ -1,6 +1,13 @@
 """Messages per second: bench_gate.scpi against labmcp-scpi's CommandPolicy, same messages.
 
     python bench/classify.py [--seconds 1.0]
+    python bench/classify.py --corpus [bench/driver_corpus.txt]
+
+``--corpus``: false holds and unsafe passes on real driver messages (bench/driver_corpus.py
+records them): each message's verdict (pass, hold, refuse; policy defaults, no envelope)
+against what its instrument's manual says a person must decide, by rules that know nothing
+of the profiles (MUST_HOLD below). A false hold is a message that should pass but is held
+(or refused); an unsafe pass is one a person must decide that passes.
 
 Three columns, measured side by side in one run on a fixed mix of realistic messages:
 
@@ -15,12 +22,19 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from bench_gate.scpi import get_profile, is_read_only
+from bench_gate.config import PolicyConfig
+from bench_gate.policy import decide as policy_decide
+from bench_gate.scpi import ScpiError, classify, get_profile, is_read_only
 from bench_gate.scpi._classify import _Resolver
+
+#: Recorded by bench/driver_corpus.py.
+CORPUS = Path(__file__).with_name("driver_corpus.txt")
 
 PROFILE = "e36312a"
 
@@ -114,10 +128,73 @@ def rates(columns: dict[str, Callable[[str], bool]], seconds: float) -> dict[str
     return best
 
 
+#: Per profile: a unit a person must decide, by the manual (not by the profile). A supply:
+#: anything that sets a level, switches an output, arms or fires a trigger, resets, recalls
+#: or self-tests. A meter: selecting a function that sources current into the DUT
+#: (resistance, continuity, diode, capacitance, temperature by RTD or thermistor), resetting,
+#: recalling or self-testing.
+MUST_HOLD: dict[str, re.Pattern[str]] = {
+    "e36312a": re.compile(
+        r"^:?(\*(RST|RCL|TRG|TST\?)|(SOUR\w*:)?(VOLT|CURR)\w*(:\w+)*\s|OUTP\w*(:STAT\w*)?\s|"
+        r"APPL\w*\s|OUTP\w*:(PAIR|TRAC|PROT|DEL)|INIT|TRIG)", re.IGNORECASE),
+    "34465a": re.compile(
+        r"^:?(\*(RST|RCL|TST\?)|SYST\w*:PRES|MMEM\w*:LOAD|"
+        r"(CONF\w*|MEAS\w*)(:SCAL\w*)?:(RES|FRES|CAP|CONT|DIOD)|"
+        r"(SENS\w*:)?FUNC\w*(:ON)?\s+\"(RES|FRES|CAP|CONT|DIOD|TEMP))", re.IGNORECASE),
+}
+
+
+def must_hold(profile: str, message: str) -> bool:
+    return any(MUST_HOLD[profile].match(unit.strip()) for unit in message.split(";"))
+
+
+def verdict(profile: str, message: str) -> str:
+    try:
+        c = classify(message, profile)
+    except ScpiError:
+        return "refuse"
+    return policy_decide(c, {}, PolicyConfig()).verdict.value
+
+
+def corpus_report(path: Path) -> int:
+    rows = [line.split("\t", 2) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    print(f"{len(rows)} driver messages from {path}")
+    worst = 0
+    for profile in sorted({p for p, _, _ in rows}):
+        mine = [(driver, message) for p, driver, message in rows if p == profile]
+        held = falsely = unsafe = refused = 0
+        notes = []
+        for driver, message in mine:
+            got = verdict(profile, message)
+            should = must_hold(profile, message)
+            held += should
+            if not should and got != "pass":
+                falsely += got == "hold"
+                refused += got == "refuse"
+                notes.append(f"  false {got}: {message!r} ({driver})")
+            if should and got == "pass":
+                unsafe += 1
+                notes.append(f"  UNSAFE PASS: {message!r} ({driver})")
+        passing = len(mine) - held
+        share = (falsely + refused) / passing * 100 if passing else 0.0
+        worst = max(worst, unsafe)
+        print(f"{profile}: {len(mine)} messages, {held} a person must decide; "
+              f"false holds {falsely}, false refusals {refused} "
+              f"({share:.1f} % of the {passing} that should pass); unsafe passes {unsafe}")
+        if notes:
+            print("\n".join(notes))
+    return 1 if worst else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="time per column")
+    parser.add_argument("--corpus", type=Path, nargs="?", const=CORPUS,
+                        help="report false holds and unsafe passes on a driver corpus")
     args = parser.parse_args(argv)
+    if args.corpus is not None:
+        return corpus_report(args.corpus)
 
     columns = {
         "bench_gate.scpi, uncached (full parse)": ours_uncached(),

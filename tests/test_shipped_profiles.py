@@ -90,3 +90,15 @@ def test_keywords_reach_the_simulator_as_numbers(bench: SimBench, profile: str) 
         assert instrument.handle_message("CURR:PROT:STAT ON,(@3);:CURR:PROT:STAT? (@3)") == "1"
     assert instrument.handle_message("SYST:ERR?") == NO_ERROR
     instrument.handle_message("*RST")
+
+
+def test_the_driver_corpus_has_no_false_hold_and_no_unsafe_pass(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures in docs/scpi.md, on the messages bench/driver_corpus.py recorded."""
+    from bench.classify import CORPUS, corpus_report
+
+    assert corpus_report(CORPUS) == 0
+    out = capsys.readouterr().out
+    for profile in SIMULATED:
+        line = next(x for x in out.splitlines() if x.startswith(f"{profile}:"))
+        assert "false holds 0, false refusals 0" in line and line.endswith("unsafe passes 0")

@@ -1,0 +1,166 @@
+"""Build a corpus of real driver messages for bench/classify.py --corpus.
+
+    python bench/driver_corpus.py [--out bench/driver_corpus.txt]
+
+The drivers of the profiled instruments run, unmodified, against the simulated bench served
+on 127.0.0.1 (straight to the simulator, not through the gateway), and every message they
+send is recorded as they sent it:
+
+- PyMeasure ``KeysightE36312A``: every property read, of the instrument and its three
+  channels, and every control set to a legal value;
+- PyMeasure ``Agilent34410A``: every measurement;
+- QCoDeS ``Keysight34465A``: construction, ``snapshot(update=True)``, every settable
+  parameter set to the value it has, every measurement parameter read, and its methods
+  (``init_measurement``, ``fetch``, ``read``, ``abort_measurement``, ``reset``).
+
+Each line: ``profile<TAB>driver<TAB>message``, in the order sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sim_instruments import SimBenchThread, SimInstrument
+
+DEFAULT_OUT = Path(__file__).with_name("driver_corpus.txt")
+
+
+@contextmanager
+def recording(instrument: SimInstrument, sink: list[str]) -> Iterator[None]:
+    """Every message the simulated instrument receives, appended to ``sink``."""
+    original = instrument.handle_message
+
+    def handle(message: str) -> str | None:
+        sink.append(message)
+        return original(message)
+
+    instrument.handle_message = handle  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        instrument.handle_message = original  # type: ignore[method-assign]
+
+
+def _properties(obj: Any) -> list[str]:
+    return [name for name, member in inspect.getmembers(type(obj))
+            if isinstance(member, property) and not name.startswith("_")
+            and name not in ("channels", "functions")]
+
+
+def _read_all(obj: Any) -> None:
+    for name in _properties(obj):
+        getattr(obj, name)
+
+
+def pymeasure_e36312a(resource: str) -> None:
+    from pymeasure.instruments.keysight import KeysightE36312A
+
+    supply = KeysightE36312A(resource, visa_library="@py", read_termination="\n",
+                             write_termination="\n", timeout=5000)
+    try:
+        _read_all(supply)
+        for channel in (supply.ch_1, supply.ch_2, supply.ch_3):
+            _read_all(channel)
+            channel.voltage_setpoint = 1.0
+            channel.current_limit = 0.1
+            channel.output_enabled = True
+            channel.output_enabled = False
+        supply.clear()
+        supply.reset()
+    finally:
+        supply.adapter.close()
+
+
+def pymeasure_34410a(resource: str) -> None:
+    from pymeasure.instruments.agilent import Agilent34410A
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        meter = Agilent34410A(resource, visa_library="@py", read_termination="\n",
+                              write_termination="\n", timeout=5000)
+    try:
+        _read_all(meter)
+    finally:
+        meter.adapter.close()
+
+
+def qcodes_34465a(resource: str) -> None:
+    from qcodes.instrument_drivers.Keysight import Keysight34465A
+
+    dmm = Keysight34465A("corpus_dmm", resource, visalib="@py", terminator="\n", timeout=5)
+    try:
+        dmm.snapshot(update=True)
+        for param in _qcodes_parameters(dmm):
+            if param.settable and param.gettable:
+                param.set(param.get())
+        for name in ("volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res"):
+            if name in dmm.parameters:
+                dmm.parameters[name].get()
+        dmm.init_measurement()
+        dmm.fetch()
+        dmm.read()
+        dmm.abort_measurement()
+        dmm.reset()
+    finally:
+        dmm.close()
+
+
+def _qcodes_parameters(instrument: Any) -> Iterator[Any]:
+    skip = {"IDN", "timeout", "volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res",
+            "timetrace", "time_axis"}
+    for name, param in instrument.parameters.items():
+        if name not in skip:
+            yield param
+    for sub in instrument.submodules.values():
+        yield from sub.parameters.values()
+
+
+DRIVERS: list[tuple[str, str, str, Callable[[str], None]]] = [
+    ("e36312a", "psu", "pymeasure KeysightE36312A", pymeasure_e36312a),
+    ("34465a", "dmm", "pymeasure Agilent34410A", pymeasure_34410a),
+    ("34465a", "dmm", "qcodes Keysight34465A", qcodes_34465a),
+]
+
+
+def _settle(sent: list[str], quiet: float = 0.5) -> None:
+    seen = -1
+    while seen != len(sent):
+        seen = len(sent)
+        time.sleep(quiet)
+
+
+def build() -> list[tuple[str, str, str]]:
+    corpus: list[tuple[str, str, str]] = []
+    with SimBenchThread() as bench:
+        for profile, which, driver, run in DRIVERS:
+            instrument = bench.psu if which == "psu" else bench.dmm
+            resource = bench.psu_resource_name if which == "psu" else bench.dmm_resource_name
+            sent: list[str] = []
+            with recording(instrument, sent):
+                run(resource)
+                _settle(sent)  # writes sent just before the driver closed still arrive
+            corpus += [(profile, driver, message) for message in sent]
+    return corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    corpus = build()
+    args.out.write_text("".join(f"{p}\t{d}\t{m}\n" for p, d, m in corpus), encoding="utf-8")
+    print(f"{len(corpus)} messages from {len(DRIVERS)} drivers -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
