@@ -17,16 +17,17 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from .config import JournalConfig
+from .config import BenchConfig, JournalConfig
 from .errors import GatewayError
 from .models import Action, ApprovalKind, Event
 
 if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
-    from .store import Segment, Store
+    from .store import ChainReport, Segment, Store
 
-__all__ = ["ReadJournal", "Retention", "approval_meaning"]
+__all__ = ["ReadJournal", "Retention", "approval_meaning", "verify_chain"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,26 @@ class ReadJournal:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class _Bench(Protocol):
+    """What :func:`verify_chain` needs of the gateway."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def config(self) -> BenchConfig: ...
+
+
+def verify_chain(gateway: _Bench) -> ChainReport:
+    """Walk the journal's whole hash chain: the archived segments (looked for in ``[journal]
+    archive_dir`` first, else where they were written), then the store, to its head. For the
+    doors, through ``Gateway.verify_journal`` once the façade has it (GET /v1/journal/verify
+    calls this meanwhile)."""
+    from .store import verify_store
+
+    folder = gateway.config.journal.archive_dir
+    return verify_store(gateway.store, Path(folder) if folder else None)
 
 
 class Retention:

@@ -361,6 +361,15 @@ def test_cli_verify_names_the_first_bad_seq_after_an_edit_or_a_deletion(url: str
     tail = cli("journal", "verify", "--db", url)
     assert tail.returncode == BROKEN and tail.stdout.startswith("broken at seq 8: seqs 8 to "
                                                                 "12 missing")
+    store = open_store(url)  # the gateway goes on journaling: the gap stays in the chain
+    try:
+        [later] = store.append([ev(n=13)], durable=False)
+        assert later.seq == 13 and later.prev != events[6].hash
+    finally:
+        store.close()
+    after = cli("journal", "verify", "--db", url)
+    assert after.returncode == BROKEN and after.stdout.startswith("broken at seq 8: seqs 8 to "
+                                                                  "12 missing")
 
 
 def test_cli_verify_sees_a_rewritten_link_and_a_forged_time(url: str) -> None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from ..store import verify_store
+from ..journal import verify_chain
 from ._deps import Admin, GatewayDep
 
 __all__ = ["router"]
@@ -44,6 +42,4 @@ class ChainOut(BaseModel):
 def verify(who: Admin, gw: GatewayDep) -> ChainOut:
     """Walk the whole hash chain: the archived segments ([journal] archive_dir, else where
     they were written), then the store, up to its head. Runs in a worker thread."""
-    folder = gw.config.journal.archive_dir
-    report = verify_store(gw.store, Path(folder) if folder else None)
-    return ChainOut.model_validate(report.as_json())
+    return ChainOut.model_validate(verify_chain(gw).as_json())

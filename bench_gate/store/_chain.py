@@ -45,6 +45,7 @@ from . import _queries as q
 __all__ = [
     "ENCODING",
     "GENESIS",
+    "LOST",
     "Chain",
     "ChainReport",
     "Link",
@@ -60,6 +61,9 @@ __all__ = [
 
 #: The prev-hash of the first event of a store.
 GENESIS = "0" * 64
+#: The prev-hash an event gets when the events before it were found deleted (SQLite): the
+#: chain stays visibly broken there instead of passing over the gap.
+LOST = "f" * 64
 #: What export and segment files say about how their hashes are computed.
 ENCODING = "bench-gate journal chain v1: sha256 over canonical JSON (docs/interlocks.md)"
 
@@ -68,10 +72,13 @@ _ZERO = timedelta(0)
 #: The canonical encoder (built once: ``json.dumps`` with options builds one per call).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=_SEP, default=str)
 _PLAIN = json.JSONEncoder(default=str)
+_CHAIN_FIELDS = ("seq", "prev", "hash")
 
 
 def canonical_at(at: datetime) -> str:
     """The time as the chain hashes it: UTC, microseconds, ``Z`` (a naive time is UTC)."""
+    if at.tzinfo is UTC:  # every event the gateway makes (models.now)
+        return at.isoformat("T", "microseconds")[:-6] + "Z"
     offset = at.utcoffset()
     if offset is not None and offset != _ZERO:
         at = at.astimezone(UTC)
@@ -160,9 +167,9 @@ def event_line(ev: Event) -> dict[str, Any]:
 class Chain:
     """The head (last seq and hash) a store appends after, and the hashing of an append.
 
-    The store keeps the head in ``journal_head``; this is a hint of it for appends that
-    cannot read it first (SQLite's one-statement path, where the database refuses a row
-    that does not continue the head, and the store reads the head again and retries)."""
+    The store can always read its head back; this is what it last saw, for appends that do
+    not read it first (SQLite's one-statement path: if another connection moved the head,
+    the seq it takes is taken already, and the store reads the head back and retries)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -195,7 +202,10 @@ class Chain:
             at = canonical_at(ev.at)
             type_ = ev.type.value
             hash_ = link(seq, ev.run_id, ev.request_id, type_, at, data, prev)
-            ev.seq, ev.prev, ev.hash = seq, prev, hash_
+            # As pydantic's own assignment does, without its per-field dispatch (a read's
+            # append is on every query's path).
+            ev.__dict__.update(seq=seq, prev=prev, hash=hash_)
+            ev.__pydantic_fields_set__.update(_CHAIN_FIELDS)
             rows.append((seq, ev.run_id, ev.request_id, type_, at, data, prev, hash_))
             prev = hash_
         return rows
@@ -229,20 +239,17 @@ def row_segment(row: tuple[Any, ...]) -> Segment:
 
 
 def backfill(execute: Execute) -> tuple[int, str]:
-    """The head of the chain; on a store that has none yet (just migrated), first chain
-    every event it holds, in seq order from :data:`GENESIS`, and record the head. Runs
-    inside the migrating transaction; a second call changes nothing."""
-    head = execute(q.CHAIN_HEAD, ())
-    if head:
-        return int(head[0][0]), str(head[0][1])
-    seq, prev = 0, GENESIS
+    """Chain the events journaled before the store had a chain, in seq order, after the
+    newest one that has its hash (from :data:`GENESIS` on a store that has none); the head
+    it leaves. Runs inside the migrating transaction (``q.CHAIN_MIGRATION``)."""
+    last = execute(q.LAST_CHAINED, ())
+    seq, prev = (int(last[0][0]), str(last[0][1])) if last else (0, GENESIS)
     while rows := execute(q.UNCHAINED, (1000,)):
         for row in rows:
             hash_ = link(int(row[0]), str(row[1]), row[2], str(row[3]),
                          canonical_at(_when(row[4])), canonical_data(json.loads(row[5])), prev)
             execute(q.LINK_UNCHAINED, (prev, hash_, row[0]))
             seq, prev = int(row[0]), hash_
-    execute("INSERT INTO journal_head (id, seq, hash) VALUES (1, ?, ?)", (seq, prev))
     return seq, prev
 
 

@@ -271,10 +271,12 @@ class PostgresStore:
                 cur.execute(script)
                 cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
 
-            def execute(sql: str, args: tuple[Any, ...]) -> list[TupleRow]:
-                cur.execute(q.pg(sql), args)
-                return cur.fetchall() if cur.description else []
-            backfill(execute)
+            if version < q.CHAIN_MIGRATION <= len(MIGRATIONS):
+                def execute(sql: str, args: tuple[Any, ...]) -> list[TupleRow]:
+                    cur.execute(q.pg(sql), args)
+                    return cur.fetchall() if cur.description else []
+                cur.execute("INSERT INTO journal_head (id, seq, hash) VALUES (1, %s, %s)",
+                            backfill(execute))
 
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 from ..models import Status
 from ._base import RequestSort
 
-__all__ = ["CHAIN_HEAD", "CHAIN_PAGE", "DROP_ARCHIVED", "FIRST_LIVE", "LINK_UNCHAINED",
+__all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "FIRST_LIVE",
+           "LAST_CHAINED", "LAST_SEGMENT", "LINK_UNCHAINED",
            "OPEN_RUNS_OF", "PENDING_OF", "RUN_EVENTS", "RUN_PRINCIPAL", "RUN_RECENT",
            "SEGMENTS", "SEGMENT_INSERT", "UNCHAINED", "page", "pg"]
 
@@ -50,8 +51,15 @@ def pg(sql: str) -> str:
 
 # -- the journal's hash chain (bench_gate.store._chain)
 _EVENT = "SELECT seq, run_id, request_id, type, at, data, prev, hash FROM journal"
-#: The last seq and hash of the chain: what the next append continues.
+#: The migration (a version number) that starts the chain: the store chains the events it
+#: holds right after it, once.
+CHAIN_MIGRATION = 4
+#: PostgreSQL: the last seq and hash of the chain, which the next append locks and continues.
 CHAIN_HEAD = "SELECT seq, hash FROM journal_head WHERE id = 1"
+#: The newest event that has its hash, and the newest archived segment's end.
+LAST_CHAINED = ("SELECT seq, hash FROM journal WHERE hash IS NOT NULL "
+                "ORDER BY seq DESC LIMIT 1")
+LAST_SEGMENT = "SELECT last_seq, last_hash FROM journal_segments ORDER BY first_seq DESC LIMIT 1"
 #: The whole chain in seq order, a page at a time (``journal verify``).
 CHAIN_PAGE = f"{_EVENT} WHERE seq > ? ORDER BY seq LIMIT ?"
 #: One run's events, oldest first, a page at a time; and its last events.

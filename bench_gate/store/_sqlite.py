@@ -16,7 +16,16 @@ from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
-from ._chain import Chain, Segment, backfill, row_event, row_segment, with_meanings
+from ._chain import (
+    GENESIS,
+    LOST,
+    Chain,
+    Segment,
+    backfill,
+    row_event,
+    row_segment,
+    with_meanings,
+)
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
@@ -25,6 +34,8 @@ _MAX_ROWS = 2000
 #: Appends on the one-statement path that may find the chain's head moved, one after the
 #: other, before the append gives up.
 _CHAIN_RETRIES = 50
+#: The highest seq the journal ever gave (AUTOINCREMENT keeps it, also after a deletion).
+_TOP = "SELECT seq FROM sqlite_sequence WHERE name = 'journal'"
 _JOURNAL_INSERT = ("INSERT INTO journal (seq, run_id, request_id, type, at, data, prev, hash) "
                    "VALUES ")
 _JOURNAL_ROW = "(?, ?, ?, ?, ?, ?, ?, ?)"
@@ -91,17 +102,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX requests_requester ON requests (requester, status, expires_at);
     """,
     # 4: the journal's hash chain (bench_gate.store._chain): each event's prev-hash and
-    # hash; the head the next append continues (moved by the database with every row, so a
-    # deleted newest event is seen, and the chain goes on after it, not after the row left);
-    # the archived segments. The store then chains the events it holds, in seq order.
+    # hash, and the archived segments. The store then chains the events it holds, in seq
+    # order. (The head is the newest event, or segment, and AUTOINCREMENT's counter: no row
+    # of its own to rewrite with every commit.)
     """
     ALTER TABLE journal ADD COLUMN prev TEXT;
     ALTER TABLE journal ADD COLUMN hash TEXT;
-    CREATE TABLE journal_head (
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        seq INTEGER NOT NULL,
-        hash TEXT NOT NULL
-    );
     CREATE TABLE journal_segments (
         first_seq INTEGER PRIMARY KEY,
         last_seq INTEGER NOT NULL,
@@ -111,10 +117,6 @@ MIGRATIONS: tuple[str, ...] = (
         path TEXT NOT NULL,
         archived_at TEXT NOT NULL
     );
-    CREATE TRIGGER journal_head_moves AFTER INSERT ON journal
-    BEGIN
-      UPDATE journal_head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
-    END;
     """,
 )
 
@@ -213,8 +215,9 @@ class SqliteStore:
                 for statement in _statements(script):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
-            head = backfill(lambda sql, args: db.execute(sql, args).fetchall())
-        self._chain.reset(*head)
+            if version < q.CHAIN_MIGRATION <= len(MIGRATIONS):
+                backfill(lambda sql, args: db.execute(sql, args).fetchall())
+            self._chain.reset(*_head(db))
 
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
@@ -346,9 +349,7 @@ class SqliteStore:
         head where it is until the commit."""
         if not events:
             return
-        head = db.execute(q.CHAIN_HEAD).fetchone()
-        db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW,
-                       Chain.extend(events, int(head[0]), str(head[1])))
+        db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW, Chain.extend(events, *_head(db)))
         self._moving = (events[-1].seq, events[-1].hash)
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
@@ -374,10 +375,9 @@ class SqliteStore:
                     if "journal.seq" not in str(exc):
                         raise StoreError(f"store error: {exc}") from exc
                     try:
-                        head = self._fast.execute(q.CHAIN_HEAD).fetchone()
+                        self._chain.reset(*_head(self._fast))
                     except sqlite3.Error as again:
                         raise StoreError(f"store error: {again}") from again
-                    self._chain.reset(int(head[0]), str(head[1]))
                     continue
                 except sqlite3.Error as exc:
                     raise StoreError(f"store error: {exc}") from exc
@@ -397,8 +397,11 @@ class SqliteStore:
 
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:
-        row = self._read(q.CHAIN_HEAD)[0]
-        return int(row[0]), str(row[1])
+        with self._lock:
+            try:
+                return _head(self._db)
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
 
     def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
         return self._read(q.CHAIN_PAGE, (after, limit))
@@ -465,3 +468,15 @@ class SqliteStore:
                 self._fast.close()
             self._db.close()
 
+
+def _head(db: sqlite3.Connection) -> tuple[int, str]:
+    """The chain's head: the newest event (or, all archived, the newest segment's end). If
+    AUTOINCREMENT has given a higher seq than that, the newest events were deleted: the
+    head is that seq with :data:`LOST` for a hash, so the next event does not link over the
+    gap (``journal verify`` names it)."""
+    row = db.execute(q.LAST_CHAINED).fetchone() or db.execute(q.LAST_SEGMENT).fetchone()
+    seq, hash_ = (int(row[0]), str(row[1])) if row else (0, GENESIS)
+    top = db.execute(_TOP).fetchone()
+    if top is not None and int(top[0]) > seq:
+        return int(top[0]), LOST
+    return seq, hash_
