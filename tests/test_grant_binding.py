@@ -236,7 +236,9 @@ def test_cli_approve_prints_what_it_approves_and_binds_its_hash(bench: Bench) ->
     assert "CH3 voltage setpoint" in a.stdout and seen in a.stdout
     assert f"{tk}: executed" in a.stdout
     approvals = [e["data"] for e in journal(bench, run, tk) if e["type"] == "approval_granted"]
-    assert approvals == [{"kind": "setpoint", "by": "olga", "notes": "", "proposal_hash": seen}]
+    assert [{k: a[k] for k in ("kind", "by", "notes", "proposal_hash")} for a in approvals] \
+        == [{"kind": "setpoint", "by": "olga", "notes": "", "proposal_hash": seen}]
+    assert approvals[0]["meaning"].startswith("I approve the setpoint: CH3 voltage setpoint")
     assert Decimal(bench.psu("VOLT? (@3)")) == Decimal("2.25")
 
 

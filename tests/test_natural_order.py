@@ -8,6 +8,7 @@ from typing import Any
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status, TakeoverRequest
+from tests.conftest import Clock
 
 
 async def held(gw: Gateway, run_id: str, message: str) -> TakeoverRequest:
@@ -22,10 +23,13 @@ async def approve(gw: Gateway, req: TakeoverRequest, who: Principal) -> Takeover
 
 
 async def test_the_natural_order_does_not_go_stale(gateway: Gateway, script: Principal,
-                                                    olga: Principal, front_panel: Any) -> None:
+                                                    olga: Principal, front_panel: Any,
+                                                    clock: Clock) -> None:
     run = gateway.create_run(script, "script")
     volt = await held(gateway, run.id, "VOLT 5,(@1)")
+    clock.advance(seconds=1)  # the test's clock stands still unless told
     curr = await held(gateway, run.id, "CURR 0.1,(@1)")
+    clock.advance(seconds=1)
     on = await held(gateway, run.id, "OUTP ON,(@1)")
     assert on.snapshot.values["ch1.voltage"] == "5.0"
     assert on.snapshot.values["ch1.current"] == "0.1"

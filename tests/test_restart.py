@@ -46,7 +46,7 @@ async def test_pending_and_partly_approved_survive(config: BenchConfig, db_path:
                                                    olga: Principal, front_panel: Any) -> None:
     gw = await _gateway(config, db_path, clock)
     run = gw.create_run(script, "script", goal="survive a restart")
-    plain = (await gw.submit(run.id, "psu", "VOLT 1,(@1)")).request
+    plain = (await gw.submit(run.id, "psu", "VOLT 1,(@3)")).request
     half = (await gw.submit(run.id, "psu", "VOLT 2,(@1);:OUTP ON,(@1)")).request
     assert plain is not None and half is not None
     await gw.grant(half.id, olga, ["setpoint"], proposal_hash=half.proposal_hash)
