@@ -27,6 +27,7 @@ from .executor import Executor
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
+from .journal import Retention, verify_chain
 from .leases import Leases
 from .models import (
     ApprovalKind,
@@ -46,7 +47,7 @@ from .safety import Safety
 from .scpi import Profile
 from .setpoints import Setpoints
 from .snapshots import Snapshots
-from .store import RequestPage, RequestSort, Store
+from .store import ChainReport, RequestPage, RequestSort, Store
 from .takeover import Requests
 
 __all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
@@ -92,6 +93,8 @@ class Gateway:
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         self._snaps = snaps
+        #: [journal] keep_days: old events archived to segment files, off the hot path.
+        self._retention = Retention(store, config.journal, clock=lambda: self.clock())
         self._sweeper: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
@@ -176,6 +179,7 @@ class Gateway:
         for task in self.core.running():
             with contextlib.suppress(Exception):
                 await task
+        await self._retention.close()
         await self._intake.close()
         for inst in self.instruments.values():
             await inst.lane.close()
@@ -195,6 +199,7 @@ class Gateway:
                 await self.sweep()
                 await self._leases.sweep()
                 await self._executor.run_approved()
+                self._retention.tick()  # starts an archive at most hourly; never waits
 
     def _on_remote(self, message: dict[str, Any]) -> None:
         """A change made by another gateway (called from the store's listener thread)."""
@@ -279,10 +284,14 @@ class Gateway:
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None) -> SubmitResult:
+                     timeout_minutes: int | None = None, origin: str = "client"
+                     ) -> SubmitResult:
+        """``origin`` is "gateway" for a door's own housekeeping (the socket door draining
+        the instrument's error queue): the journal tells it from what the client sent."""
         return await self._intake.submit(
             run_id, instrument, message, rationale=rationale, confidence=confidence,
-            step_id=step_id, idempotency_key=idempotency_key, timeout_minutes=timeout_minutes)
+            step_id=step_id, idempotency_key=idempotency_key, timeout_minutes=timeout_minutes,
+            origin=origin)
 
     def get_request(self, request_id: str) -> TakeoverRequest:
         return self._requests.get(request_id)
@@ -326,6 +335,10 @@ class Gateway:
 
     def clear_stop(self, who: Principal, instrument: str | None = None) -> list[str]:
         return self._interlocks.clear(who, instrument)
+
+    def verify_journal(self) -> ChainReport:
+        """Walk the journal's hash chain (archived segments, then the store, to its head)."""
+        return verify_chain(self)
 
     def heartbeat(self, run_id: str, who: Principal) -> dict[str, Any]:
         """The run's client is still there: its lease goes on."""

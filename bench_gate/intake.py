@@ -114,7 +114,8 @@ class Intake(Part):
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None) -> SubmitResult:
+                     timeout_minutes: int | None = None,
+                     origin: str = "client") -> SubmitResult:
         self.leases.renew(run_id)  # any submit says the client is still there
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if self.runs.known(run_id) else self.runs.get(run_id)
@@ -143,7 +144,7 @@ class Intake(Part):
         received = Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
                          data={"instrument": instrument, "message": message,
                                "rationale": rationale, "confidence": confidence,
-                               "step_id": step_id})
+                               "step_id": step_id, "origin": origin})
         selected_before = self._selected.get((run_id, inst.config.name))
         try:
             c = await self._classify(run_id, inst, message)

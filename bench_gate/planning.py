@@ -238,7 +238,8 @@ class PlanDesk(Part):
             return None
         actions = self.snaps.actions(inst, c, None)
         live = await self.snaps.snapshot(inst, self.snaps.fields(inst, actions))
-        writes = sum(1 for u in c.units if u.writes and u.effect is not Effect.HARMLESS)
+        writes = sum(1 for u in c.units if u.writes
+                     and u.effect not in (Effect.HARMLESS, Effect.MEASURE_CONFIG))
         plan = None
         for candidate in plans:
             self._refresh(candidate)

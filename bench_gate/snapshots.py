@@ -43,7 +43,7 @@ def normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
 def unverifiable(actions: list[Action]) -> list[str]:
     """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
     return [a.canonical for a in actions
-            if a.effect not in ("read", "select", "harmless")
+            if a.effect not in ("read", "select", "harmless", "measure-config")
             and (a.field is None or a.new is None)]
 
 
@@ -60,7 +60,7 @@ class Snapshots(Part):
         channels: set[int | None] = set()
         everything = False
         for a in actions:
-            if a.effect in ("read", "select", "harmless"):
+            if a.effect in ("read", "select", "harmless", "measure-config"):
                 continue
             if a.channel is None:
                 everything = True

@@ -81,3 +81,18 @@ async def test_a_gone_clients_queued_writes_never_run(
     await asyncio.sleep(0.3)
     assert str(front_panel.query("*ESE?")).strip() == "0"
     assert float(front_panel.query("VOLT? (@1)")) == 0
+
+
+async def test_the_journal_tells_the_gateways_own_commands_from_the_clients(
+        open_client: Callable[..., Any], gateway: Gateway) -> None:
+    script = open_client("psu")
+
+    def refused() -> str:
+        script.write("VOLT 99,(@1)")  # refused: the door drains the instrument's errors
+        return str(script.query("GATE:RUN?")).strip('"')
+
+    run_id = await in_thread(refused)
+    received = [e.data for e in gateway.store.journal(run_id, limit=100)
+                if e.type.value == "command_received"]
+    assert {"VOLT 99,(@1)": "client", "SYST:ERR?": "gateway"}.items() <= {
+        d["message"]: d["origin"] for d in received}.items()

@@ -317,7 +317,8 @@ class Connection:
             return
         for _ in range(ERROR_QUEUE_DEPTH):
             try:
-                r = await self.gateway.submit(self.run_id, self.instrument, "SYST:ERR?")
+                r = await self.gateway.submit(self.run_id, self.instrument, "SYST:ERR?",
+                                              origin="gateway")
             except GatewayError:
                 return
             text = (r.response or "").strip()
