@@ -11,7 +11,7 @@ cannot model and serve each instrument on its own raw-socket port, like a LAN in
 '+5.00000000E+00'
 """
 
-from ._model import ERROR_QUEUE_DEPTH, Probe, SimDmm, SimInstrument, SimPsu
+from ._model import ERROR_QUEUE_DEPTH, PANEL, Probe, Session, SimDmm, SimInstrument, SimPsu
 from ._resources import (
     DMM_PROFILE,
     DMM_RESOURCE,
@@ -28,11 +28,13 @@ __all__ = [
     "DMM_PROFILE",
     "DMM_RESOURCE",
     "ERROR_QUEUE_DEPTH",
+    "PANEL",
     "PSU_PROFILE",
     "PSU_RESOURCE",
     "BenchState",
     "BenchStateError",
     "Probe",
+    "Session",
     "SimBench",
     "SimBenchThread",
     "SimDmm",

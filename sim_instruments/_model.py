@@ -9,23 +9,24 @@ that keep linked values in step (measurements follow setpoints, ``*RST`` restore
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import pyvisa
 from pyvisa.resources import MessageBasedResource
 
-from bench_gate.scpi import ScpiError, classify, get_profile, lex
+from bench_gate.scpi import Effect, ScpiError, Unit, classify, get_profile, lex
 from bench_gate.scpi._lexer import CharData, Number
 
 from ._resources import DMM_PROFILE, DMM_RESOURCE, PSU_PROFILE, PSU_RESOURCE
 from ._settings import answer_limit, resolve_keywords
 
-__all__ = ["ERROR_QUEUE_DEPTH", "Probe", "SimDmm", "SimInstrument", "SimPsu"]
+__all__ = ["ERROR_QUEUE_DEPTH", "PANEL", "Probe", "Session", "SimDmm", "SimInstrument", "SimPsu"]
 
 #: Errors an instrument holds before the newest is replaced by -350 (SCPI-99 §21.8.1).
 ERROR_QUEUE_DEPTH = 20
@@ -42,6 +43,30 @@ _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
 
 _TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
+
+#: Queries another interface may still send while one holds the lock: they change nothing.
+_PASSIVE = frozenset({Effect.READ, Effect.SELECT, Effect.MEASURE_CONFIG, Effect.UNKNOWN})
+#: SCPI-99 §21.8.9 -203: a legal command the instrument will not run (here: locked).
+_LOCKED = -203
+#: The SYSTem:LOCK subsystem, canonical (Keysight 34465A and E36300 programming guides).
+_LOCK_COMMANDS = frozenset({"SYST:LOCK:REQ?", "SYST:LOCK:REL", "SYST:LOCK:OWN?",
+                            "SYST:LOCK:NAME?"})
+
+
+@dataclass(eq=False)
+class Session:
+    """One I/O interface talking to the instrument: a LAN connection (``LAN1``...), or the
+    front panel, which the remote lock never covers. Interface-specific errors (a write
+    refused by the lock) go to the session's own queue, as the Keysight guides describe
+    SYSTem:ERRor? per I/O session; ``SYST:ERR?`` reads them first."""
+
+    name: str
+    panel: bool = False
+    errors: deque[str] = field(default_factory=deque)
+
+
+#: The person at the bench: in-process callers (``handle_message(msg)``) and ``SIM:PANEL``.
+PANEL = Session("FRONT PANEL", panel=True)
 
 
 def _esr_bit(code: int) -> int:
@@ -129,6 +154,8 @@ class SimInstrument:
     resource_name: ClassVar[str]
     #: Properties ``*RST`` leaves alone (IEEE 488.2 §10.32: enables, saved states, the load).
     rst_keeps: ClassVar[frozenset[str]] = frozenset({"ese", "sre"})
+    #: Whether the model has Keysight's SYSTem:LOCK subsystem (:meth:`_lock_unit`).
+    lockable: ClassVar[bool] = False
 
     def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
         device_name = definition["resources"][self.resource_name]["device"]
@@ -144,6 +171,10 @@ class SimInstrument:
         #: Queries answered, and commands taken, whatever their parameters:
         #: "MMEM:UPL? *" -> "MMEM:UPL?", "MMEM:STOR:STAT *" -> "MMEM:STOR:STAT".
         self._any_params = {q[:-2]: q for q in _dialogue_queries(device) if q.endswith(" *")}
+        #: The interface holding SYSTem:LOCK, and how many requests it nested.
+        self._owner: Session | None = None
+        self._lock_count = 0
+        self._numbers = itertools.count(1)
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -156,8 +187,24 @@ class SimInstrument:
 
     # --- public
 
-    def handle_message(self, message: str) -> str | None:
-        """Run one program message as the instrument would; the response line, or None."""
+    def open_session(self) -> Session:
+        """A new remote interface (one per socket connection): ``LAN1``, ``LAN2``..."""
+        return Session(f"LAN{next(self._numbers)}")
+
+    def close_session(self, session: Session) -> None:
+        """The interface went away: a lock it held is released, whatever its count."""
+        with self._lock:
+            if self._owner is session:
+                self._owner, self._lock_count = None, 0
+
+    @property
+    def lock_owner(self) -> str | None:
+        """The name of the interface holding the lock, or None."""
+        return self._owner.name if self._owner is not None else None
+
+    def handle_message(self, message: str, session: Session = PANEL) -> str | None:
+        """Run one program message as the instrument would; the response line, or None.
+        ``session`` is the interface it came in on (default: the front panel)."""
         with self._lock:
             try:
                 classified = classify(message, self.profile, selected=self._selected())
@@ -167,7 +214,7 @@ class SimInstrument:
             groups: list[list[str]] = []
             source = -1
             for unit in classified.units:
-                answer = self._execute(unit.canonical, unit.query)
+                answer = self._unit(unit, session)
                 if answer is None:
                     continue
                 if unit.source != source or not groups:
@@ -176,6 +223,50 @@ class SimInstrument:
                 groups[-1].append(answer)
             # IEEE 488.2 §8.4.1: units of one source with ",", different sources with ";".
             return ";".join(",".join(g) for g in groups) if groups else None
+
+    def _unit(self, unit: Unit, session: Session) -> str | None:
+        """One unit from ``session``: a lock command, a unit the lock shuts out (its error
+        queued on the session), or one for the instrument."""
+        if self.lockable:
+            if unit.canonical in _LOCK_COMMANDS:
+                return self._lock_command(unit.canonical, session)
+            if self._shut_out(unit, session):
+                session.errors.append(f'{_LOCKED},"Command protected; the instrument is '
+                                      f'locked by {self.lock_owner}"')
+                return None
+        if unit.canonical == "SYST:ERR?" and session.errors:
+            return session.errors.popleft()
+        return self._execute(unit.canonical, unit.query)
+
+    def _shut_out(self, unit: Unit, session: Session) -> bool:
+        """While another interface holds the lock, this one may query but not change
+        anything; the front panel is never shut out (the simulator's reading)."""
+        if session.panel or self._owner is None or self._owner is session:
+            return False
+        return not unit.query or unit.effect not in _PASSIVE
+
+    def _lock_command(self, canonical: str, session: Session) -> str | None:
+        """Keysight's SYSTem:LOCK subsystem (34465A guide, SYSTem:LOCK:NAME?/OWNer?/
+        RELease/REQuest?): a request is granted (1) when no other interface holds the
+        lock, and nests; each RELease undoes one request of the holder."""
+        if canonical == "SYST:LOCK:REQ?":
+            if session.panel or self._owner not in (None, session):
+                return "0"
+            self._owner = session
+            self._lock_count += 1
+            return "1"
+        if canonical == "SYST:LOCK:REL":
+            if self._owner is not None and self._owner is not session and not session.panel:
+                session.errors.append(f'{_LOCKED},"Command protected; the instrument is '
+                                      f'locked by {self.lock_owner}"')
+            elif self._owner is session:
+                self._lock_count -= 1
+                if self._lock_count <= 0:
+                    self._owner, self._lock_count = None, 0
+            return None
+        if canonical == "SYST:LOCK:OWN?":
+            return f'"{self.lock_owner or "NONE"}"'
+        return f'"{session.name}"'  # SYST:LOCK:NAME?
 
     def execute(self, canonical: str, query: bool) -> str | None:
         """Run one canonical unit (no parsing); the answer of a query, if any."""
@@ -329,6 +420,7 @@ class SimPsu(SimInstrument):
 
     profile = PSU_PROFILE
     resource_name = PSU_RESOURCE
+    lockable = True
     rst_keeps = frozenset({"ese", "sre", "saved_slot", "recalled_slot",
                            "ch1_load", "ch2_load", "ch3_load"})
     channels = (1, 2, 3)
@@ -418,6 +510,7 @@ class SimDmm(SimInstrument):
 
     profile = DMM_PROFILE
     resource_name = DMM_RESOURCE
+    lockable = True
     functions: ClassVar[dict[str, _Function]] = {f.name: f for f in (
         _Function("VOLT", "VOLT:RANG", "VOLT:RES", "VDC", None),
         _Function("VOLT:AC", "VOLT:AC:RANG", None, "VAC", 0.0),

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-from ._model import SimDmm, SimInstrument, SimPsu
+from ._model import PANEL, Session, SimDmm, SimInstrument, SimPsu
 from ._resources import cached_definition, open_fresh_resource_manager
 
 __all__ = ["BenchState", "BenchStateError", "SimBench", "SimBenchThread"]
@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 MAX_LINE = 1 << 20
 #: How long stop() waits for connection handlers to finish.
 STOP_TIMEOUT = 5.0
+#: A connection whose first line is this acts as the front panel: the remote lock
+#: (SYSTem:LOCK) never covers it, as it does not cover the person at the bench.
+PANEL_LINE = "SIM:PANEL"
 
 _Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -139,11 +142,13 @@ class SimBench:
             if task is not None:
                 self._handlers.add(task)
             self._writers.add(writer)
+            session = instrument.open_session()
             try:
-                await _converse(instrument, reader, writer)
+                await _converse(instrument, reader, writer, session)
             except ConnectionError:
                 pass  # the client went away mid-answer
             finally:
+                instrument.close_session(session)  # its lock goes with it
                 self._writers.discard(writer)
                 writer.close()
                 with contextlib.suppress(ConnectionError):
@@ -206,8 +211,10 @@ def install_crash_hooks() -> None:
 
 
 async def _converse(
-    instrument: SimInstrument, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    instrument: SimInstrument, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+    session: Session,
 ) -> None:
+    first = True
     while True:
         try:
             line = await reader.readuntil(b"\n")
@@ -219,12 +226,17 @@ async def _converse(
         message = line.decode("ascii", errors="replace").rstrip("\n").rstrip("\r")
         if not message.strip():
             continue
+        if first and message.strip().upper() == PANEL_LINE:
+            session = PANEL
+            first = False
+            continue
+        first = False
         if _HOOKS is not None and not await _HOOKS.deliver(instrument, reader, message):
             continue
         try:
             # In memory and quick, so answered on the loop, as an instrument answers at once;
             # the instrument's lock serializes this with callers in other threads.
-            answer = instrument.handle_message(message)
+            answer = instrument.handle_message(message, session)
         except Exception:
             logger.exception("simulator fault on %r", message)
             instrument.push_error(-200, "Execution error; simulator fault")
