@@ -56,7 +56,8 @@ from bench_gate.scpi import (
     lex,
 )
 from bench_gate.scpi._lexer import Block, QuotedString
-from bench_gate.scpi._profile import _parse_pattern, _spellings
+from bench_gate.scpi._patterns import parse_pattern
+from bench_gate.scpi._patterns import spellings as all_spellings
 
 PROFILES = ("e36312a", "34465a", "generic")
 READ_LIKE = frozenset({Effect.READ, Effect.SELECT})
@@ -82,9 +83,9 @@ class Form:
 def _forms(profile: str) -> list[Form]:
     out: list[Form] = []
     for command in get_profile(profile).model.commands:
-        nodes = _parse_pattern(command.header)
+        nodes = parse_pattern(command.header)
         common = command.header.startswith("*")
-        spellings = tuple(("*" if common else "") + ":".join(w) for w, _ in _spellings(nodes))
+        spellings = tuple(("*" if common else "") + ":".join(w) for w, _ in all_spellings(nodes))
         for form, query in ((command.set, False), (command.query, True)):
             if form is not None:
                 out.append(Form(spellings, query, form.effect,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .scpi import Effect, Profile, ProfileError, ScpiError, classify, get_profile
 from .scpi._examples import PASSING, Example, query_examples
-from .scpi._profile import canonical_header
+from .scpi._patterns import canonical_header
 
 __all__ = ["Finding", "Level", "Report", "Unanswered", "check_profile", "walk_queries"]
 

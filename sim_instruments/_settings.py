@@ -20,7 +20,7 @@ from typing import Any
 from bench_gate.scpi import CommandSpec, Effect, FormSpec, ParamSpec, Profile, lex
 from bench_gate.scpi._examples import sample_value
 from bench_gate.scpi._lexer import ChannelList, CharData
-from bench_gate.scpi._profile import canonical_header, canonical_with_suffix
+from bench_gate.scpi._patterns import canonical_header, canonical_with_suffix
 
 __all__ = [
     "ON_OFF",

@@ -8,31 +8,22 @@ True
 False
 """
 
-from ._classify import (
-    Classification,
-    Unit,
-    Value,
-    classify,
-    format_number,
-    is_read_only,
-    render_value,
-)
+from ._classify import classify, is_read_only
 from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
 from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
-from ._profile import (
+from ._patterns import canonical_header
+from ._profile import Profile, available_profiles, get_profile
+from ._schema import (
     CommandSpec,
     Effect,
     FieldSpec,
     FormSpec,
     ParamSpec,
-    Profile,
     ProfileError,
     SafeActionSpec,
-    available_profiles,
-    canonical_header,
-    get_profile,
 )
 from ._timing import Timing
+from ._units import Classification, Unit, Value, format_number, render_value
 
 __all__ = [
     "ERROR_NAMES",

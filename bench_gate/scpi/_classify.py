@@ -10,55 +10,17 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 
-from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._lexer import (
-    CACHE_MAX_MESSAGE,
-    Block,
-    ChannelList,
-    CharData,
-    Data,
-    Expression,
-    Number,
-    QuotedString,
-    RawUnit,
-    lex,
-)
-from ._profile import (
-    CommandSpec,
-    Effect,
-    FormSpec,
-    ParamSpec,
-    Profile,
-    ProfileError,
-    canonical_with_suffix,
-    get_profile,
-)
-from ._profile import canonical_header as _canonical_header
+from ._errors import ScpiError, ScpiSyntaxError
+from ._lexer import CACHE_MAX_MESSAGE, Block, ChannelList, QuotedString, RawUnit, lex
+from ._params import ParamReader
+from ._patterns import canonical_header, canonical_with_suffix
+from ._profile import Profile, get_profile
+from ._schema import CommandSpec, Effect, FormSpec, ProfileError
+from ._units import Classification, Unit, Value, render_data, render_param
 
-__all__ = [
-    "Classification",
-    "Unit",
-    "Value",
-    "classify",
-    "format_number",
-    "is_read_only",
-    "render_value",
-]
+__all__ = ["classify", "is_read_only"]
 
-Value = Decimal | bool | int | str
-
-#: SCPI-99 Vol. 1 §7.7.3 suffix multipliers that mean the same in SCPI and in SI.
-#: Upper-case 'M' is milli to SCPI and mega to SI, so it is refused as ambiguous.
-MULTIPLIERS = {"": 0, "p": -12, "P": -12, "n": -9, "N": -9, "u": -6, "U": -6, "m": -3,
-               "k": 3, "K": 3, "G": 9, "g": 9}
-#: Units whose 'M' prefix SCPI reads as mega, not milli (SCPI-99 Vol. 1 §7.7.3).
-MEGA_UNITS = frozenset({"OHM", "HZ"})
-KEYWORD_FORMS = {"MIN": "MIN", "MINIMUM": "MIN", "MAX": "MAX", "MAXIMUM": "MAX",
-                 "DEF": "DEF", "DEFAULT": "DEF"}
-NOT_A_NUMBER = frozenset({"INF", "NINF", "NAN"})
 RE_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: An expansion template's channel list, dropped when the selection names the channel.
 RE_CHANNEL_LIST = re.compile(r",?\s*\(@\{ch\}\)")
@@ -71,128 +33,20 @@ UNIT_BREAKERS = frozenset(";\r\n\x00")
 LINE_BREAKERS = UNIT_BREAKERS - {";"}
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One atomic, canonical message unit with its effect."""
-
-    source: int  # index of the message unit, as the client sent it, that this came from
-    position: int  # column of that unit in the message (0-based)
-    text: str  # that unit as sent
-    header: str  # canonical header, with '?' for a query
-    query: bool
-    effect: Effect
-    channel: int | None
-    field: str | None
-    value: Value | None  # the new value of ``field`` for a write
-    canonical: str
-    local: bool = False  # answered by the gateway itself, never sent (``*CLS``)
-    note: str = ""  # for ``excites``: what the instrument applies to whatever is connected
-
-    @property
-    def writes(self) -> bool:
-        return self.effect not in (Effect.READ, Effect.SELECT)
-
-
-@dataclass(frozen=True, slots=True)
-class Classification:
-    message: str
-    profile: str
-    units: tuple[Unit, ...]
-    selected: int | None  # the selected channel after this message
-
-    @property
-    def read_only(self) -> bool:
-        """Every unit reads, or selects a channel for reads that follow it."""
-        select_pending = False
-        for unit in self.units:
-            if unit.effect is Effect.READ:
-                select_pending = False
-            elif unit.effect is Effect.SELECT:
-                select_pending = True
-            else:
-                return False
-        return bool(self.units) and not select_pending
-
-    @property
-    def effects(self) -> frozenset[Effect]:
-        return frozenset(u.effect for u in self.units)
-
-    @property
-    def canonical(self) -> tuple[str, ...]:
-        return tuple(u.canonical for u in self.units)
-
-
-def format_number(value: Decimal) -> str:
-    """Plain decimal with a point: ``5.0``, ``0.1``, ``0.000001``; never an exponent."""
-    if value == 0:
-        return "0.0"
-    text = format(value, "f")  # exact: normalize() would round to the context's 28 digits
-    if "." not in text:
-        return text + ".0"
-    text = text.rstrip("0")
-    return text + "0" if text.endswith(".") else text
-
-
-def render_value(value: Value) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, Decimal):
-        return format_number(value)
-    return str(value)
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"'
-
-
-def _block(data: str) -> str:
-    """Definite arbitrary block data (IEEE 488.2 §7.7.6.2), whatever form it came in."""
-    length = str(len(data))
-    return f"#{len(length)}{length}{data}"
-
-
-def _render_param(spec: ParamSpec, value: Value) -> str:
-    """A known header's parameter: strings quoted and blocks definite, so each stays one datum."""
-    if spec.type == "string":
-        return _quote(str(value))
-    if spec.type == "block":
-        return _block(str(value))
-    return render_value(value)
-
-
-def _render_data(datum: Data) -> str:
-    """Render a parameter of a header the profile does not know, in a normalised form."""
-    if isinstance(datum, Number):
-        return format_number(datum.value) + datum.suffix
-    if isinstance(datum, CharData):
-        return datum.text
-    if isinstance(datum, QuotedString):
-        return _quote(datum.text)
-    if isinstance(datum, ChannelList):
-        return "(@" + ",".join(str(c) for c in datum.channels) + ")"
-    if isinstance(datum, Expression):
-        return "(" + datum.text + ")"
-    return _block(datum.data)
-
-
 def _split_suffix(mnemonic: str) -> tuple[str, int | None]:
     stem = mnemonic.rstrip("0123456789")
     return stem, (int(mnemonic[len(stem) :]) if len(stem) < len(mnemonic) else None)
 
 
-class _Resolver:
+class _Resolver(ParamReader):
     """Classifies one message against one profile; holds the header path and selection."""
 
     def __init__(self, message: str, profile: Profile, selected: int | None) -> None:
-        self.message = message
-        self.profile = profile
+        super().__init__(message, profile)
         self.selected = selected
         self.path: tuple[str, ...] = ()
         #: The canonical header of the unit being resolved when a '#' keeps its number.
         self.numbered: str | None = None
-
-    def err(self, cls: type[ScpiError], code: int, detail: str, pos: int) -> ScpiError:
-        return cls(code, detail, self.message, pos)
 
     def run(self) -> Classification:
         out: list[Unit] = []
@@ -314,7 +168,7 @@ class _Resolver:
     def unknown(self, raw: RawUnit, name: str) -> Unit:
         text = name + ("?" if raw.query else "")
         if raw.params:
-            text += " " + ",".join(_render_data(p) for p in raw.params)
+            text += " " + ",".join(render_data(p) for p in raw.params)
         return Unit(raw.index, raw.start, raw.text, name + ("?" if raw.query else ""),
                     raw.query, Effect.UNKNOWN, None, None, None, text)
 
@@ -323,7 +177,7 @@ class _Resolver:
     ) -> list[Unit]:
         if form.effect is Effect.FORBIDDEN:
             # Refused whatever its parameters: never worth validating them.
-            unit = self.unknown(raw, _canonical_header(command))
+            unit = self.unknown(raw, canonical_header(command))
             return [Unit(unit.source, unit.position, unit.text, unit.header, unit.query,
                          Effect.FORBIDDEN, None, None, None, unit.canonical, unit.local)]
         params = list(raw.params)
@@ -346,7 +200,7 @@ class _Resolver:
         specs = form.params
         if len(params) > len(specs):
             extra = params[len(specs)]
-            raise self.err(ScpiSyntaxError, -108, "one parameter too many", _pos(extra, raw))
+            raise self.err(ScpiSyntaxError, -108, "one parameter too many", extra.pos)
         missing = [s.name for s in specs[len(params) :] if not s.optional]
         if missing:
             raise self.err(ScpiSyntaxError, -109, f"{missing[0]} is missing", raw.end)
@@ -387,7 +241,7 @@ class _Resolver:
     ) -> list[Unit]:
         if form.expand:
             specs = {s.name: s for s in form.params}
-            rendered = {k: _render_param(specs[k], v) for k, v in values.items()}
+            rendered = {k: render_param(specs[k], v) for k, v in values.items()}
             units: list[Unit] = []
             for template in form.expand:
                 names = set(RE_PLACEHOLDER.findall(template)) - {"ch"}
@@ -406,12 +260,12 @@ class _Resolver:
                 missing = next((s.name for s in form.params if s.name not in values), "a value")
                 raise self.err(ScpiSyntaxError, -109, f"{missing} is missing", raw.end)
             return units
-        header = form.canonical or self.numbered or _canonical_header(command)
+        header = form.canonical or self.numbered or canonical_header(command)
         if form.channel == "suffix" and channel is not None and form.canonical is None:
             header = canonical_with_suffix(command, channel)  # STAT:QUES:INST:ISUM2:COND
         if raw.query:
             header += "?"
-        args = [_render_param(s, values[s.name]) for s in form.params if s.name in values]
+        args = [render_param(s, values[s.name]) for s in form.params if s.name in values]
         if form.channel == "list" and channel is not None:
             args.append(f"(@{channel})")
         canonical = header + (" " + ",".join(args) if args else "")
@@ -431,161 +285,6 @@ class _Resolver:
             effect, note = Effect.EXCITES, applied
         return [Unit(raw.index, raw.start, raw.text, header, raw.query, effect,
                      channel, form.field, value, canonical, form.local, note)]
-
-    def check_channel(self, channel: int | None, pos: int) -> None:
-        if channel is not None and channel not in self.profile.channels:
-            have = ", ".join(str(c) for c in self.profile.channels) or "none"
-            raise self.err(ScpiExecutionError, -222,
-                           f"channel {channel} does not exist (channels: {have})", pos)
-
-    def convert(self, spec: ParamSpec, datum: Data, channel: int | None) -> Value:
-        kind = spec.type
-        pos = _pos(datum, None)
-        if spec.keywords and isinstance(datum, CharData):
-            word = _keyword(spec.keywords, datum.text)
-            if word is None:
-                raise self.err(ScpiExecutionError, -224,
-                               f"{spec.name} must be a number or one of "
-                               f"{', '.join(spec.keywords)}", pos)
-            return word
-        if kind == "number":
-            return self.number(spec, datum, channel)
-        if kind == "integer":
-            if isinstance(datum, Number):
-                if datum.suffix:
-                    raise self.err(ScpiSyntaxError, -138,
-                                   f"{spec.name} takes no unit suffix", pos)
-                value = int(datum.value.to_integral_value(ROUND_HALF_UP))
-                if spec.range is not None and not spec.range[0] <= value <= spec.range[1]:
-                    raise self.err(ScpiExecutionError, -222,
-                                   f"{spec.name} {value} is outside "
-                                   f"{format_number(spec.range[0])} to "
-                                   f"{format_number(spec.range[1])}", pos)
-                return value
-            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be an integer", pos)
-        if kind == "boolean":
-            # SCPI-99 Vol. 1 §7.3: ON|OFF, or a number rounded to an integer, non-zero is ON.
-            if isinstance(datum, CharData) and datum.text in ("ON", "OFF"):
-                return datum.text == "ON"
-            if isinstance(datum, Number) and not datum.suffix:
-                return datum.value.to_integral_value(ROUND_HALF_UP) != 0
-            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be ON, OFF, 1 or 0", pos)
-        if kind == "minmax":
-            if isinstance(datum, CharData) and datum.text in KEYWORD_FORMS:
-                form = KEYWORD_FORMS[datum.text]
-                if form != "DEF":
-                    return form
-            raise self.err(ScpiExecutionError, -224, f"{spec.name} must be MIN or MAX", pos)
-        if kind == "channel_name":
-            if isinstance(datum, CharData) and datum.text in self.profile.channel_names:
-                return self.profile.channel_names[datum.text]
-            names = ", ".join(sorted(self.profile.channel_names))
-            raise self.err(ScpiExecutionError, -224,
-                           f"{spec.name} must name a channel ({names})", pos)
-        if kind == "choice":
-            if isinstance(datum, Number) and not datum.suffix and {"ON", "OFF"} <= {
-                    c.upper() for c in spec.choices}:  # SCPI-99 §7.3: 1 is ON, 0 is OFF
-                return "OFF" if datum.value.to_integral_value(ROUND_HALF_UP) == 0 else "ON"
-            if isinstance(datum, CharData):
-                for choice in spec.choices:
-                    short = "".join(c for c in choice if c.isupper())
-                    if datum.text in (short, choice.upper()):
-                        return short
-            raise self.err(ScpiExecutionError, -224,
-                           f"{spec.name} must be one of {', '.join(spec.choices)}", pos)
-        if kind == "word":  # a number or a keyword, passed on as it is (a probe type)
-            if isinstance(datum, Number) and not datum.suffix:
-                return format_number(datum.value)
-            if isinstance(datum, CharData):
-                return datum.text
-            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number or a word", pos)
-        if kind == "block":
-            if isinstance(datum, Block):
-                return datum.data
-            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be block data", pos)
-        if isinstance(datum, QuotedString):
-            if not spec.choices:
-                return datum.text
-            named = self.profile.string_choice(spec, datum.text)
-            if named is None:
-                raise self.err(ScpiExecutionError, -224,
-                               f"{spec.name} must be one of {', '.join(spec.choices)}", pos)
-            return named
-        raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a quoted string", pos)
-
-    def number(self, spec: ParamSpec, datum: Data, channel: int | None) -> Decimal:
-        pos = _pos(datum, None)
-        field = self.profile.fields.get(spec.field) if spec.field else None
-        bounds = spec.range or self.widest(spec.field, channel)
-        if isinstance(datum, CharData):
-            keyword = KEYWORD_FORMS.get(datum.text)
-            if keyword is None:
-                detail = "is not allowed" if datum.text in NOT_A_NUMBER else "is not a number"
-                raise self.err(ScpiExecutionError, -224, f"{spec.name} {datum.text} {detail}", pos)
-            if keyword == "DEF":
-                if field is not None and isinstance(field.default, Decimal):
-                    return field.default
-                raise self.err(ScpiExecutionError, -224,
-                               f"{spec.name} has no DEF value in this profile", pos)
-            if bounds is None:
-                raise self.err(ScpiExecutionError, -224,
-                               f"{spec.name} has no {keyword} on this instrument", pos)
-            return bounds[1] if keyword == "MAX" else bounds[0]
-        if not isinstance(datum, Number):
-            raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number", pos)
-        unit = spec.unit or (field.unit if field else "")
-        value = datum.value.scaleb(self.multiplier(datum, unit, spec.name)).normalize()
-        if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            where = f" on channel {channel}" if channel is not None else ""
-            raise self.err(ScpiExecutionError, -222,
-                           f"{spec.name} {format_number(value)} {unit} is outside "
-                           f"{format_number(bounds[0])} to {format_number(bounds[1])} "
-                           f"{unit}{where}", pos)
-        return value
-
-    def multiplier(self, datum: Number, unit: str, name: str) -> int:
-        suffix = datum.suffix
-        if not suffix:
-            return 0
-        pos = datum.pos
-        if not unit:
-            raise self.err(ScpiSyntaxError, -138, f"{name} takes no unit suffix", pos)
-        if not suffix.upper().endswith(unit.upper()):
-            raise self.err(ScpiSyntaxError, -131,
-                           f"suffix {suffix!r} is not a unit of {name} ({unit})", pos)
-        prefix = suffix[: len(suffix) - len(unit)]
-        if prefix.upper() == "M" and unit.upper() in MEGA_UNITS:
-            return 6  # SCPI-99 Vol. 1 §7.7.3: MOHM and MHZ are mega, whatever the case
-        if prefix == "M":
-            raise self.err(ScpiSyntaxError, -131,
-                           f"suffix {suffix!r} is ambiguous (SCPI reads milli, SI reads mega); "
-                           f"write m{unit} for milli", pos)
-        if prefix not in MULTIPLIERS:
-            raise self.err(ScpiSyntaxError, -131, f"unknown multiplier in {suffix!r}", pos)
-        return MULTIPLIERS[prefix]
-
-    def widest(self, field: str | None, channel: int | None) -> tuple[Decimal, Decimal] | None:
-        if field is None:
-            return None
-        if channel is not None:
-            return self.profile.range_of(field, channel)
-        ranges = [r for c in self.profile.channels if (r := self.profile.range_of(field, c))]
-        if not ranges:
-            return None
-        return min(r[0] for r in ranges), max(r[1] for r in ranges)
-
-
-def _keyword(keywords: tuple[str, ...], text: str) -> str | None:
-    """The short form of the keyword ``text`` spells (``MAXimum`` -> ``MAX``), or None."""
-    for word in keywords:
-        short = "".join(c for c in word if c.isupper())
-        if text in (short, word.upper()):
-            return short
-    return None
-
-
-def _pos(datum: Data, raw: RawUnit | None) -> int:
-    return datum.pos
 
 
 @functools.lru_cache(maxsize=16384)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._classify import format_number
-from ._profile import CommandSpec, Effect, FormSpec, ParamSpec, Profile
+from ._profile import Profile
+from ._schema import CommandSpec, Effect, FormSpec, ParamSpec
+from ._units import format_number
 
 __all__ = ["PASSING", "Example", "command_examples", "query_examples", "sample_value"]
 

@@ -62,19 +62,22 @@ class Number:
 
 
 @dataclass(frozen=True, slots=True)
-class CharData:
-    """Character program data (§7.7.1), upper-cased: ``ON``, ``MAX``, ``CH1``."""
+class _Text:
+    """Program data kept as text; each kind below is its own class, so ``isinstance`` tells
+    them apart."""
 
     text: str
     pos: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class QuotedString:
-    """String program data (§7.7.5) with doubled quotes already collapsed."""
+class CharData(_Text):
+    """Character program data (§7.7.1), upper-cased: ``ON``, ``MAX``, ``CH1``."""
 
-    text: str
-    pos: int = 0
+
+@dataclass(frozen=True, slots=True)
+class QuotedString(_Text):
+    """String program data (§7.7.5) with doubled quotes already collapsed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +89,8 @@ class ChannelList:
 
 
 @dataclass(frozen=True, slots=True)
-class Expression:
+class Expression(_Text):
     """Expression program data (§7.7.7) other than a channel list, kept as text."""
-
-    text: str
-    pos: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,214 +1,47 @@
-"""Declarative instrument profiles: a command tree, parameter types, and each header's effect.
+"""Profiles as the gateway uses them: a profile file loaded, checked for consistency, and
+compiled into a lookup table of every legal spelling of every header.
 
-A profile is a YAML data file (``bench_gate/profiles/<name>.yaml``). Instrument knowledge
-lives there, never in code branches on a model name. Loading compiles the header patterns
-(``[SOURce:]VOLTage[:LEVel]``) into a lookup table of every legal spelling.
+Instrument knowledge lives in the profile files (``bench_gate/profiles/<name>.yaml``),
+never in code branches on a model name. What a file may say is ``_schema.py``; how a header
+pattern is spelled is ``_patterns.py``. To teach the loader a new section: add its model to
+``_schema.py`` and, if it must agree with the rest of the file, a check to
+:func:`check_model` here.
 """
 
 from __future__ import annotations
 
 import difflib
-import enum
 import functools
-import itertools
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
+
+from ._lock import check_lock
+from ._patterns import Node, parse_pattern, pattern_canonical, pattern_spellings, spellings
+from ._schema import (
+    CommandSpec,
+    Effect,
+    FieldSpec,
+    FormSpec,
+    InstrumentKind,
+    ParamSpec,
+    ProfileError,
+    ProfileModel,
+    SafeActionSpec,
+)
 
 __all__ = [
-    "ChannelSpec",
-    "CommandSpec",
-    "Effect",
-    "FieldSpec",
-    "FormSpec",
-    "InstrumentKind",
-    "ParamSpec",
+    "Entry",
     "Profile",
-    "ProfileError",
-    "SafeActionSpec",
-    "TimingRole",
     "available_profiles",
+    "check_model",
     "get_profile",
 ]
-
-
-class Effect(enum.StrEnum):
-    """What a unit does (see DESIGN.md)."""
-
-    READ = "read"
-    SELECT = "select"
-    SETPOINT = "setpoint"
-    OUTPUT = "output"
-    PROTECTION = "protection"
-    STATE = "state"
-    HARMLESS = "harmless"
-    #: A meter's range, resolution, NPLC, trigger and sample settings: passive, journaled.
-    MEASURE_CONFIG = "measure-config"
-    #: A meter function that drives current or voltage into the DUT (resistance,
-    #: continuity, diode, capacitance, RTD and thermistor temperature): held.
-    EXCITES = "excites"
-    FORBIDDEN = "forbidden"
-    UNKNOWN = "unknown"
-
-
-class ProfileError(Exception):
-    """A profile file is missing or does not describe a consistent command tree."""
-
-
-ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
-                    "minmax", "word"]
-#: The settings that decide how long a reading takes (scpi._timing).
-TimingRole = Literal["nplc", "aperture", "samples", "triggers", "trigger_delay",
-                     "sample_interval"]
-#: What kind of instrument a profile describes: the handoff's words follow it (a meter has
-#: no outputs).
-InstrumentKind = Literal["supply", "meter", "load", "smu", "other"]
-ChannelMode = Literal["none", "list", "param", "suffix", "all"]
-
-
-class ParamSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    type: ParamType
-    optional: bool = False
-    #: For ``number``: the state field whose unit and per-channel range apply.
-    field: str | None = None
-    unit: str = ""
-    range: tuple[Decimal, Decimal] | None = None
-    #: For ``choice``: the words, upper case for the short form (``IMMediate``). For
-    #: ``string``: if given, the quoted header patterns it may name (``"VOLTage[:DC]"``).
-    choices: tuple[str, ...] = ()
-    #: For ``number`` and ``integer``: keywords passed to the instrument as they are
-    #: (``MINimum``, ``MAXimum``, ``DEFault``, ``AUTO``, ``INFinity``), never resolved here.
-    keywords: tuple[str, ...] = ()
-    #: The instrument's value after ``*RST`` (for ``DEF`` in its simulator and the docs).
-    default: Decimal | None = None
-    #: For ``choice`` and ``string``: the values that drive current or voltage into the DUT,
-    #: each with what the instrument applies; naming one makes the unit ``excites``.
-    excites: dict[str, str] = Field(default_factory=dict)
-    #: For ``excites``: the value the instrument assumes when the parameter is left out.
-    assumed: str | None = None
-
-
-class FormSpec(BaseModel):
-    """The command form or the query form of one header."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    effect: Effect
-    field: str | None = None
-    params: tuple[ParamSpec, ...] = ()
-    channel: ChannelMode = "none"
-    #: For ``channel: param``: the name of the parameter that names the channel.
-    channel_param: str | None = None
-    canonical: str | None = None
-    #: A form that does several things renders as several canonical units.
-    expand: tuple[str, ...] = ()
-    #: What happens to the field when the command runs, if not the parameter: e.g. cleared.
-    sets: Any = None
-    #: Let ';' appear inside this form's string and block data (IEEE 488.2 §7.7.5, §7.7.6):
-    #: only for an instrument known to parse such data itself. Never for unknown headers.
-    separators_in_data: bool = False
-    #: Answered by the gateway itself, never sent to the instrument (``*CLS``: the error
-    #: queue and status registers are shared by every client).
-    local: bool = False
-    #: For ``effect: excites``: what the instrument applies to whatever is connected.
-    applies: str = ""
-    #: A setting that decides how long a reading takes (``VOLT:NPLC``: ``nplc``); the
-    #: gateway keeps what it saw set, and a reading's timeout follows (scpi._timing).
-    timing: TimingRole | None = None
-    #: A query that takes a reading (``READ?``, ``MEAS?``, ``FETC?``): its timeout follows
-    #: the timing settings.
-    reads: bool = False
-    #: Seconds this form may take on its own (``*TST?``), beyond the link's timeout.
-    slow: Decimal | None = None
-
-
-class CommandSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    header: str
-    set: FormSpec | None = None
-    query: FormSpec | None = None
-    note: str = ""
-    #: The numbers a '#' node takes when it names no channel (``DIGital:PIN#``: 1, 2, 3).
-    suffixes: tuple[int, ...] = ()
-
-
-class ChannelSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    names: tuple[str, ...] = ()
-    ranges: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
-
-
-class FieldSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    label: str
-    type: Literal["number", "boolean", "text"] = "number"
-    unit: str = ""
-    query: str
-    default: Decimal | bool | str | None = None
-    #: Measured fields are shown, never snapshotted for approval.
-    measured: bool = False
-
-
-class SafeActionSpec(BaseModel):
-    """What makes one channel safe at once (output off), and which field says it is live."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    #: The boolean field that is true while the channel drives the DUT (output, input).
-    field: str
-    #: The command that makes one channel safe; ``{ch}`` is the channel number.
-    command: str
-
-
-class ProfileModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    title: str
-    identity: str = ""
-    kind: InstrumentKind = "other"
-    #: Every documented header is listed: a header the profile does not know is a typo,
-    #: refused with -113 and a hint, never held (docs/profiles.md).
-    complete: bool = False
-    #: Where the command set was taken from (manual, revision): shown by ``profile check``.
-    source: str = ""
-    #: Free room for YAML anchors (parameter lists used by many headers); never read.
-    shared: Any = None
-    channels: dict[int, ChannelSpec] = Field(default_factory=dict)
-    fields: dict[str, FieldSpec] = Field(default_factory=dict)
-    select_query: str | None = None
-    #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
-    safe_action: SafeActionSpec | None = None
-    commands: tuple[CommandSpec, ...]
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9_-]+", v):
-            raise ValueError("profile names are lower-case letters, digits, '-' and '_'")
-        return v
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    short: str
-    long: str
-    optional: bool
-    suffix: bool  # takes a numeric suffix, '#' in the pattern
-    #: A number that is part of the mnemonic (``DATA2``): the only suffix it takes.
-    fixed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,78 +51,6 @@ class Entry:
     command: CommandSpec
     nodes: tuple[Node | None, ...]  # pattern node matched by each input mnemonic
 
-
-RE_NODE = re.compile(r"^(\[)?:?([A-Za-z*][A-Za-z]*)(#)?(\])?$")
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_pattern(pattern: str) -> tuple[Node, ...]:
-    """``[SOURce:]VOLTage[:LEVel]`` -> nodes; upper-case letters are the short form."""
-    if pattern.startswith("*"):
-        word = pattern[1:]
-        return (Node(word.upper(), word.upper(), False, False),)
-    parts = re.findall(r"\[:?[A-Za-z]+\d*#?:?\]|:?[A-Za-z]+\d*#?", pattern)
-    if "".join(parts).replace(":", "") != pattern.replace(":", ""):
-        raise ProfileError(f"cannot read header pattern {pattern!r}")
-    nodes = []
-    for part in parts:
-        optional = part.startswith("[")
-        word = part.strip("[]:")
-        suffix = word.endswith("#")
-        word = word.rstrip("#")
-        digits = word[len(word.rstrip("0123456789")):]
-        word = word[: len(word) - len(digits)]
-        if digits and suffix:
-            raise ProfileError(f"node {word}{digits}# in {pattern!r}: a fixed number or '#'")
-        short = "".join(c for c in word if c.isupper())
-        if not short or not word[: len(short)].isupper():
-            raise ProfileError(f"node {word!r} in {pattern!r} has no upper-case short form")
-        nodes.append(Node(short, word.upper(), optional, suffix or bool(digits),
-                          int(digits) if digits else None))
-    return tuple(nodes)
-
-
-def _spellings(nodes: tuple[Node, ...]) -> list[tuple[tuple[str, ...], tuple[Node, ...]]]:
-    choices: list[list[tuple[str, Node] | None]] = []
-    for node in nodes:
-        opts: list[tuple[str, Node] | None] = [(node.short, node)]
-        if node.long != node.short:
-            opts.append((node.long, node))
-        if node.optional:
-            opts.append(None)
-        choices.append(opts)
-    out = []
-    for combo in itertools.product(*choices):
-        present = [c for c in combo if c is not None]
-        if present:
-            out.append((tuple(w for w, _ in present), tuple(n for _, n in present)))
-    return out
-
-
-@functools.lru_cache(maxsize=1024)
-def _pattern_spellings(pattern: str) -> frozenset[tuple[str, ...]]:
-    return frozenset(words for words, _ in _spellings(_parse_pattern(pattern)))
-
-
-def canonical_header(command: CommandSpec) -> str:
-    return _canonical_header(command.header)
-
-
-@functools.lru_cache(maxsize=1024)
-def _canonical_header(pattern: str) -> str:
-    nodes = _parse_pattern(pattern)
-    if pattern.startswith("*"):
-        return "*" + nodes[0].short
-    return ":".join(n.short + (str(n.fixed) if n.fixed is not None else "")
-                    for n in nodes if not n.optional)
-
-
-def canonical_with_suffix(command: CommandSpec, number: int) -> str:
-    """The canonical header of a pattern whose '#' node keeps its number (``DNS2``)."""
-    nodes = _parse_pattern(command.header)
-    return ":".join(n.short + (str(number) if n.suffix and n.fixed is None else
-                               str(n.fixed) if n.fixed is not None else "")
-                    for n in nodes if not n.optional or (n.suffix and n.fixed is None))
 
 
 @dataclass(frozen=True)
@@ -328,8 +89,8 @@ class Profile:
         """The canonical header a quoted choice names (``"volt:dc"`` -> ``VOLT``), or None."""
         words = tuple(w.upper() for w in text.strip().lstrip(":").split(":"))
         for pattern in spec.choices:
-            if words in _pattern_spellings(pattern):
-                return _canonical_header(pattern)
+            if words in pattern_spellings(pattern):
+                return pattern_canonical(pattern)
         return None
 
     def closest(self, common: bool, name: str, query: bool) -> str | None:
@@ -371,11 +132,11 @@ class Profile:
 
     @classmethod
     def from_model(cls, model: ProfileModel) -> Profile:
+        check_model(model)
         table: dict[tuple[bool, tuple[str, ...]], Entry] = {}
         for command in model.commands:
             common = command.header.startswith("*")
-            nodes = _parse_pattern(command.header)
-            for words, matched in _spellings(nodes):
+            for words, matched in spellings(parse_pattern(command.header)):
                 key = (common, words)
                 if key in table and table[key].command is not command:
                     raise ProfileError(
@@ -383,35 +144,45 @@ class Profile:
                         f"{table[key].command.header!r} and {command.header!r}"
                     )
                 table[key] = Entry(command, matched)
-            for form in (command.set, command.query):
-                if form is None:
-                    continue
-                for p in form.params:
-                    if p.type == "number" and p.field is None and p.range is None:
-                        raise ProfileError(f"{command.header}: number {p.name!r} needs a field")
-                    if p.field is not None and p.field not in model.fields:
-                        raise ProfileError(f"{command.header}: unknown field {p.field!r}")
-                if form.field is not None and form.field not in model.fields:
-                    raise ProfileError(f"{command.header}: unknown field {form.field!r}")
-                if form.separators_in_data and not any(
-                        p.type in ("string", "block") for p in form.params):
-                    raise ProfileError(f"{command.header}: separators_in_data needs a string "
-                                       "or block parameter")
-                if form.local and (form is command.query or form.effect is not Effect.HARMLESS
-                                   or form.expand):
-                    raise ProfileError(f"{command.header}: only a harmless command form, not "
-                                       "a query or an expansion, can be local")
-                _check_excitation(command, form)
-        safe = model.safe_action
-        if safe is not None and (safe.field not in model.fields
-                                 or model.fields[safe.field].type != "boolean"):
-            raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
-                               "boolean field")
         names: dict[str, int] = {}
         for number, spec in model.channels.items():
             for alias in spec.names:
                 names[alias.upper()] = number
-        return cls(model, table, names)
+        profile = cls(model, table, names)
+        check_lock(profile)  # the lock section against the table (scpi/_lock.py)
+        return profile
+
+
+def check_model(model: ProfileModel) -> None:
+    """Refuse a profile whose parts disagree: each form's fields, parameters and excitation,
+    and the safe action. A new section of the file adds its own check here."""
+    for command in model.commands:
+        for form in (command.set, command.query):
+            if form is not None:
+                _check_form(model, command, form)
+    safe = model.safe_action
+    if safe is not None and (safe.field not in model.fields
+                             or model.fields[safe.field].type != "boolean"):
+        raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
+                           "boolean field")
+
+
+def _check_form(model: ProfileModel, command: CommandSpec, form: FormSpec) -> None:
+    for p in form.params:
+        if p.type == "number" and p.field is None and p.range is None:
+            raise ProfileError(f"{command.header}: number {p.name!r} needs a field")
+        if p.field is not None and p.field not in model.fields:
+            raise ProfileError(f"{command.header}: unknown field {p.field!r}")
+    if form.field is not None and form.field not in model.fields:
+        raise ProfileError(f"{command.header}: unknown field {form.field!r}")
+    if form.separators_in_data and not any(p.type in ("string", "block") for p in form.params):
+        raise ProfileError(f"{command.header}: separators_in_data needs a string "
+                           "or block parameter")
+    if form.local and (form is command.query or form.effect is not Effect.HARMLESS
+                       or form.expand):
+        raise ProfileError(f"{command.header}: only a harmless command form, not "
+                           "a query or an expansion, can be local")
+    _check_excitation(command, form)
 
 
 def _check_excitation(command: CommandSpec, form: FormSpec) -> None:
@@ -430,7 +201,7 @@ def _check_excitation(command: CommandSpec, form: FormSpec) -> None:
                                f"parameter with choices ({p.name!r})")
         if form.expand:
             raise ProfileError(f"{command.header}: an expansion cannot excite by value")
-        shorts = {_canonical_header(c) if p.type == "string"
+        shorts = {pattern_canonical(c) if p.type == "string"
                   else "".join(ch for ch in c if ch.isupper()) for c in p.choices}
         unknown = sorted(set(p.excites) - shorts)
         if unknown:

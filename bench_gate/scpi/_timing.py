@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-from ._classify import Unit
-from ._profile import FormSpec, Profile, TimingRole
+from ._profile import Profile
+from ._schema import FormSpec, TimingRole
+from ._units import Unit
 
 __all__ = ["Timing"]
 

@@ -1,0 +1,200 @@
+"""The profile schema: what a profile file may say, validated as it is read.
+
+A profile is a YAML data file (``bench_gate/profiles/<name>.yaml``); these pydantic models
+are its grammar (commands, forms, parameters, fields, channels, the safe action) and
+``Effect``, the vocabulary of what a header does (DESIGN.md). A new section of the file is a
+new model here and a field of :class:`ProfileModel`; its consistency checks go in
+``_profile.py`` (``_checks``), where the loaded profile is compiled.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._lock import LockSpec
+
+__all__ = [
+    "ChannelMode",
+    "ChannelSpec",
+    "CommandSpec",
+    "Effect",
+    "FieldSpec",
+    "FormSpec",
+    "InstrumentKind",
+    "ParamSpec",
+    "ParamType",
+    "ProfileError",
+    "ProfileModel",
+    "SafeActionSpec",
+    "TimingRole",
+]
+
+class Effect(enum.StrEnum):
+    """What a unit does (see DESIGN.md)."""
+
+    READ = "read"
+    SELECT = "select"
+    SETPOINT = "setpoint"
+    OUTPUT = "output"
+    PROTECTION = "protection"
+    STATE = "state"
+    HARMLESS = "harmless"
+    #: A meter's range, resolution, NPLC, trigger and sample settings: passive, journaled.
+    MEASURE_CONFIG = "measure-config"
+    #: A meter function that drives current or voltage into the DUT (resistance,
+    #: continuity, diode, capacitance, RTD and thermistor temperature): held.
+    EXCITES = "excites"
+    FORBIDDEN = "forbidden"
+    UNKNOWN = "unknown"
+
+
+class ProfileError(Exception):
+    """A profile file is missing or does not describe a consistent command tree."""
+
+
+ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
+                    "minmax", "word"]
+#: The settings that decide how long a reading takes (scpi._timing).
+TimingRole = Literal["nplc", "aperture", "samples", "triggers", "trigger_delay",
+                     "sample_interval"]
+#: What kind of instrument a profile describes: the handoff's words follow it (a meter has
+#: no outputs).
+InstrumentKind = Literal["supply", "meter", "load", "smu", "other"]
+ChannelMode = Literal["none", "list", "param", "suffix", "all"]
+
+
+class ParamSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: ParamType
+    optional: bool = False
+    #: For ``number``: the state field whose unit and per-channel range apply.
+    field: str | None = None
+    unit: str = ""
+    range: tuple[Decimal, Decimal] | None = None
+    #: For ``choice``: the words, upper case for the short form (``IMMediate``). For
+    #: ``string``: if given, the quoted header patterns it may name (``"VOLTage[:DC]"``).
+    choices: tuple[str, ...] = ()
+    #: For ``number`` and ``integer``: keywords passed to the instrument as they are
+    #: (``MINimum``, ``MAXimum``, ``DEFault``, ``AUTO``, ``INFinity``), never resolved here.
+    keywords: tuple[str, ...] = ()
+    #: The instrument's value after ``*RST`` (for ``DEF`` in its simulator and the docs).
+    default: Decimal | None = None
+    #: For ``choice`` and ``string``: the values that drive current or voltage into the DUT,
+    #: each with what the instrument applies; naming one makes the unit ``excites``.
+    excites: dict[str, str] = Field(default_factory=dict)
+    #: For ``excites``: the value the instrument assumes when the parameter is left out.
+    assumed: str | None = None
+
+
+class FormSpec(BaseModel):
+    """The command form or the query form of one header."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    effect: Effect
+    field: str | None = None
+    params: tuple[ParamSpec, ...] = ()
+    channel: ChannelMode = "none"
+    #: For ``channel: param``: the name of the parameter that names the channel.
+    channel_param: str | None = None
+    canonical: str | None = None
+    #: A form that does several things renders as several canonical units.
+    expand: tuple[str, ...] = ()
+    #: What happens to the field when the command runs, if not the parameter: e.g. cleared.
+    sets: Any = None
+    #: Let ';' appear inside this form's string and block data (IEEE 488.2 §7.7.5, §7.7.6):
+    #: only for an instrument known to parse such data itself. Never for unknown headers.
+    separators_in_data: bool = False
+    #: Answered by the gateway itself, never sent to the instrument (``*CLS``: the error
+    #: queue and status registers are shared by every client).
+    local: bool = False
+    #: For ``effect: excites``: what the instrument applies to whatever is connected.
+    applies: str = ""
+    #: A setting that decides how long a reading takes (``VOLT:NPLC``: ``nplc``); the
+    #: gateway keeps what it saw set, and a reading's timeout follows (scpi._timing).
+    timing: TimingRole | None = None
+    #: A query that takes a reading (``READ?``, ``MEAS?``, ``FETC?``): its timeout follows
+    #: the timing settings.
+    reads: bool = False
+    #: Seconds this form may take on its own (``*TST?``), beyond the link's timeout.
+    slow: Decimal | None = None
+
+
+class CommandSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    header: str
+    set: FormSpec | None = None
+    query: FormSpec | None = None
+    note: str = ""
+    #: The numbers a '#' node takes when it names no channel (``DIGital:PIN#``: 1, 2, 3).
+    suffixes: tuple[int, ...] = ()
+
+
+class ChannelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    names: tuple[str, ...] = ()
+    ranges: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+
+
+class FieldSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    type: Literal["number", "boolean", "text"] = "number"
+    unit: str = ""
+    query: str
+    default: Decimal | bool | str | None = None
+    #: Measured fields are shown, never snapshotted for approval.
+    measured: bool = False
+
+
+class SafeActionSpec(BaseModel):
+    """What makes one channel safe at once (output off), and which field says it is live."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The boolean field that is true while the channel drives the DUT (output, input).
+    field: str
+    #: The command that makes one channel safe; ``{ch}`` is the channel number.
+    command: str
+
+
+class ProfileModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    title: str
+    identity: str = ""
+    kind: InstrumentKind = "other"
+    #: Every documented header is listed: a header the profile does not know is a typo,
+    #: refused with -113 and a hint, never held (docs/profiles.md).
+    complete: bool = False
+    #: Where the command set was taken from (manual, revision): shown by ``profile check``.
+    source: str = ""
+    #: Free room for YAML anchors (parameter lists used by many headers); never read.
+    shared: Any = None
+    channels: dict[int, ChannelSpec] = Field(default_factory=dict)
+    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+    select_query: str | None = None
+    #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
+    safe_action: SafeActionSpec | None = None
+    #: How the instrument is locked to the gateway (scpi/_lock.py); None: not lockable.
+    lock: LockSpec | None = None
+    commands: tuple[CommandSpec, ...]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9_-]+", v):
+            raise ValueError("profile names are lower-case letters, digits, '-' and '_'")
+        return v
+
