@@ -155,6 +155,20 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def status(args: argparse.Namespace) -> int:
+    """Each instrument, and whether the gateway holds its lock: a warning is never hidden."""
+    with client_for(args) as c:
+        found: list[dict[str, Any]] = c.request("GET", "/v1/instruments")
+    if getattr(args, "json", False):
+        return _json(found)
+    table(["INSTRUMENT", "PROFILE", "RESOURCE", "LOCK"],
+          [[i["name"], i["profile"], i["resource"], i["lock"]] for i in found])
+    for i in found:
+        if i.get("lockWarning"):
+            echo(f"WARNING {i['name']}: {i['lock']}: {i['lockWarning']}")
+    return 0
+
+
 def release(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         run = c.release(args.run)

@@ -127,6 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--clear", action="store_true", help="end the stop (operators)")
     r = cmd("release", remote.release, "end a takeover: the run's writes go on")
     r.add_argument("run")
+    cmd("status", remote.status, "the instruments, and whether each is locked to the "
+                                 "gateway (a warning when not)")
     cmd("runs", remote.runs, "the runs")
     j = sub.add_parser("journal", help="a run's journal (over HTTP); verify, export and "
                                        "archive the journal's hash chain (on the local store)")

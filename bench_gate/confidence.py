@@ -27,8 +27,8 @@ from .config import ConfidenceConfig
 from .errors import InvalidInput
 
 __all__ = ["ANSWER_MAX_BYTES", "PROMPT_MAX_BYTES", "EstimatorFailed", "Score", "apply_env",
-           "check_confidence", "judge_prompt", "quoted", "score", "stated_confidence",
-           "threshold_for"]
+           "check_confidence", "judge_prompt", "quoted", "read_verdict", "score",
+           "stated_confidence", "threshold_for"]
 
 #: A stated confidence in a rationale: ``Confidence: 85%``, ``confidence 0.62``. The number is
 #: taken whole (``1,000``, ``1e9``, ``-3``, ``nan``, ``inf``), then judged: never half-read.
@@ -238,7 +238,7 @@ async def _read_capped(reply: httpx.Response, cap: int) -> tuple[bytes, bool]:
     return bytes(got), False
 
 
-def _verdict(raw: bytes) -> bool:
+def read_verdict(raw: bytes) -> bool:
     """YES (True) or NO (False) from one chat-completions answer, or EstimatorFailed."""
     try:
         data = json.loads(raw)
@@ -287,7 +287,7 @@ async def _ask(http: httpx.AsyncClient, endpoint: str, body: dict[str, Any]) -> 
                               f"({type(exc).__name__})") from exc
     except httpx.HTTPError as exc:
         raise EstimatorFailed(f"cannot reach {where}: {type(exc).__name__}: {exc}") from exc
-    return _verdict(raw)
+    return read_verdict(raw)
 
 
 async def self_consistency(config: ConfidenceConfig, *, action: str, goal: str | None,

@@ -16,6 +16,7 @@ from .config import BenchConfig, ChannelLimits, InstrumentConfig
 from .errors import NotFound
 from .federation import Registry
 from .instruments import AsyncLink, Lane, Link, open_link
+from .locking import InstrumentLock, journaled
 from .models import TakeoverRequest
 from .notify import Notifier
 from .scpi import Profile, ProfileError, get_profile
@@ -51,8 +52,12 @@ class Core:
         self.instruments: dict[str, Instrument] = {}
         for ic in config.instruments:
             link = (links or {}).get(ic.name) or open_link(ic)
-            self.instruments[ic.name] = Instrument(ic, get_profile(ic.profile),
-                                                   Lane(ic.name, link))
+            profile = get_profile(ic.profile)
+            lane = Lane(ic.name, link)
+            # Taken by the lane before its first job on each connection (issue 17 §2).
+            lane.lock = InstrumentLock(ic.name, profile.model.lock,
+                                       journaled(lambda: self.store, config.bench, ic.name))
+            self.instruments[ic.name] = Instrument(ic, profile, lane)
         #: This gateway's claim on its bench name, and the other benches' published rules.
         self.registry = Registry(store, config)
         self.notifier = Notifier(store, config.bench)

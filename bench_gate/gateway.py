@@ -29,6 +29,7 @@ from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
 from .journal import Retention, verify_chain
 from .leases import Leases
+from .locking import LockState, LockStatus, take_locks
 from .models import (
     ApprovalKind,
     Event,
@@ -141,6 +142,11 @@ class Gateway:
         """The profile of one of this bench's instruments."""
         return self.core.instrument(instrument).profile
 
+    def instrument_lock(self, instrument: str) -> LockState:
+        """Whether the gateway holds the instrument's lock (bench_gate/locking.py)."""
+        lock = self.core.instrument(instrument).lane.lock
+        return lock.state if lock is not None else LockState(LockStatus.NOT_LOCKABLE)
+
     def envelope(self, instrument: str) -> dict[int, ChannelLimits]:
         """The bench's hard limits for one instrument, per channel, as configured now."""
         return self.core.limits(instrument)
@@ -158,6 +164,7 @@ class Gateway:
         """Claim the bench name, recover from the store, then run the one sweeper."""
         self._loop = asyncio.get_running_loop()
         self.registry.claim()
+        await take_locks([inst.lane for inst in self.instruments.values()])
         self._runs.close_gone_clients()
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):

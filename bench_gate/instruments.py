@@ -27,6 +27,7 @@ import pyvisa.rname
 
 from .config import InstrumentConfig
 from .errors import InstrumentError
+from .locking import InstrumentLock
 
 __all__ = ["AsyncLink", "Lane", "Link", "PyvisaLink", "SocketLink", "open_link"]
 
@@ -59,6 +60,12 @@ class PyvisaLink:
         self.config = config
         self._rm: pyvisa.ResourceManager | None = None
         self._res: Any = None
+        #: Connections opened so far: a new one needs the instrument lock again.
+        self.opens = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._res is not None
 
     def _open(self) -> Any:
         if self._res is None:
@@ -77,6 +84,7 @@ class PyvisaLink:
                     f"{self.config.name}: cannot open {self.config.resource}: {exc}"
                 ) from exc
             self._res = res
+            self.opens += 1
         return self._res
 
     def _fail(self, what: str, exc: Exception) -> InstrumentError:
@@ -126,6 +134,12 @@ class SocketLink:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Connections opened so far: a new one needs the instrument lock again.
+        self.opens = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
@@ -141,6 +155,7 @@ class SocketLink:
                     f"{self.config.name}: cannot open {self.config.resource}: "
                     f"{_describe(exc)}") from exc
             self._loop = loop
+            self.opens += 1
         return self._reader, self._writer
 
     def _fail(self, what: str, exc: BaseException) -> InstrumentError:
@@ -206,6 +221,14 @@ class _Threaded:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"lane-{name}")
 
+    @property
+    def opens(self) -> int | None:
+        return getattr(self.inner, "opens", None)
+
+    @property
+    def connected(self) -> bool:
+        return bool(getattr(self.inner, "connected", True))
+
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
@@ -254,6 +277,8 @@ class Lane:
         #: Set by an emergency stop: a running job stops sending further commands (it
         #: checks between units) and the stop's own job runs next.
         self.halted = False
+        #: The instrument lock, taken on the lane's turn before a job on a new connection.
+        self.lock: InstrumentLock | None = None
 
     async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True,
                   urgent: bool = False) -> T:
@@ -307,12 +332,15 @@ class Lane:
 
     async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
         try:
+            if self.lock is not None and self.lock.due(self.link):
+                await self.lock.take(self.link)  # never raises: shown, not fatal
             return await job(self.link)
         except InstrumentError:
             self.io_errors += 1
             raise
 
     async def close(self) -> None:
+        self.lock = None  # closing needs no lock (the instrument frees it with the connection)
         await self.run(lambda link: link.close())
 
 

@@ -132,6 +132,8 @@ class EventType(enum.StrEnum):
     STOP_CLEARED = "stop_cleared"
     #: A run that energized an output stopped renewing its lease (its client is gone).
     LEASE_EXPIRED = "lease_expired"
+    #: The gateway took (or could not take) an instrument's lock (bench_gate/locking.py).
+    INSTRUMENT_LOCK = "instrument_lock"
 
 
 class Run(BaseModel):

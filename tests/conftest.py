@@ -38,10 +38,12 @@ def sim() -> Iterator[SimBenchThread]:
 
 @pytest.fixture
 def front_panel(sim: SimBenchThread) -> Iterator[Any]:
-    """A direct connection to the simulated PSU: the person at the front panel."""
+    """A direct connection to the simulated PSU: the person at the front panel (``SIM:PANEL``
+    first, so the gateway's instrument lock does not cover it)."""
     rm = pyvisa.ResourceManager("@py")
     res = rm.open_resource(sim.psu_resource_name, read_termination="\n",
                            write_termination="\n", timeout=2000)
+    res.write("SIM:PANEL")
     yield res
     res.close()
     rm.close()

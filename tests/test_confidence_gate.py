@@ -255,17 +255,17 @@ def test_estimator_errors_divert_and_are_journaled(bench: Bench, judge: str, mod
 
 
 def test_answers_are_read_as_one_word() -> None:
-    from bench_gate.confidence import EstimatorFailed, _verdict
+    from bench_gate.confidence import EstimatorFailed, read_verdict
 
     def answer(text: Any) -> bytes:
         return json.dumps({"choices": [{"message": {"content": text}}]}).encode()
 
-    assert _verdict(answer("YES")) and _verdict(answer(" yes.")) and _verdict(answer("Yes!"))
-    assert not _verdict(answer("NO")) and not _verdict(answer("no, never"))
+    assert all(read_verdict(answer(yes)) for yes in ("YES", " yes.", "Yes!"))
+    assert not read_verdict(answer("NO")) and not read_verdict(answer("no, never"))
     for bad in (answer("YESSS"), answer(""), answer(None), answer(["YES"]), b"{}", b"[]",
                 b"\xff\xfe", b"[" * 5000 + b"]" * 5000):
         with pytest.raises(EstimatorFailed):
-            _verdict(bad)
+            read_verdict(bad)
 
 
 @pytest.mark.parametrize("text", [

@@ -223,18 +223,14 @@ async def test_an_edit_between_read_and_swap_voids_the_other_approval(
     real = gw.store
 
     def olga_edits() -> None:
-        fresh = real.get_request(req.id)
-        assert fresh is not None
-        version = fresh.version
-        events = gw._decisions._apply_edits(fresh, {"CH2.voltage": "9"}, OLGA)
-        from bench_gate.models import Approval, ApprovalKind, Event
-        fresh.approvals.append(Approval(kind=ApprovalKind.SETPOINT, by="olga",
-                                        proposal_hash=fresh.proposal_hash))
-        events.append(Event(run_id=fresh.run_id, request_id=fresh.id,
-                            type=EventType.APPROVAL_GRANTED,
-                            data={"kind": "setpoint", "by": "olga",
-                                  "proposal_hash": fresh.proposal_hash}))
-        assert real.save_request(fresh, version, events)
+        # Olga's whole grant, through the façade, inside Pete's read-to-swap window. Her
+        # approval leaves the request incomplete, so her grant never suspends: one send()
+        # runs it to its end (a StopIteration carrying her result).
+        grant = gw.grant(req.id, OLGA, ["setpoint"], edits={"CH2.voltage": "9"},
+                         proposal_hash=req.proposal_hash)
+        with pytest.raises(StopIteration) as done:
+            grant.send(None)
+        assert done.value.value.missing, "Olga's approval alone must not complete it"
 
     gw.store = _CasRace(real, req.id, olga_edits)  # type: ignore[assignment]
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,11 +112,29 @@ def test_a_token_revoked_here_fails_at_once_and_elsewhere_within_the_window(
     store.close()
 
 
-def test_an_unknown_token_is_never_remembered(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "t.db")
+class _CountingStore(SqliteStore):
+    """An SQLite store that counts its kv reads: how often a token is looked up."""
+
+    reads = 0
+
+    def kv_get(self, table: str, key: str) -> Any:
+        self.reads += 1
+        return super().kv_get(table, key)
+
+
+def test_an_unknown_token_is_never_remembered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen = time.monotonic()
+    monkeypatch.setattr(auth.time, "monotonic", lambda: frozen)  # inside the window
+    store = _CountingStore(tmp_path / "t.db")
     tokens = Tokens(store)
-    assert tokens.verify("bg_" + "x" * 43) is None
-    assert tokens._verified == {}
+    _, known = tokens.create("alice", "operator")
+    for _ in range(3):
+        assert tokens.verify(known) is not None
+    assert store.reads == 1, "a valid token is remembered (the window the test above bounds)"
+    for n in range(3):
+        assert tokens.verify("bg_" + "x" * 43) is None
+        assert store.reads == 2 + n, "an unknown token is looked up afresh every time"
     store.close()
 
 

@@ -31,9 +31,12 @@ def instruments(who: Caller, gw: GatewayDep, request: Request) -> list[Instrumen
     out = []
     for ic in gw.config.instruments:
         door = doors.get(ic.name)
+        lock = gw.instrument_lock(ic.name)
         out.append(InstrumentOut(name=ic.name, profile=ic.profile, resource=ic.resource,
                                  door_host=door[0] if door else None,
-                                 door_port=door[1] if door else None))
+                                 door_port=door[1] if door else None,
+                                 lock=lock.words, locked=lock.locked, lock_owner=lock.owner,
+                                 lock_warning=lock.warning))
     return out
 
 

@@ -196,6 +196,12 @@ class InstrumentOut(_Out):
     resource: str
     door_host: str | None = None
     door_port: int | None = None
+    #: The instrument lock (docs/interlocks.md §2): "locked", "not lockable", "lock
+    #: refused: held by LAN2"...; the warning is set whenever the gateway does not hold it.
+    lock: str = "not lockable"
+    locked: bool = False
+    lock_owner: str | None = None
+    lock_warning: str | None = None
 
 
 def run_out(run: Run) -> RunOut:
