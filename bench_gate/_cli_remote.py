@@ -160,7 +160,8 @@ def status(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         found: list[dict[str, Any]] = c.request("GET", "/v1/instruments")
     if getattr(args, "json", False):
-        return _json(found)
+        echo(json.dumps(found, indent=2))
+        return 0
     table(["INSTRUMENT", "PROFILE", "RESOURCE", "LOCK"],
           [[i["name"], i["profile"], i["resource"], i["lock"]] for i in found])
     for i in found:

@@ -8,6 +8,7 @@ instrument is made on the simulator's own port."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -174,8 +175,8 @@ def test_a_lock_section_a_client_could_get_around_is_refused(tmp_path: Path) -> 
                         '  - header: "SYSTem:LOCK:RELease"\n    set: {effect: state}')
     path = tmp_path / "lock-hole-test.yaml"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ProfileError, match="lock.release 'SYST:LOCK:REL' must be a "
-                                           "forbidden header"):
+    with pytest.raises(ProfileError, match=re.escape(
+            "lock.release 'SYST:LOCK:REL' must be a forbidden header")):
         get_profile(str(path))
 
 

@@ -13,7 +13,6 @@ from ._deps import (
     PAGE_HEADERS,
     Caller,
     GatewayDep,
-    Operator,
     own_request,
     page_headers,
     wait_seconds,
@@ -31,13 +30,15 @@ SortQuery = Annotated[RequestSort, Query(description=(
 
 
 @router.get("", response_model=list[TakeoverOut], responses=PAGE_HEADERS)
-def queue(who: Operator, gw: GatewayDep, request: Request, response: Response,
+def queue(who: Caller, gw: GatewayDep, request: Request, response: Response,
           status: Status | None = None, instrument: str | None = None,
           limit: Annotated[int, Query(ge=1, le=1000)] = 100,
           offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
           sort: SortQuery = RequestSort.NEWEST) -> list[TakeoverOut]:
-    """Requests across runs, one page at a time; ``X-Total-Count`` says how many match."""
-    page = gw.list_requests(status, None, instrument, limit, offset, sort)
+    """Requests across runs, one page at a time; ``X-Total-Count`` says how many match. A
+    requester sees the requests of its own runs (filtered before the page is cut)."""
+    mine = None if who.operates else who.name
+    page = gw.list_requests(status, None, instrument, limit, offset, sort, requester=mine)
     page_headers(response, request, page)
     return [takeover_out(r) for r in page]
 
