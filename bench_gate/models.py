@@ -229,6 +229,8 @@ class TakeoverRequest(BaseModel):
     handoff: dict[str, Any] = Field(default_factory=dict)
     receipt: Receipt | None = None
     notes: str | None = None  # the operator's notes on a denial, or why it failed
+    #: Who denied or cancelled it (the approvers of an approved one are in ``approvals``).
+    decided_by: str | None = None
     outcome: str | None = None  # one sentence for the requester
     supersedes: str | None = None
     superseded_by: str | None = None

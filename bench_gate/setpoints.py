@@ -8,6 +8,8 @@ tell who may switch that channel on.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .core import Core, Instrument, Part
 from .handoff import snapshot_key
 from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
@@ -65,6 +67,37 @@ class Setpoints(Part):
             out[ch] = sorted(people)
         return out
 
+    def cover(self, inst: Instrument, actions: list[Action],
+              snap: Snapshot) -> list[dict[str, Any]]:
+        """For each channel switched on here without a setpoint of its own: the approved
+        setpoint in force that covers it, field by field (value, who approved it, when, in
+        which request), so the reviewer of an output enable sees the other approval behind
+        it. A channel with no setpoint in force needs (and shows) its own setpoint."""
+        out: list[dict[str, Any]] = []
+        key = self.core.qualified(inst.config.name)
+        for a in actions:
+            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+                continue
+            ch = a.channel
+            mine = {b.field for b in actions if b.channel == ch and b.effect == "setpoint"}
+            stored = self.store.get_setpoint(key, ch)
+            if stored is None or any(stored.get(f) != snap.values.get(snapshot_key(ch, f))
+                                     for f in SETPOINT_FIELDS):
+                continue
+            fields = []
+            for f in SETPOINT_FIELDS:
+                if f in mine:
+                    continue
+                source = (stored.get("source") or {}).get(f) or {}
+                fields.append({
+                    "field": f, "value": stored.get(f),
+                    "by": (stored.get("by_field") or {}).get(f) or stored.get("people") or [],
+                    "at": source.get("at") or stored.get("at"),
+                    "request": source.get("request") or stored.get("request")})
+            if fields:
+                out.append({"channel": ch, "fields": fields})
+        return out
+
     def remember(self, req: TakeoverRequest, inst: Instrument,
                  after: dict[str, str]) -> None:
         """The live setpoint of each channel whose setpoint was approved here, with who
@@ -78,6 +111,8 @@ class Setpoints(Part):
         by = setpoint[0].by if setpoint else ""
         # Everyone whose approval put this setpoint in force: a plan's approvers for a step.
         people = sorted({p for a in setpoint for p in (a.people or [a.by])})
+        # When the setpoint was approved: the last approval that put it in force.
+        approved_at = max((a.at for a in setpoint), default=self.clock()).isoformat()
         key = self.core.qualified(inst.config.name)
         # Channels switched on with no approved setpoint in force: this request's setpoint
         # approval approved their present setpoint as it was.
@@ -87,15 +122,19 @@ class Setpoints(Part):
             needed = ch in needed_on
             prior = self.store.get_setpoint(key, ch) or {}
             by_field: dict[str, list[str]] = {}
+            source: dict[str, dict[str, str]] = {}
             for f in SETPOINT_FIELDS:
                 value = after.get(snapshot_key(ch, f))
                 kept = (prior.get("by_field") or {}).get(f) or prior.get("people") or []
                 if f in mine or needed or prior.get(f) != value or not kept:
                     by_field[f] = people
+                    source[f] = {"request": req.id, "at": approved_at}
                 else:
                     by_field[f] = sorted(kept)
+                    source[f] = (prior.get("source") or {}).get(f) or {
+                        "request": prior.get("request", ""), "at": prior.get("at", "")}
             self.store.put_setpoint(key, ch, {
                 **{f: after.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS},
-                "request": req.id, "by": by, "by_field": by_field,
+                "request": req.id, "by": by, "by_field": by_field, "source": source,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})

@@ -106,6 +106,9 @@ class Requests(Part):
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
                  "current": snap.values.get(snapshot_key(ch, "current"))} for ch in energize]
+        cover = self.setpoints.cover(inst, actions, snap)
+        if cover:  # the setpoint approval an output enable stands on (setpointCover)
+            req.handoff["setpoint_cover"] = cover
         events = [*events, Event(run_id=run.id, request_id=req.id,
                                  type=EventType.TAKEOVER_REQUESTED, data=req.handoff)]
         stored = self.store.create_request(req, events)
@@ -175,6 +178,8 @@ class Requests(Part):
                 req.notes = notes
             if dst in TERMINAL and req.decided_at is None:
                 req.decided_at = self.clock()
+                if data.get("by"):  # a denial's or cancellation's person
+                    req.decided_by = str(data["by"])
             extra = {"plan_id": req.plan_id} if req.plan_id else {}
             ev = Event(run_id=req.run_id, request_id=req.id, type=event,
                        data={**data, "status": dst.value, **extra})

@@ -30,6 +30,13 @@ class Clock:
         self.t += timedelta(**delta)
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium, once per test module (tests/_browser.py: skips without it)."""
+    from ._browser import launch
+    yield from launch()
+
+
 @pytest.fixture
 def sim() -> Iterator[SimBenchThread]:
     with SimBenchThread() as bench:

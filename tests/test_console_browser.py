@@ -1,35 +1,22 @@
 """The console end to end in real headless Chromium (Playwright, Debian's /usr/bin/chromium,
 never a downloaded browser) against a real server, a temporary store and the simulated bench.
 
-Screenshots go to ``test-artifacts/`` on every run. Without chromium (or playwright) these
-tests skip, except under CI (the CI environment variable is set), where a skip is a failure.
+Screenshots go to ``test-artifacts/`` on every run. The browser and the sign-in are shared
+(tests/_browser.py, the ``browser`` fixture in conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pyvisa
 
+from ._browser import TIMEOUT_MS, shot, sign_in
 from ._http_bench import Bench, start_bench
-
-CHROMIUM = Path(os.environ.get("BENCH_GATE_CHROMIUM", "/usr/bin/chromium"))
-ARTIFACTS = Path(os.environ.get("BENCH_GATE_ARTIFACTS", "test-artifacts"))
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TIMEOUT_MS = 15_000
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"browser tests cannot run under CI: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -38,40 +25,11 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        _unavailable(f"no chromium at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture(scope="module")
 def page(browser: Any, bench: Bench) -> Iterator[Any]:
     """Olga, an operator, signed in through the sign-in form."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(TIMEOUT_MS)
-    pg.goto(bench.url + "/")
-    assert "/login" in pg.url
-    pg.fill("input[name=token]", bench.tokens["olga"])
-    pg.click("button[type=submit]")
-    pg.wait_for_url(bench.url + "/")
-    assert pg.locator("form.who").inner_text().startswith("olga")
+    pg = sign_in(browser, bench)
     yield pg
-    context.close()
-
-
-def shot(pg: Any, name: str, full: bool = True) -> None:
-    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full)
+    pg.context.close()
 
 
 def submit(bench: Bench, command: str, rationale: str, who: str = "bot") -> tuple[str, str]:
@@ -94,11 +52,13 @@ def takeover(bench: Bench, tk: str, who: str = "olga") -> dict[str, Any]:
 
 
 def psu_write(bench: Bench, command: str) -> None:
-    """The person at the front panel: a write straight to the simulated PSU."""
+    """The person at the front panel (``SIM:PANEL``, which the gateway's lock does not
+    cover): a write straight to the simulated PSU."""
     rm = pyvisa.ResourceManager("@py")
     res: Any = rm.open_resource(bench.sim.psu_resource_name, read_termination="\n",
                                 write_termination="\n")
     try:
+        res.write("SIM:PANEL")
         res.write(command)
     finally:
         res.close()

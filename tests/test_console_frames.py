@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from ._browser import sign_in
 from ._http_bench import Bench, start_bench
-from .test_console_browser import ARGS, CHROMIUM, TIMEOUT_MS, _unavailable
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +52,6 @@ def framer() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        _unavailable(f"no chromium at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 def _guarded(r: httpx.Response) -> None:
     assert r.headers.get("x-frame-options") == "DENY", (r.request.url, r.headers)
     assert "frame-ancestors 'none'" in r.headers.get("content-security-policy", ""), \
@@ -90,15 +74,10 @@ def test_every_console_response_forbids_framing(bench: Bench) -> None:
 def test_a_page_on_another_port_cannot_frame_the_console(bench: Bench, framer: str,
                                                          browser: Any, path: str) -> None:
     Framer.target = bench.url + path
-    context = browser.new_context()
+    # Signed in first, so the frame would carry Olga's session if it were rendered.
+    pg = sign_in(browser, bench)
+    context = pg.context
     try:
-        # Signed in first, so the frame would carry Olga's session if it were rendered.
-        pg = context.new_page()
-        pg.set_default_timeout(TIMEOUT_MS)
-        pg.goto(bench.url + "/login")
-        pg.fill("input[name=token]", bench.tokens["olga"])
-        pg.click("button[type=submit]")
-        pg.wait_for_url(bench.url + "/")
 
         said: list[str] = []
         pg.on("console", lambda m: said.append(m.text))

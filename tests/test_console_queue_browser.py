@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from ._browser import ARTIFACTS, sign_in
 from ._flood import flood, hold
 from ._http_bench import Bench, start_bench
-from .test_console_browser import ARGS, ARTIFACTS, CHROMIUM, TIMEOUT_MS, _unavailable
 
 FLOOD = 3000
 
@@ -25,29 +25,11 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
 
 
 @pytest.fixture(scope="module")
-def page(bench: Bench) -> Iterator[Any]:
+def page(browser: Any, bench: Bench) -> Iterator[Any]:
     """Olga, an operator, signed in through the sign-in form."""
-    if not CHROMIUM.exists():
-        _unavailable(f"no chromium at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("the playwright package is not installed")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            pg = context.new_page()
-            pg.set_default_timeout(TIMEOUT_MS)
-            pg.goto(bench.url + "/")
-            pg.fill("input[name=token]", bench.tokens["olga"])
-            pg.click("button[type=submit]")
-            pg.wait_for_url(bench.url + "/")
-            yield pg
-            context.close()
-        finally:
-            browser.close()
+    pg = sign_in(browser, bench)
+    yield pg
+    pg.context.close()
 
 
 def first_row(pg: Any) -> str:

@@ -22,9 +22,9 @@ from bench_gate.gateway import Gateway
 from bench_gate.mcp import CoreBench
 from bench_gate.models import Principal, RunStatus, Status
 from bench_gate.store import SqliteStore
+from tests._browser import PHONE, sign_in
 from tests._http_bench import Bench, shown_hash, start_bench
 from tests.conftest import Clock
-from tests.test_console_browser import ARGS, CHROMIUM, TIMEOUT_MS, _unavailable
 
 
 def outputs(front_panel: Any) -> list[int]:
@@ -189,27 +189,16 @@ async def test_mcp_tool(gateway: Gateway, olga: Principal, front_panel: Any) -> 
     assert done["door"] == "MCP" and outputs(front_panel) == [0, 0, 0]
 
 
-def test_console_button_for_a_requester(bench: Bench) -> None:
-    if not CHROMIUM.exists():
-        _unavailable(f"no chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
+def test_console_button_for_a_requester(browser: Any, bench: Bench) -> None:
     switch_on(bench)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            pg = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
-            pg.set_default_timeout(TIMEOUT_MS)
-            pg.goto(bench.url + "/login")
-            pg.fill("input[name=token]", bench.tokens["bot"])
-            pg.click("button[type=submit]")
-            pg.wait_for_url(bench.url + "/")
-            for path in ("/", "/history", "/instruments/psu"):
-                pg.goto(bench.url + path)
-                assert pg.locator("#emergency-stop").is_visible(), path
-            pg.click("#emergency-stop")
-            pg.wait_for_selector("p.flash.error")
-            assert "EMERGENCY STOP by bot" in pg.inner_text("p.flash.error")
-        finally:
-            browser.close()
+    pg = sign_in(browser, bench, "bot", PHONE)
+    try:
+        for path in ("/", "/history", "/instruments/psu"):
+            pg.goto(bench.url + path)
+            assert pg.locator("#emergency-stop").is_visible(), path
+        pg.click("#emergency-stop")
+        pg.wait_for_selector("p.flash.error")
+        assert "EMERGENCY STOP by bot" in pg.inner_text("p.flash.error")
+    finally:
+        pg.context.close()
     assert panel(bench) == [0, 0, 0]

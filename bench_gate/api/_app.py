@@ -26,8 +26,10 @@ def create_app(gateway: Gateway, tokens: Tokens,
         yield
         stopping.set()
 
+    # /docs and /redoc are the console's (web/_docs.py): served offline, with no CDN.
     app = FastAPI(title="bench-gate", version="0.1.0", lifespan=lifespan,
-                  description="Queries pass, writes wait for a person.")
+                  description="Queries pass, writes wait for a person.",
+                  docs_url=None, redoc_url=None)
     app.state.gateway = gateway
     app.state.tokens = tokens
     app.state.doors_info = dict(doors_info or {})

@@ -3,8 +3,8 @@
 Pages: sign in/out (``_signin``), the pending queue, live over SSE, and the agents'
 questions (``_queue``), one request with its full handoff and the decision controls
 (``_requests``), the instrument panel (``_panel``), a run's timeline and the decided history
-(``_history``). Every write goes through the core's approval path: the panel only files
-requests.
+(``_history``), and the API's reference pages with the favicon (``_docs``). Every write goes
+through the core's approval path: the panel only files requests.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 
 from ..auth import Tokens
 from ..gateway import Gateway
-from . import _history, _panel, _queue, _requests, _signin
+from . import _docs, _history, _panel, _queue, _requests, _signin
 from ._console import HERE, Console, SignInRequired
 from ._frames import FrameGuard
 
@@ -35,6 +35,8 @@ def create_console(gateway: Gateway, tokens: Tokens,
     app.state.console = console
     app.add_middleware(FrameGuard)  # never framed: X-Frame-Options and CSP frame-ancestors
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    # The API's /docs and /redoc, offline: their bundles come from an installed package.
+    app.mount(_docs.ASSETS_URL, StaticFiles(directory=str(_docs.ASSETS)), name="docs-assets")
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, exc: SignInRequired) -> Response:
@@ -50,6 +52,6 @@ def create_console(gateway: Gateway, tokens: Tokens,
                                                     "detail": exc.detail},
                             status_code=exc.status_code)
 
-    for module in (_signin, _queue, _requests, _panel, _history):
+    for module in (_signin, _queue, _requests, _panel, _history, _docs):
         app.include_router(module.router)
     return app

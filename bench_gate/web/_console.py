@@ -8,7 +8,6 @@ The console talks to the gateway's façade only; every page module reaches it th
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +24,7 @@ from ..errors import GatewayError, InstrumentError, NotFound
 from ..gateway import Gateway, RequestPage, RequestSort
 from ..models import Principal, Status, TakeoverRequest
 from . import _views as views
+from ._plots import Samples
 from ._session import COOKIE, Session, Sessions
 
 __all__ = ["QUEUE_PAGE", "Console", "SignInRequired", "checked_form", "console_of", "first",
@@ -52,7 +52,12 @@ class Console:
         self.templates.env.globals["show"] = views.show
         self.templates.env.globals["what_changes"] = views.what_changes
         self.templates.env.globals["badges"] = views.badges
-        self.samples: dict[str, deque[tuple[float, dict[str, tuple[float, float]]]]] = {}
+        self.templates.env.globals["utc"] = views.utc
+        self.templates.env.globals["label"] = views.label
+        self.templates.env.globals["outcome_words"] = views.outcome_words
+        self.templates.env.globals["deciders"] = views.deciders
+        #: Each instrument's measurements over the last minutes, for the panel's plots.
+        self.samples: dict[str, Samples] = {}
         self.flash: dict[str, list[tuple[str, str]]] = {}
 
     def who(self, request: Request) -> tuple[Session, Principal]:

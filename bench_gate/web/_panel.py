@@ -4,8 +4,7 @@ engineer's own change, which is filed as a held request like any other (never a 
 from __future__ import annotations
 
 import time
-from collections import deque
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -15,11 +14,13 @@ from starlette.exceptions import HTTPException
 from ..errors import GatewayError, InstrumentError, Refused
 from . import _views as views
 from ._console import Console, checked_form, console_of, first, shown_error
+from ._plots import Samples, trend
 
 __all__ = ["router"]
 
 router = APIRouter()
-HISTORY_POINTS = 120
+#: The colours of the plotted fields, in the profile's order.
+COLOURS = ("#0a6", "#c60", "#1d5fbf", "#7b1fa2")
 
 
 @router.get("/instruments", response_class=HTMLResponse)
@@ -40,24 +41,29 @@ async def _panel_context(console: Console, name: str) -> dict[str, Any]:
         state = await gateway.live_state(name)
     except InstrumentError as exc:
         state, error = {"channels": {}, "idn": "?", "at": None}, exc.message
-    samples = console.samples.setdefault(name, deque(maxlen=HISTORY_POINTS))
-    point: dict[str, tuple[float, float]] = {}
+    samples = console.samples.setdefault(name, Samples())
+    now = time.time()
+    # The profile's measured numbers are what is plotted (instrument knowledge stays there).
+    plotted = [f for f, spec in profile.fields.items() if spec.measured and spec.type == "number"]
+    point: dict[str, float] = {}
     for ch, values in state["channels"].items():
-        try:
-            point[ch] = (float(Decimal(values.get("measured_voltage") or "nan")),
-                         float(Decimal(values.get("measured_current") or "nan")))
-        except ArithmeticError:
-            continue
+        for fld in plotted:
+            try:
+                point[f"{ch}.{fld}"] = float(Decimal(values.get(fld) or "nan"))
+            except (ArithmeticError, InvalidOperation):
+                continue
     if point:
-        samples.append((time.time(), point))
-    plots: dict[str, tuple[str, str]] = {}
+        samples.add(now, point)
+    plots: dict[str, list[str]] = {}
     for ch in state["channels"]:
-        volts = [p[ch][0] for _, p in samples if ch in p and p[ch][0] == p[ch][0]]
-        amps = [p[ch][1] for _, p in samples if ch in p and p[ch][1] == p[ch][1]]
-        plots[ch] = (views.sparkline(volts), views.sparkline(amps, color="#c60"))
+        plots[ch] = [trend(samples.series(f"{ch}.{fld}"), now, profile.fields[fld].label,
+                           profile.fields[fld].unit, COLOURS[i % len(COLOURS)])
+                     for i, fld in enumerate(plotted)]
     limits = gateway.envelope(name)
     return {"name": name, "state": state, "error": error, "plots": plots,
             "profile": profile, "limits": limits,
+            "over": {ch: views.over_envelope(profile, limits, ch, values)
+                     for ch, values in state["channels"].items()},
             "ranges": {str(ch): {f: views.limits_of(profile, limits, ch, f)
                                  for f in ("voltage", "current")}
                        for ch in profile.channels}}

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..auth import TOKEN_IN_TEXT, carries_token
 from ..errors import GatewayError, NotFound
-from ..models import ApprovalKind, Principal, RunKind, Status, TakeoverRequest
+from ..models import ApprovalKind, Principal, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..states import TERMINAL
 from . import _views as views
 from ._console import Console, checked_form, console_of, first, require_decider
@@ -33,10 +33,7 @@ async def request_page(console: Console, request: Request, req: TakeoverRequest,
     live = await console.live(req.instrument) if (
         req.status is Status.PENDING and gateway.owns(req)) else None
     shown_live = views.relevant(req, live) if live is not None else {}
-    try:
-        run = gateway.get_run(req.run_id)
-    except NotFound:
-        run = None
+    run = run_of(console, req.run_id)
     own = run is not None and run.principal == me.name
     self_blocked = own and (run is not None and (
         run.kind is not RunKind.ENGINEER or gateway.config.policy.independent_approver))
@@ -56,8 +53,24 @@ async def request_page(console: Console, request: Request, req: TakeoverRequest,
                               if a.approval is ApprovalKind.OUTPUT_ENABLE],
         "setpoint_words": [a.words for a in req.actions
                            if a.approval is ApprovalKind.SETPOINT],
+        "cover": views.cover_rows(req, profile),
+        "run_note": suspended(run) if req.status is Status.DENIED else None,
         "refusal": refusal, "changed": changed or [], "terminal": req.status in TERMINAL,
         "now": gateway.clock()}, status_code=status_code)
+
+
+def run_of(console: Console, run_id: str) -> Run | None:
+    try:
+        return console.gateway.get_run(run_id)
+    except NotFound:
+        return None
+
+
+def suspended(run: Run | None) -> str | None:
+    """``run suspended after 3 denials in a row``, while the run is suspended."""
+    if run is None or run.status is not RunStatus.SUSPENDED:
+        return None
+    return f"run {run.takeover_reason or 'suspended'}"
 
 
 @router.get("/requests/{request_id}", response_class=HTMLResponse)
@@ -142,9 +155,13 @@ async def approve(request: Request, request_id: str) -> Response:
                        f"approved {', '.join(kinds)}" + (f" with edits {edits}" if edits
                                                          else ""))
     if done.status is Status.PENDING:
-        console.say(session, "info", f"Approved {', '.join(kinds)}. {result.message}")
+        # The core's message says what was approved when it names it: say it once.
+        given = "; ".join(views.KIND_WORDS[ApprovalKind(k)] for k in kinds)
+        said = result.message if "approved" in result.message else (
+            f"approved {given}; {result.message}")
+        console.say(session, "info", said[:1].upper() + said[1:])
     elif done.status is Status.EXECUTED:
-        console.say(session, "ok", f"Approved and executed: {done.outcome}")
+        console.say(session, "ok", f"Approved. {views.outcome_words(done)}")
     elif done.status is Status.STALE and done.superseded_by:
         console.say(session, "error", f"{done.outcome} The fresh request is "
                                       f"{done.superseded_by}.")
@@ -176,5 +193,8 @@ async def deny(request: Request, request_id: str) -> Response:
         return await request_page(console, request, gateway.get_request(req.id), me,
                                   status_code=409, refusal=f"Not denied: {exc.message}")
     gateway.note_shown(done, me, "denied", None, f"denied: {notes}")
-    console.say(session, "ok", f"Denied; the requester gets your note: {notes}")
+    note = suspended(run_of(console, done.run_id))
+    console.say(session, "ok", "Denied; the requester gets your note." + (
+        f" {note[:1].upper()}{note[1:]}: it files nothing more until an operator releases "
+        "it." if note else ""))
     return RedirectResponse(f"/requests/{done.id}", status_code=303)

@@ -1,20 +1,21 @@
 """What the console pages show, computed from the core's records: pure functions only.
 
-Diff rows (shown, live now, proposed), editable setpoints with their limits, badges,
-the journal as a waterfall, and the small SVG plots of measured values.
+Diff rows (shown, live now, proposed), editable setpoints with their limits, badges, the
+setpoint approval an output enable stands on, outcomes said once, fields outside the
+envelope, and the journal as a waterfall.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..config import ChannelLimits
 from ..handoff import show_value
-from ..models import ApprovalKind, Event, TakeoverRequest
+from ..models import ApprovalKind, Event, Status, TakeoverRequest
 from ..scpi import Profile
 
 __all__ = [
@@ -23,13 +24,17 @@ __all__ = [
     "Waterfall",
     "badges",
     "check_edit",
+    "cover_rows",
+    "deciders",
     "diff_rows",
     "edit_fields",
     "flatten",
     "limits_of",
+    "outcome_words",
+    "over_envelope",
     "relevant",
     "show",
-    "sparkline",
+    "utc",
     "waterfall",
 ]
 
@@ -254,26 +259,93 @@ def waterfall(events: Iterable[Event], principal: str,
             for at, kind, who, text, rid, data in rows]
 
 
-def sparkline(points: list[float], width: int = 260, height: int = 60,
-              color: str = "#0a6") -> str:
-    """A small inline SVG line plot with its min and max, drawn by hand."""
-    if not points:
-        return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
-                'aria-label="no samples yet"><text x="4" y="14">no samples yet</text></svg>')
-    lo, hi = min(points), max(points)
-    span = hi - lo
-    if not span:  # a flat trace sits in the middle, not on the frame
-        lo, span = lo - 0.5, 1.0
-    n = max(len(points) - 1, 1)
-    pad = 14
-    coords = " ".join(
-        f"{i / n * (width - 2):.1f},{pad + (1 - (p - lo) / span) * (height - pad - 4):.1f}"
-        for i, p in enumerate(points))
-    return (f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="recent values from {lo:.3f} to {hi:.3f}">'
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="none" stroke="#ccc"/>'
-            f'<text x="3" y="11">max {max(points):.3f}</text>'
-            f'<text x="{width - 3}" y="11" text-anchor="end">min {min(points):.3f} · '
-            f'{len(points)} samples</text>'
-            f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{coords}"/>'
-            '</svg>')
+def utc(at: datetime | str | None) -> str:
+    """RFC 3339 in UTC with ``Z`` (``2026-12-03T11:15:02.123Z``): for ``<time datetime>``."""
+    if at is None:
+        return ""
+    if isinstance(at, str):
+        try:
+            at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            return ""  # not a time: no machine-readable value rather than a wrong one
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class CoverRow:
+    channel: int
+    label: str  # "CH1 voltage setpoint"
+    value: str  # "5.000 V"
+    by: str  # "olga, pete"
+    at: str  # RFC 3339
+    request: str  # the request whose approval put it in force
+
+
+def cover_rows(req: TakeoverRequest, profile: Profile | None) -> list[CoverRow]:
+    """The approved setpoint an output enable stands on (the handoff's ``setpoint_cover``):
+    each field with its value, who approved it, when, and in which request."""
+    rows = []
+    for ch in req.handoff.get("setpoint_cover") or []:
+        channel = int(ch["channel"])
+        for f in ch.get("fields") or []:
+            key = f"ch{channel}.{f['field']}"
+            rows.append(CoverRow(channel=channel, label=label(profile, key),
+                                 value=show(profile, key, f.get("value")),
+                                 by=", ".join(f.get("by") or []) or "?",
+                                 at=utc(f.get("at")), request=str(f.get("request") or "")))
+    return rows
+
+
+def outcome_words(req: TakeoverRequest) -> str:
+    """The outcome in one sentence, each thing said once: the status is shown beside it,
+    so its word is not repeated, and a denial's note is not quoted twice."""
+    if req.status is Status.DENIED:
+        who = req.decided_by or _denier(req.outcome or "")
+        return f"Denied by {who or 'an operator'}. Note to the requester: “{req.notes or ''}”"
+    text = req.outcome or req.status.value
+    head, sep, rest = text.partition(": ")
+    if sep and head == req.status.value:
+        text = rest
+    return text[:1].upper() + text[1:]
+
+
+def _denier(outcome: str) -> str:
+    """The denier named by a request decided before ``decided_by`` was kept."""
+    head = outcome.partition(":")[0]
+    return head[len("denied by "):] if head.startswith("denied by ") else ""
+
+
+def deciders(req: TakeoverRequest) -> str:
+    """History's "By": the approvers, and whoever denied or cancelled the request."""
+    names = list(dict.fromkeys(a.by for a in req.approvals))
+    denier = req.decided_by or (_denier(req.outcome or "") if req.status is Status.DENIED
+                                else "")
+    if denier:
+        verb = "denied" if req.status is Status.DENIED else req.status.value
+        names.append(f"{denier} ({verb})")
+    return ", ".join(names) or "—"
+
+
+def over_envelope(profile: Profile | None, limits: dict[int, ChannelLimits], channel: str,
+                  values: dict[str, Any]) -> dict[str, str]:
+    """The fields of a channel above the bench envelope, each with words that say so
+    (never colour alone): ``{"current": "above the envelope: limit 0.500 A"}``."""
+    try:
+        lim = limits.get(int(channel))
+    except ValueError:
+        return {}
+    if lim is None:
+        return {}
+    out = {}
+    for name, bound in lim.model_dump().items():
+        raw = values.get(name)
+        if not isinstance(bound, Decimal) or raw is None:
+            continue
+        try:
+            above = Decimal(str(raw)) > bound
+        except InvalidOperation:
+            continue
+        if above:
+            out[name] = f"above the envelope: limit {show(profile, name, str(bound))}"
+    return out

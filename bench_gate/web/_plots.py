@@ -1,0 +1,96 @@
+"""The panel's trend plots: inline SVG drawn by hand (no script, no CDN), with a time axis
+over the last minutes, a value axis in the field's unit, and a label on each."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from html import escape
+
+__all__ = ["WINDOW_S", "Samples", "ticks", "trend"]
+
+#: How far back a plot looks, in seconds: the last five minutes.
+WINDOW_S = 300.0
+#: Samples closer together than this are one (the panel refreshes every 2 s per viewer).
+MIN_STEP_S = 1.0
+_W, _H = 320, 132
+_LEFT, _RIGHT, _TOP, _BOTTOM = 52, 8, 16, 26
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at: float  # seconds (time.time())
+    values: dict[str, float]  # "1.measured_voltage" -> 3.3
+
+
+class Samples:
+    """One instrument's recent measurements, kept for ``WINDOW_S``."""
+
+    def __init__(self) -> None:
+        self._points: deque[Sample] = deque()
+
+    def add(self, at: float, values: dict[str, float]) -> None:
+        if self._points and at - self._points[-1].at < MIN_STEP_S:
+            return
+        self._points.append(Sample(at, values))
+        while self._points and self._points[0].at < at - WINDOW_S:
+            self._points.popleft()
+
+    def series(self, key: str) -> list[tuple[float, float]]:
+        """(time, value) of ``key``, leaving out samples that had no number for it."""
+        return [(p.at, p.values[key]) for p in self._points
+                if key in p.values and math.isfinite(p.values[key])]
+
+
+def ticks(lo: float, hi: float, count: int = 3) -> list[float]:
+    """``count`` evenly spaced values from ``lo`` to ``hi`` (a flat range is widened)."""
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5 if lo >= 0.5 else 0.0, hi + 0.5
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count)]
+
+
+def trend(points: Iterable[tuple[float, float]], now: float, title: str, unit: str,
+          color: str = "#0a6") -> str:
+    """A line plot of the last ``WINDOW_S`` seconds: x is time (minutes ago), y the value
+    in ``unit``, with tick labels on both axes and the title above."""
+    pts = [(t, v) for t, v in points if now - WINDOW_S <= t <= now + 1]
+    name = escape(f"{title} ({unit})" if unit else title)
+    head = (f'<svg class="plot" viewBox="0 0 {_W} {_H}" role="img" '
+            f'data-samples="{len(pts)}" aria-label="{{label}}">'
+            f'<text class="title" x="{_LEFT}" y="11">{name}</text>')
+    plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+    x0, y0 = _LEFT, _TOP + plot_h
+    parts = [f'<line class="axis" x1="{x0}" y1="{_TOP}" x2="{x0}" y2="{y0}"/>',
+             f'<line class="axis" x1="{x0}" y1="{y0}" x2="{x0 + plot_w}" y2="{y0}"/>']
+    for i, minutes in enumerate((5, 4, 3, 2, 1, 0)):
+        x = x0 + plot_w * i / 5
+        words = "now" if minutes == 0 else f"−{minutes}"
+        parts.append(f'<line class="tick" x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + 3}"/>'
+                     f'<text x="{x:.1f}" y="{y0 + 13}" text-anchor="middle">{words}</text>')
+    parts.append(f'<text class="xlabel" x="{x0 + plot_w / 2:.1f}" y="{_H - 2}" '
+                 'text-anchor="middle">minutes ago</text>')
+    if not pts:
+        label = f"{title}: no samples yet"
+        parts.append(f'<text x="{x0 + 6}" y="{_TOP + plot_h / 2:.1f}">no samples yet</text>')
+        return head.replace("{label}", escape(label)) + "".join(parts) + "</svg>"
+    values = [v for _, v in pts]
+    marks = ticks(min(values), max(values))
+    lo, hi = marks[0], marks[-1]
+    for m in marks:
+        y = y0 - (m - lo) / (hi - lo) * plot_h
+        parts.append(f'<line class="grid" x1="{x0}" y1="{y:.1f}" x2="{x0 + plot_w}" '
+                     f'y2="{y:.1f}"/><text x="{x0 - 3}" y="{y + 3:.1f}" '
+                     f'text-anchor="end">{m:.3f} {escape(unit)}</text>')
+    coords = " ".join(
+        f"{x0 + (t - (now - WINDOW_S)) / WINDOW_S * plot_w:.1f},"
+        f"{y0 - (v - lo) / (hi - lo) * plot_h:.1f}" for t, v in pts)
+    last = coords.rsplit(" ", 1)[-1].split(",")
+    parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" '
+                 f'points="{coords}"/><circle cx="{last[0]}" cy="{last[1]}" r="2.5" '
+                 f'fill="{color}"/>')
+    count = f"{len(pts)} sample{'s' if len(pts) != 1 else ''}"
+    label = (f"{title} over the last {WINDOW_S / 60:.0f} minutes: {count} from "
+             f"{min(values):.3f} to {max(values):.3f} {unit}, now {values[-1]:.3f} {unit}")
+    return head.replace("{label}", escape(label)) + "".join(parts) + "</svg>"
