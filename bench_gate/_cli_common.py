@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "ago", "client_for", "echo", "table"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "table", "until"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -43,7 +43,8 @@ def table(headers: list[str], rows: list[list[str]]) -> None:
         echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
 
 
-def ago(iso: str) -> str:
+def until(iso: str) -> str:
+    """How long until ``iso`` (an RFC 3339 time): ``29m59s``, ``-1m05s`` once past."""
     seconds = int((datetime.fromisoformat(iso) - datetime.now(UTC)).total_seconds())
     sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
     return f"{sign}{seconds // 60}m{seconds % 60:02d}s"

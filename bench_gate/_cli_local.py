@@ -49,9 +49,10 @@ def serve(args: argparse.Namespace) -> int:
     db, shown = _db(args.db)
     store = open_store(db)
     tokens = Tokens(store)
-    first = None if tokens.any() else tokens.create("admin", "admin")[1]
 
     def ready(r: server.Running) -> None:
+        # Only now, serving: a start that failed (a port in use) never uses the token up.
+        first = None if tokens.any() else tokens.create("admin", "admin")[1]
         echo(f"bench-gate: serving bench {config.bench!r}")
         echo(f"  HTTP API      {r.url}   (OpenAPI {r.url}/openapi.json, docs {r.url}/docs)")
         echo(f"  store         {shown}")
@@ -70,6 +71,8 @@ def serve(args: argparse.Namespace) -> int:
         else:
             echo("  tokens        already issued; list them with "
                  f"`bench-gate token list --db {shown}`")
+            echo("  lost admin?   bench-gate token create --name YOUR-NAME --role admin "
+                 f"--db {shown}")
         echo("  more tokens   bench-gate token create --name alice --role operator "
              f"--db {shown}")
         echo("  Ctrl-C stops.")

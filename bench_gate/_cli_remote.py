@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
+import threading
 import time
 from datetime import datetime
 from typing import Any
 
 import httpx
 
-from ._cli_common import CHANGED, CliError, ago, client_for, echo, table
+from ._cli_common import CHANGED, CliError, client_for, echo, table, until
+from ._cli_show import said, summary
 from .client import ApiError, Client, ProposalChangedError
 from .doorway import exit_code, follow_remote
 
@@ -25,13 +28,16 @@ _SORT_WORDS = {"expiry": "soonest expiry first", "newest": "newest first"}
 
 
 def pending(args: argparse.Namespace) -> int:
+    """The queue (an operator's), or a requester's own requests waiting for a decision."""
     with client_for(args) as c:
         page, total = c.pending_page(args.instrument, sort=args.sort, limit=args.limit,
                                      offset=args.offset)
+    if args.json:
+        return _json(page)
     rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
              ",".join(tk["approvalsMissing"]) or "-",
              ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
-             ago(tk["expiresAt"])] for tk in page]
+             until(tk["expiresAt"])] for tk in page]
     table(["REQUEST", "RUN", "INSTR", "COMMAND", "NEEDS", "GIVEN", "EXPIRES IN"], rows)
     if page:
         shown = f"{args.offset + 1}-{args.offset + len(page)} of {total}"
@@ -44,50 +50,30 @@ def pending(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json(value: Any) -> int:
+    echo(json.dumps(value, indent=2, ensure_ascii=False))
+    return 0
+
+
 def show(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         tk = c.get(args.request)
     if args.json:
-        echo(json.dumps(tk, indent=2))
-        return 0
-    _summary(tk)
+        return _json(tk)
+    summary(tk)
     return 0
 
 
-def _summary(tk: dict[str, Any]) -> None:
-    """A request as a reviewer reads it (``show``, and what ``approve``/``deny`` decide)."""
-    h = tk.get("handoff") or {}
-    echo(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
-    echo(f"  command       {tk['message']}")
-    echo(f"  requester     {h.get('run', {}).get('principal')} "
-         f"({h.get('run', {}).get('kind')}), goal: {h.get('goal') or '-'}")
-    echo(f"  rationale     {h.get('rationale') or '-'}")
-    echo("  actions")
-    for a in h.get("actions", []):
-        echo(f"    - {a.get('words') or a.get('canonical')}")
-    echo(f"  reversibility {h.get('reversibility', '-')}")
-    for signal in (h.get("risk") or {}).get("signals", []):
-        echo(f"  risk          {signal}")
-    for key, (old, new) in (h.get("diff") or {}).items():
-        echo(f"  change        {key}: {old} → {new}")
-    echo(f"  required      {', '.join(tk['required'])}")
-    given = ", ".join(f"{a['kind']} by {a['by']}" for a in tk["approvalsGiven"]) or "-"
-    echo(f"  given         {given}")
-    echo(f"  missing       {', '.join(tk['approvalsMissing']) or '-'}")
-    echo(f"  expires       {tk['expiresAt']} ({ago(tk['expiresAt'])})")
-    if tk.get("outcome"):
-        echo(f"  outcome       {tk['outcome']}")
-    echo(f"  proposal      {tk['proposalHash']}")
-
-
-def _shown(c: Client, args: argparse.Namespace, doing: str) -> str:
-    """Fetch the request and print what is being decided; the hash to name. A ``--hash``
-    pinned earlier is named as it is (if it is no longer current the server says so)."""
+def _decide(args: argparse.Namespace, c: Client, doing: str) -> tuple[dict[str, Any], str]:
+    """Fetch the request (by id or prefix) and print what is being decided; the request and
+    the hash to name. A ``--hash`` pinned earlier is named as it is (if it is no longer
+    current the server says so)."""
     tk = c.get(args.request)
     if args.hash is None or args.hash == tk["proposalHash"]:
-        echo(f"{doing}:")
-        _summary(tk)
-    return str(args.hash or tk["proposalHash"])
+        if not args.json:
+            echo(f"{doing}:")
+            summary(tk)
+    return tk, str(args.hash or tk["proposalHash"])
 
 
 def _changed(request_id: str, exc: ProposalChangedError, nothing: str) -> int:
@@ -96,7 +82,7 @@ def _changed(request_id: str, exc: ProposalChangedError, nothing: str) -> int:
           f"{(exc.seen_hash or '?')[:12]}, now {(exc.current_hash or '?')[:12]}); nothing "
           f"was {nothing}. Read the current proposal and decide again:", file=sys.stderr)
     if exc.current:
-        _summary(exc.current)
+        summary(exc.current)
     return CHANGED
 
 
@@ -112,27 +98,39 @@ def approve(args: argparse.Namespace) -> int:
             raise CliError(f"--set {item!r}: write it as CH1.voltage=5")
         edits[key.strip()] = value.strip()
     with client_for(args) as c:
-        seen = _shown(c, args, f"approving {', '.join(kinds)}"
-                               + (f" with {', '.join(args.set)}" if edits else ""))
+        tk, seen = _decide(args, c, f"approving {', '.join(kinds)}"
+                                    + (f" with {', '.join(args.set)}" if edits else ""))
         try:
-            result = c.grant(args.request, kinds, notes=args.notes or "", edits=edits or None,
+            result = c.grant(tk["id"], kinds, notes=args.notes or "", edits=edits or None,
                              proposal_hash=seen)
         except ProposalChangedError as exc:
-            return _changed(args.request, exc, "approved")
+            return _changed(tk["id"], exc, "approved")
     req = result["request"]
-    echo(f"{req['id']}: {req['status']}" + (f" — {result['message']}" if result["message"]
-                                             else ""))
+    if args.json:
+        _json(result)
+    else:
+        echo(said(req, result["message"]))
+        if req.get("supersededBy"):
+            echo(f"fresh request: {req['supersededBy']} (bench-gate show "
+                 f"{req['supersededBy']})")
     return 0 if req["status"] in ("executed", "pending") else exit_code(req["status"])
 
 
 def deny(args: argparse.Namespace) -> int:
     with client_for(args) as c:
-        seen = _shown(c, args, "denying")
+        tk, seen = _decide(args, c, "denying")
+        before = c.request("GET", f"/v1/runs/{tk['runId']}")
         try:
-            req = c.deny(args.request, args.notes, proposal_hash=seen)
+            req = c.deny(tk["id"], args.notes, proposal_hash=seen)
         except ProposalChangedError as exc:
-            return _changed(args.request, exc, "denied")
-    echo(f"{req['id']}: {req['status']} — {req.get('outcome') or ''}")
+            return _changed(tk["id"], exc, "denied")
+        run = c.request("GET", f"/v1/runs/{tk['runId']}")
+    if args.json:
+        return _json({"request": req, "run": run})
+    echo(said(req))
+    if run["status"] == "suspended" and before["status"] != "suspended":
+        echo(f"run {run['id']} {run.get('takeoverReason') or 'suspended'}: its writes are "
+             f"refused until an operator runs `bench-gate release {run['id']}`")
     return 0
 
 
@@ -141,11 +139,15 @@ def stop(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         if args.clear:
             cleared = c.clear_stop(args.instrument)
+            if args.json:
+                return _json({"cleared": cleared})
             echo(f"stop cleared: {', '.join(cleared) or 'nothing was stopped'}")
             return 0
         done = c.emergency_stop(args.instrument)
+    if args.json:
+        return _json(done)
     for name, result in done["instruments"].items():
-        state = ", ".join(f"{k}={v}" for k, v in result.get("read_back", {}).items())
+        state = ", ".join(f"{k}={v}" for k, v in result.get("readBack", {}).items())
         echo(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
              + (f"; read back {state}" if state else "")
              + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
@@ -173,21 +175,28 @@ def status(args: argparse.Namespace) -> int:
 def release(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         run = c.release(args.run)
+    if args.json:
+        return _json(run)
     echo(f"{run['id']}: {run['status']}")
     return 0
 
 
 def runs(args: argparse.Namespace) -> int:
     with client_for(args) as c:
-        rows = [[r["id"], r["kind"], r["principal"], r["status"], (r.get("goal") or "")[:40]]
-                for r in c.runs()]
-    table(["RUN", "KIND", "PRINCIPAL", "STATUS", "GOAL"], rows)
+        found = c.runs()
+    if args.json:
+        return _json(found)
+    table(["RUN", "KIND", "PRINCIPAL", "STATUS", "GOAL"],
+          [[r["id"], r["kind"], r["principal"], r["status"], (r.get("goal") or "")[:40]]
+           for r in found])
     return 0
 
 
 def journal(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         events = c.journal(args.run)
+    if args.json:
+        return _json(events)
     for e in events:
         d = e.get("data") or {}
         what = d.get("message") or d.get("command") or d.get("outcome") or d.get("reason") \
@@ -197,58 +206,96 @@ def journal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watched(c: Client, m: dict[str, Any], commands: dict[str, str]) -> str:
+    """One event as a line, a request's with its command (fetched once per request)."""
+    stamp = datetime.now().strftime("%H:%M:%S")
+    if m["type"] == "request":
+        if m["id"] not in commands:
+            try:
+                commands[m["id"]] = str(c.get(m["id"])["message"])
+            except ApiError:
+                commands[m["id"]] = "?"
+        return (f"{stamp}  request  {m['id']}  {m['status']:<10} {m['instrument']}  "
+                f"{commands[m['id']]}  (run {m['runId']})")
+    if m["type"] == "question":
+        return (f"{stamp}  question {m['id']}  {m['status']:<10} asked by {m['askedBy']} "
+                f"(run {m['runId']})")
+    return f"{stamp}  {m['type']:<8} {m['id']}  {m.get('status', '')}".rstrip()
+
+
 def watch(args: argparse.Namespace) -> int:
+    """Print each change until Ctrl-C, or until ``--timeout`` seconds have passed."""
     c = client_for(args)
-    headers = {"Accept": "text/event-stream"}
-    echo(f"watching {args.url}/v1/events (Ctrl-C stops)")
+    lines: queue.Queue[str | BaseException | None] = queue.Queue()
+
+    def read() -> None:
+        commands: dict[str, str] = {}
+        try:
+            with c._http.stream("GET", "/v1/events", timeout=None,
+                                headers={"Accept": "text/event-stream"}) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise ApiError(r.status_code, r.json().get("reason", r.reason_phrase))
+                lines.put(f"watching {args.url}/v1/events (Ctrl-C stops)")
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        lines.put(_watched(c, json.loads(line[6:]), commands))
+            lines.put(None)
+        except BaseException as exc:  # reported by the main thread
+            lines.put(exc)
+
+    threading.Thread(target=read, name="watch", daemon=True).start()
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     try:
-        with c._http.stream("GET", "/v1/events", headers=headers, timeout=None) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise ApiError(r.status_code, r.json().get("reason", r.reason_phrase))
-            for line in r.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                m = json.loads(line[6:])
-                stamp = datetime.now().strftime("%H:%M:%S")
-                if m["type"] == "request":
-                    echo(f"{stamp}  request  {m['id']}  {m['status']:<10} {m['instrument']} "
-                         f"(run {m['run_id']})")
-                elif m["type"] == "question":
-                    echo(f"{stamp}  question {m['id']}  {m['status']:<10} asked by "
-                         f"{m['asked_by']} (run {m['run_id']})")
-                else:
-                    echo(f"{stamp}  run      {m['id']}  {m['status']}")
-    except httpx.HTTPError as exc:
-        raise CliError(f"lost {args.url}: {exc}") from exc
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                item = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is None:
+                raise CliError(f"lost {args.url}: the server ended the stream")
+            if isinstance(item, httpx.HTTPError):
+                raise CliError(f"lost {args.url}: {item}") from item
+            if isinstance(item, BaseException):
+                raise item
+            echo(item)
     finally:
         c.close()
     return 0
 
 
 def wait(args: argparse.Namespace) -> int:
+    """Wait for the outcome. On a terminal one status line is redrawn in place (approvals
+    given and missing, time left); piped, only the outcome is printed."""
     tty = sys.stdout.isatty()
-    start = time.monotonic()
 
     def stale(tk: dict[str, Any]) -> None:
-        echo(f"{tk['id']} went stale; following {tk['supersededBy']}")
+        if tty:
+            print("\r\033[K", end="")
+        echo(f"{said(tk)}; following its fresh request {tk['supersededBy']}")
 
     def waiting(tk: dict[str, Any]) -> None:
-        line = (f"{tk['id']}: {tk['status']}, missing "
-                f"{', '.join(tk['approvalsMissing']) or 'nothing'}, "
-                f"{int(time.monotonic() - start)}s, expires in {ago(tk['expiresAt'])}")
-        if tty:
-            print("\r" + line, end="", flush=True)
-        else:
-            echo(line)
+        if not tty:
+            return
+        given = ", ".join(f"{a['kind']} by {a['by']}" for a in tk["approvalsGiven"]) or "none"
+        line = (f"{tk['id']}: {tk['status']}; given {given}; missing "
+                f"{', '.join(tk['approvalsMissing']) or 'nothing'}; "
+                f"{until(tk['expiresAt'])} left")
+        print("\r\033[K" + line, end="", flush=True)
 
     with client_for(args) as c:
         tk = follow_remote(lambda rid, wait: c.get(rid, wait=wait), args.request,
-                           args.timeout, poll=10.0, on_stale=stale, on_wait=waiting)
+                           args.timeout, poll=1.0 if tty else 10.0, on_stale=stale,
+                           on_wait=waiting)
     if tty:
-        print()
-    echo(f"{tk['id']}: {tk['status']}" + (f" — {tk['outcome']}" if tk.get("outcome") else "")
-         + (f" (notes: {tk['notes']})" if tk.get("notes") else ""))
+        print("\r\033[K", end="")
+    if args.json:
+        _json(tk)
+    else:
+        line = said(tk)
+        if tk.get("notes") and tk["notes"] not in line:
+            line += f" (notes: {tk['notes']})"
+        echo(line)
     return exit_code(tk["status"])
 
 
@@ -277,7 +324,7 @@ def plans(args: argparse.Namespace) -> int:
     for p in plans:
         sc = p["scope"]
         step = f", step {sc['maxStep']:g}" if sc.get("maxStep") is not None else ""
-        expires = ago(p["expiresAt"]) if p.get("expiresAt") and p["status"] == "active" \
+        expires = until(p["expiresAt"]) if p.get("expiresAt") and p["status"] == "active" \
             else "-"
         rows.append([p["id"], p["status"], p["requestId"], sc["instrument"],
                      ",".join(str(ch) for ch in sc["channels"]),
@@ -308,7 +355,7 @@ def questions(args: argparse.Namespace) -> int:
         echo("(none)")
     for q in asks:
         echo(f"{q['id']}  {q['status'].upper()}  asked by {q['askedBy']} (run {q['runId']}), "
-             f"expires in {ago(q['expiresAt'])}")
+             f"expires in {until(q['expiresAt'])}")
         for i, item in enumerate(q["questions"], start=1):
             echo(f"  {i}. {item['text']}")
             for o in item["options"]:

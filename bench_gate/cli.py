@@ -2,7 +2,8 @@
 
 ``serve``, ``token`` and ``journal verify|export|archive`` work locally (on the store);
 every other command talks to a running server (``--url``, token from ``--token`` or
-``BENCH_GATE_TOKEN``).
+``BENCH_GATE_TOKEN``). The global options (``--url``, ``--token``, ``--json``) go before or
+after the command. A request is named by its id or by a unique prefix of it.
 
 ``bench-gate wait TK`` exits with the outcome: 0 executed, 3 denied, 4 expired, 5 stale,
 6 failed or ambiguous, 7 cancelled, 8 still undecided at ``--timeout``; 1 is any other error
@@ -25,17 +26,31 @@ from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "CliError", "main"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main"]
 
 #: ``journal ACTION``; anything else after ``journal`` is a run (``journal RUN`` shows it).
 JOURNAL_ACTIONS = ("show", "verify", "export", "archive")
+_REQUEST = "a request id, or a unique prefix of one (tk-731969e3)"
+#: Options that take a value, among the global ones (``_legacy_journal`` skips them).
+_VALUED = ("--url", "--token")
+
+#: ``wait``'s exit codes, for ``--help`` (the README lists the same).
+EXIT_HELP = """exit codes:
+  0  executed
+  3  denied
+  4  expired
+  5  stale (the instrument changed since approval; its fresh request is printed)
+  6  failed or ambiguous
+  7  cancelled
+  8  still undecided at --timeout
+  1  any other error (a clear one-line message), 2 a usage error"""
 
 
 def _legacy_journal(argv: list[str]) -> list[str]:
     """``journal RUN`` (before verify, export and archive) still shows a run's journal."""
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
-        i += 1 if "=" in argv[i] or argv[i] in ("-h", "--help") else 2
+        i += 2 if argv[i] in _VALUED else 1
     if i + 1 < len(argv) and argv[i] == "journal" and argv[i + 1] not in JOURNAL_ACTIONS \
             and not argv[i + 1].startswith("-"):
         return [*argv[:i + 1], "show", *argv[i + 1:]]
@@ -43,18 +58,45 @@ def _legacy_journal(argv: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------- parser
+def _global_options(p: argparse.ArgumentParser, default: bool) -> None:
+    """``--url``, ``--token`` and ``--json``: on the top parser with their defaults, and on
+    every command with none (``SUPPRESS``), so one given after the command wins and one
+    given before it is kept."""
+    def d(value: object) -> object:
+        return value if default else argparse.SUPPRESS
+
+    p.add_argument("--url", default=d(os.environ.get("BENCH_GATE_URL",
+                                                     "http://127.0.0.1:8000")),
+                   help="the server (default http://127.0.0.1:8000, or BENCH_GATE_URL)")
+    p.add_argument("--token", default=d(None),
+                   help="bearer token (default: BENCH_GATE_TOKEN)")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help="print JSON (camelCase, as the API) instead of text, where the "
+                        "command has it")
+
+
+def _every_command(p: argparse.ArgumentParser) -> None:
+    """Give every command (at any depth) the global options."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in dict.fromkeys(action.choices.values()):
+                _every_command(sp)
+                if "--url" not in sp._option_string_actions:
+                    _global_options(sp, default=False)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench-gate", description=(
         "An approval gateway for lab-bench instruments: queries pass, writes wait for a "
-        "person."))
-    p.add_argument("--url", default=os.environ.get("BENCH_GATE_URL", "http://127.0.0.1:8000"),
-                   help="the server (default %(default)s, or BENCH_GATE_URL)")
-    p.add_argument("--token", help="bearer token (default: BENCH_GATE_TOKEN)")
+        "person."), epilog="`bench-gate wait`'s " + EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _global_options(p, default=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def cmd(name: str, fn: Callable[[argparse.Namespace], int], help: str
-            ) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
+    def cmd(name: str, fn: Callable[[argparse.Namespace], int], help: str,
+            epilog: str | None = None) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help, epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.set_defaults(fn=fn)
         return sp
 
@@ -101,20 +143,25 @@ def _parser() -> argparse.ArgumentParser:
                                                            "default %(default)s)")
     pe.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     pe.add_argument("--instrument", help="only this instrument's")
-    sh = cmd("show", remote.show, "one request with its full handoff")
-    sh.add_argument("request")
-    sh.add_argument("--json", action="store_true")
+    sh = cmd("show", remote.show, "one request with everything the console's request page "
+                                  "shows: actions, margins, approvals given and missing, the "
+                                  "outcome and its read-back")
+    sh.add_argument("request", help=_REQUEST)
     a = cmd("approve", remote.approve, "give approvals; the write runs when none is missing")
-    a.add_argument("request")
-    a.add_argument("--setpoint", action="store_true")
-    a.add_argument("--output-enable", action="store_true")
-    a.add_argument("--state", action="store_true")
+    a.add_argument("request", help=_REQUEST)
+    a.add_argument("--setpoint", action="store_true",
+                   help="approve the values it sets (voltage, current limit)")
+    a.add_argument("--output-enable", action="store_true",
+                   help="approve switching an output on (energizing the DUT)")
+    a.add_argument("--state", action="store_true",
+                   help="approve a change of state the gateway cannot predict or that "
+                        "drives the DUT (a reset, a meter that sources current)")
     a.add_argument("--set", action="append", metavar="CH1.voltage=5",
                    help="approve with a changed value (repeatable)")
-    a.add_argument("--notes")
+    a.add_argument("--notes", help="a note kept with the approval and shown to the requester")
     d = cmd("deny", remote.deny, "deny a request; the notes go back to the requester")
-    d.add_argument("request")
-    d.add_argument("--notes", required=True)
+    d.add_argument("request", help=_REQUEST)
+    d.add_argument("--notes", required=True, help="why: the requester reads it")
     for sp in (a, d):
         sp.add_argument("--hash", metavar="PROPOSAL_HASH", help=(
             "decide only on this proposal (the hash `show` printed); without it, on the "
@@ -129,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("run")
     cmd("status", remote.status, "the instruments, and whether each is locked to the "
                                  "gateway (a warning when not)")
-    cmd("runs", remote.runs, "the runs")
+    cmd("runs", remote.runs, "the runs (a requester: its own)")
     j = sub.add_parser("journal", help="a run's journal (over HTTP); verify, export and "
                                        "archive the journal's hash chain (on the local store)")
     jsub = j.add_subparsers(dest="journal_command", required=True, metavar="ACTION")
@@ -140,7 +187,6 @@ def _parser() -> argparse.ArgumentParser:
                                         "segments), or of an exported file; exit 10 if broken")
     jv.add_argument("--file", help="an export or a segment file, checked without the store "
                                    "(with --db too: also against the store, both ways)")
-    jv.add_argument("--json", action="store_true")
     jv.set_defaults(fn=local.journal_verify)
     je = jsub.add_parser("export", help="a run's events with their hashes, as a self-contained "
                                         "JSON Lines file that `verify --file` checks anywhere")
@@ -162,24 +208,23 @@ def _parser() -> argparse.ArgumentParser:
             "where segment files are (written to, for archive; default: [journal] "
             "archive_dir, else journal-archive beside a SQLite store, else in the data "
             "directory)"))
-    cmd("watch", remote.watch, "request and run changes, live")
-    w = cmd("wait", remote.wait, "wait for a request's decision; the exit code tells the outcome")
-    w.add_argument("request")
+    wt = cmd("watch", remote.watch, "request and run changes, live, each with its command")
+    wt.add_argument("--timeout", type=float, metavar="SECONDS",
+                    help="stop watching after this many seconds (exit 0)")
+    w = cmd("wait", remote.wait, "wait for a request's decision; the exit code tells the "
+            "outcome. On a terminal a status line shows the approvals given and missing and "
+            "the time left; piped, only the outcome is printed", epilog=EXIT_HELP)
+    w.add_argument("request", help=_REQUEST)
     w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
-    m = cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's requester "
+    cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's requester "
                          "(BENCH_GATE_TOKEN) against --url")
     qs = cmd("questions", remote.questions, "questions agents asked the operator (open ones)")
     qs.add_argument("--all", action="store_true", help="answered and expired ones too")
-    qs.add_argument("--json", action="store_true")
     an = cmd("answer", remote.answer, "answer an agent's questions, one answer each in order (an "
                                 "option's label, or free text)")
     an.add_argument("question")
     an.add_argument("answers", nargs="+", metavar="ANSWER")
     an.add_argument("--notes")
-    for sp in (m, qs, an):  # `bench-gate mcp --url URL` reads as well as `--url URL mcp`
-        sp.add_argument("--url", default=argparse.SUPPRESS, help="the server (as above)")
-        sp.add_argument("--token", default=argparse.SUPPRESS,
-                        help="bearer token (default: BENCH_GATE_TOKEN)")
 
     pl = sub.add_parser("plan", help="ask for or revoke a standing plan (docs/plans.md)")
     plsub = pl.add_subparsers(dest="plan_command", required=True, metavar="ACTION")
@@ -205,6 +250,7 @@ def _parser() -> argparse.ArgumentParser:
     ps = cmd("plans", remote.plans, "a run's plans with their status and writes left")
     ps.add_argument("run")
     profile_commands(sub)
+    _every_command(p)
     return p
 
 

@@ -275,7 +275,7 @@ class Client:
         if edits:
             body["edits"] = edits
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{tk['runId']}/takeover/{request_id}/grant", json=body)
+            "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/grant", json=body)
         return result
 
     def deny(self, request_id: str, notes: str, *, proposal_hash: str | None = None
@@ -285,7 +285,7 @@ class Client:
         tk = self.get(request_id)
         body = {"notes": notes, "proposalHash": proposal_hash or tk["proposalHash"]}
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{tk['runId']}/takeover/{request_id}/deny", json=body)
+            "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/deny", json=body)
         return result
 
     def take_over(self, run_id: str, reason: str) -> dict[str, Any]:

@@ -191,7 +191,10 @@ class Decisions(Part):
                 try:
                     c = classify(text, profile.name)
                 except ScpiError as exc:
-                    raise InvalidInput(f"edit {key}={raw_value!r}: {exc.message}") from exc
+                    # The detail only: a column would point into a command the approver
+                    # never typed.
+                    raise InvalidInput(f"edit {key}={raw_value!r}: {exc.name}; "
+                                       f"{exc.detail}") from exc
                 if len(c.units) != 1:
                     raise InvalidInput(f"edit {key}={raw_value!r} is not one value")
                 unit = c.units[0]

@@ -140,7 +140,8 @@ def build_handoff(
             margins.append({
                 "channel": a.channel, "field": a.field, "value": a.new, "limit": str(limit),
                 "margin": str(margin),
-                "margin_pct": float(margin / limit * 100) if limit else 0.0,
+                # A tenth of a percent: finer digits are noise no reviewer decides on.
+                "margin_pct": round(float(margin / limit * 100), 1) if limit else 0.0,
             })
     signals: list[str] = []
     if req.confidence is not None:

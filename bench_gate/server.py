@@ -94,11 +94,24 @@ async def _start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig
     return await start_doors(gateway, tokens, config), ""
 
 
+async def _announce(running: Running, on_ready: Callable[[Running], None] | None) -> None:
+    """Call ``on_ready`` once uvicorn is serving (after its startup), never for a start
+    that failed: the CLI creates the first admin token there, so a failed start (a port in
+    use) uses none up."""
+    while not running.server.started:
+        if running.server.should_exit:
+            return
+        await asyncio.sleep(0.01)
+    if on_ready is not None:
+        on_ready(running)
+
+
 async def run(config: BenchConfig, store: Store, *, host: str | None = None,
               port: int | None = None, clock: Callable[[], Any] = now,
               on_ready: Callable[[Running], None] | None = None,
               log_level: str = "warning") -> None:
-    """Serve until stopped (Ctrl-C, SIGTERM or :meth:`Running.stop`), then shut down."""
+    """Serve until stopped (Ctrl-C, SIGTERM or :meth:`Running.stop`), then shut down.
+    ``on_ready`` is called once the HTTP server is serving."""
     host = host if host is not None else config.server.host
     port = port if port is not None else config.server.port
     gateway = Gateway(config, store, clock=clock)
@@ -127,12 +140,12 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         running = Running(url=f"http://{shown}:{bound}", host=host, port=bound,
                           gateway=gateway, tokens=tokens, app=app, server=server,
                           loop=asyncio.get_running_loop(), doors=addresses, doors_note=note)
-        if on_ready is not None:
-            on_ready(running)
+        announced = asyncio.create_task(_announce(running, on_ready))
         try:
             async with mcp_door.running():
                 await server.serve(sockets=[sock])
         finally:
+            announced.cancel()
             app.state.stopping.set()
             sock.close()
     finally:

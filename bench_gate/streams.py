@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 from .auth import Tokens
 from .models import Principal
 from .quotas import Lease, Quota, lease
+from .wire import wire
 
 if TYPE_CHECKING:
     from .gateway import Gateway
@@ -62,7 +63,7 @@ async def _events(gateway: Gateway, who: Principal, stopping: asyncio.Event,
             run_id = message.get("id") if message.get("type") == "run" \
                 else message.get("run_id")
             if gateway.may_see(who, run_id):
-                yield f"event: {message['type']}\ndata: {json.dumps(message)}\n\n"
+                yield f"event: {message['type']}\ndata: {json.dumps(wire(message))}\n\n"
 
 
 def event_stream(gateway: Gateway, who: Principal, tokens: Tokens, token: str, *,

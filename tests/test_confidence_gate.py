@@ -194,7 +194,7 @@ def test_padded_hostile_agent_is_still_diverted(bench: Bench, judge: str) -> Non
 
     out = write(bench, run, "VOLT 0.5,(@3)")
     assert out["status"] == "pending", out
-    assert out["takeover"]["handoff"]["confidence_gate"]["reason"] == "confidence 0.00 < 0.75"
+    assert out["takeover"]["handoff"]["confidenceGate"]["reason"] == "confidence 0.00 < 0.75"
     assert bench.psu("VOLT? (@3)") == before, "nothing reached the supply"
 
     assert len(Judge.seen) == 3, "every sample was asked, and answered"
@@ -242,7 +242,7 @@ def test_estimator_errors_divert_and_are_journaled(bench: Bench, judge: str, mod
     out = write(bench, run, "VOLT 0.5,(@3)")
     assert time.monotonic() - started < 5
     assert out["status"] == "pending", out
-    gate_note = out["takeover"]["handoff"]["confidence_gate"]
+    gate_note = out["takeover"]["handoff"]["confidenceGate"]
     assert gate_note["reason"] == "confidence 0.00 < 0.75"
     assert bench.psu("VOLT? (@3)") == before
     [event] = evaluated(bench, run)

@@ -75,7 +75,7 @@ def test_wait_timeout_and_expiry(bench: Bench) -> None:
 
 def test_clear_errors_no_tracebacks(bench: Bench) -> None:
     _, tk = held(bench, "VOLT 1.2,(@1)")
-    cases = [cli(bench, None, "pending"), cli(bench, "bot", "pending"),
+    cases = [cli(bench, None, "pending"), cli(bench, "bot", "approve", tk, "--setpoint"),
              cli(bench, "olga", "approve", tk), cli(bench, "olga", "show", "tk-nope")]
     bad = subprocess.run([sys.executable, "-m", "bench_gate.cli", "--url",
                           "http://127.0.0.1:9", "--token", "x", "runs"],

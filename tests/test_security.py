@@ -120,7 +120,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/runs/{run_id}/plans/{plan_id}"): (REQ, None),
     ("POST", "/v1/runs/{run_id}/plans/{plan_id}/revoke"): (OP, None),
     ("POST", "/v1/runs/{run_id}/feedback"): (REQ, {"stepId": ""}),
-    ("GET", "/v1/takeover"): (OP, None),
+    ("GET", "/v1/takeover"): (REQ, None),  # a requester's: its own runs' requests
     ("GET", "/v1/takeover/{tk_id}"): (REQ, None),
     ("POST", "/v1/runs/{run_id}/questions"): (REQ, {"nope": 1}),
     ("GET", "/v1/questions"): (REQ, None),
@@ -197,6 +197,8 @@ def test_a_requester_sees_only_its_own(bench: Bench, ids: dict[str, str]) -> Non
                                                            "command": "VOLT 1,(@3)"})
         assert r.status_code == 403
         assert all(run["principal"] == "bot2" for run in h.get("/v1/runs").json())
+        queue = h.get("/v1/takeover")
+        assert queue.status_code == 200 and ids["tk_id"] not in {r["id"] for r in queue.json()}
 
 
 def test_self_approval_is_refused_on_every_door(bench: Bench, errors: list[str]) -> None:

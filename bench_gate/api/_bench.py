@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from ..auth import Tokens
 from ..models import Role
 from ..streams import event_stream
+from ..wire import wire
 from ._deps import Admin, Caller, GatewayDep
 from ._schemas import InstrumentOut
 
@@ -43,7 +44,8 @@ def instruments(who: Caller, gw: GatewayDep, request: Request) -> list[Instrumen
 @router.get("/v1/instruments/{name}/state", tags=["bench"])
 async def state(name: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
     """Every field of every channel, read live from the instrument."""
-    return await gw.live_state(name)
+    state: dict[str, Any] = wire(await gw.live_state(name))
+    return state
 
 
 @router.get("/v1/events", tags=["bench"],
@@ -92,7 +94,7 @@ class TokenCreate(BaseModel):
 @router.get("/v1/tokens", tags=["admin"])
 def list_tokens(who: Admin, request: Request) -> list[dict[str, Any]]:
     tokens: Tokens = request.app.state.tokens
-    return tokens.all()
+    return [wire(t) for t in tokens.all()]
 
 
 @router.post("/v1/tokens", status_code=201, tags=["admin"])
@@ -100,7 +102,7 @@ def create_token(body: TokenCreate, who: Admin, request: Request) -> dict[str, A
     """A new token; its secret is shown only in this response."""
     tokens: Tokens = request.app.state.tokens
     record, secret = tokens.create(body.name, body.role)
-    return {**record, "token": secret}
+    return {**wire(record), "token": secret}
 
 
 @router.delete("/v1/tokens/{id_or_name}", tags=["admin"])

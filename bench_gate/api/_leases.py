@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from ..wire import wire
 from ._deps import Caller, GatewayDep, Operator
 
 __all__ = ["router"]
@@ -17,10 +18,11 @@ router = APIRouter(tags=["bench"])
 def heartbeat(run_id: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
     """Renew the run's leases: a run that energized an output must be heard from at least
     every ``policy.lease_seconds`` (any submit counts too), or ``on_client_lost`` applies."""
-    return gw.heartbeat(run_id, who)
+    beat: dict[str, Any] = wire(gw.heartbeat(run_id, who))
+    return beat
 
 
 @router.get("/v1/bench/leases")
 def leases(who: Operator, gw: GatewayDep) -> list[dict[str, Any]]:
     """Every lease on an energized channel of this bench, with the seconds left."""
-    return gw.leases()
+    return [wire(lease) for lease in gw.leases()]

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 
 from ..doorway import UNDECIDED, follow
 from ..plans import Plan
+from ..wire import wire
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
 from ._runs import WaitQuery
 from ._schemas import (
@@ -85,4 +86,4 @@ async def feedback(run_id: str, body: FeedbackBody, who: Caller, gw: GatewayDep)
     record = gw.feedback(run_id, body.step_id, body.score, body.notes, who)
     return {"runId": record["run_id"], "stepId": record["step_id"], "score": record["score"],
             "notes": record["notes"], "by": record["by"], "role": record["role"],
-            "calibrates": record["calibrates"], "at": record["at"]}
+            "calibrates": record["calibrates"], "at": wire(record["at"])}

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import Field, TypeAdapter, ValidationError
-from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
 from ..doorway import UNDECIDED, answer, follow
 from ..doorway import submit as submit_message
 from ..gateway import Gateway, RequestSort
 from ..models import Event, Role, Status
+from ..wire import wire
 from ._auth import requires
 from ._deps import (
     PAGE_HEADERS,
@@ -50,7 +50,11 @@ WaitQuery = Annotated[float | None, Query(ge=0, description="long-poll up to thi
 
 
 def _event(e: Event) -> dict[str, Any]:
-    return {to_camel(k): v for k, v in e.model_dump(mode="json").items()}
+    """An event in camelCase, its ``data`` verbatim: that is what its ``hash`` covers, so
+    an auditor can recompute it from this very JSON."""
+    dump = e.model_dump(mode="json")
+    event: dict[str, Any] = wire({k: v for k, v in dump.items() if k != "data"})
+    return {**event, "data": dump.get("data")}
 
 
 _CALLER = requires(Role.REQUESTER)

@@ -14,6 +14,7 @@ from ..confidence import stated_confidence
 from ..errors import InvalidInput
 from ..models import ApprovalKind, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..plans import Plan, PlanStatus, scope_words
+from ..wire import wire
 
 __all__ = [
     "DenyBody",
@@ -155,7 +156,8 @@ class TakeoverOut(_Out):
     proposal_hash: str
     #: The plan this request asks for (a plan request) or ran inside (an unattended step).
     plan_id: str | None = None
-    #: The full handoff; only on ``GET /v1/takeover/{tkId}`` and after a submit.
+    #: The full handoff (camelCase, as every key here); only on ``GET /v1/takeover/{tkId}``
+    #: and after a submit.
     handoff: dict[str, Any] | None = None
 
 
@@ -218,10 +220,10 @@ def takeover_out(req: TakeoverRequest, *, handoff: bool = False) -> TakeoverOut:
         approvals_missing=req.missing(), reason=req.reason, step_id=req.step_id,
         created_at=req.created_at, expires_at=req.expires_at, decided_at=req.decided_at,
         outcome=req.outcome, notes=req.notes,
-        receipt=req.receipt.model_dump(mode="json") if req.receipt is not None else None,
+        receipt=wire(req.receipt.model_dump(mode="json")) if req.receipt is not None else None,
         supersedes=req.supersedes, superseded_by=req.superseded_by,
         proposal_hash=req.proposal_hash, plan_id=req.plan_id,
-        handoff=req.handoff if handoff else None)
+        handoff=wire(req.handoff) if handoff else None)
 
 
 # --------------------------------------------------------------------------- plans

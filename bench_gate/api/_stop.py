@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from ..wire import wire
 from ._deps import Caller, GatewayDep, Operator
 
 __all__ = ["router"]
@@ -29,13 +30,15 @@ async def stop(who: Caller, gw: GatewayDep, body: StopBody | None = None) -> dic
     """Press the emergency stop: every channel's safe action at once, every pending and
     approved request on those instruments cancelled, their runs suspended; every write
     refused until an operator clears it. Needs no approval."""
-    return await gw.emergency_stop(who, "HTTP API", body.instrument if body else None)
+    done: dict[str, Any] = wire(await gw.emergency_stop(who, "HTTP API",
+                                                        body.instrument if body else None))
+    return done
 
 
 @router.get("")
 def stopped(who: Caller, gw: GatewayDep) -> dict[str, Any]:
     """Which instruments are stopped now, by whom, when and through which door."""
-    return {"stopped": gw.stopped()}
+    return {"stopped": wire(gw.stopped())}
 
 
 @router.post("/clear")

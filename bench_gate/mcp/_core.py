@@ -10,6 +10,7 @@ from ..errors import GatewayError, Refused
 from ..gateway import Gateway
 from ..models import Principal, RunKind, TakeoverRequest
 from ..questions import QuestionSet
+from ..wire import rfc3339, wire
 from ._backend import ToolFailure
 from ._results import Answers, InstrumentInfo, InstrumentState, Pending, WriteOutcome
 
@@ -28,9 +29,10 @@ def outcome_of(req: TakeoverRequest) -> WriteOutcome:
     if req.status in UNDECIDED:
         pending = Pending(takeover_id=req.id, required_approvals=[k.value for k in req.required],
                           approvals_missing=[k.value for k in req.missing()],
-                          expires_at=req.expires_at.isoformat(),
-                          commands=[a.canonical for a in req.actions], operator_sees=req.handoff)
-    receipt = req.receipt.model_dump(mode="json") if req.receipt is not None else None
+                          expires_at=rfc3339(req.expires_at),
+                          commands=[a.canonical for a in req.actions],
+                          operator_sees=wire(req.handoff))
+    receipt = wire(req.receipt.model_dump(mode="json")) if req.receipt is not None else None
     return WriteOutcome(status=req.status.value, takeover_id=req.id, response=answer(req),
                         receipt=receipt, notes=req.notes, outcome=req.outcome, pending=pending,
                         plan_id=req.plan_id)
@@ -40,7 +42,7 @@ def answers_of(ask: QuestionSet) -> Answers:
     return Answers(question_id=ask.id, status=ask.status.value,
                    answers=[a.model_dump() for a in ask.answers] if ask.answers else None,
                    answered_by=ask.answered_by, notes=ask.notes, outcome=ask.outcome,
-                   expires_at=ask.expires_at.isoformat())
+                   expires_at=rfc3339(ask.expires_at))
 
 
 class CoreBench:

@@ -1,0 +1,108 @@
+"""A request as ``bench-gate show`` prints it: what the console's request page shows, in
+the same words, each said once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._cli_common import echo, until
+from .states import UNDECIDED
+
+__all__ = ["said", "summary"]
+
+
+def said(tk: dict[str, Any], message: str = "") -> str:
+    """One line for a request's status and outcome, the status said once: ``tk-…:
+    executed: VOLT 5,(@1)``, ``tk-…: denied by olga: not on this DUT``."""
+    status = str(tk["status"])
+    words = tk.get("outcome") or message
+    if not words:
+        return f"{tk['id']}: {status}"
+    if words.split(":")[0].split(" ")[0] == status:
+        return f"{tk['id']}: {words}"  # the outcome starts with its status already
+    return f"{tk['id']}: {status}: {words}"
+
+
+def _line(label: str, text: str) -> None:
+    echo(f"  {label:<13} {text}")
+
+
+def _margins(h: dict[str, Any]) -> None:
+    for m in (h.get("risk") or {}).get("envelope") or []:
+        _line("margin", f"CH{m['channel']} {m['field']} {m['value']}, envelope {m['limit']}: "
+                        f"{m['margin']} left ({m['marginPct']:g} %)")
+
+
+def _setpoints(h: dict[str, Any]) -> None:
+    """The setpoint approval an energize stands on, or the one it still needs."""
+    for need in h.get("setpointNeeded") or []:
+        _line("setpoint", f"CH{need['channel']} has no approved setpoint in force: this "
+                          f"request needs a setpoint approval too ({need.get('voltage')} V, "
+                          f"{need.get('current')} A)")
+    for cover in h.get("setpointCover") or []:
+        for f in cover.get("fields") or []:
+            by = f.get("by")
+            who = ", ".join(by) if isinstance(by, list) else str(by or "?")
+            _line("setpoint", f"CH{cover['channel']} {f['field']} {f.get('value')} approved "
+                              f"by {who} at {f.get('at') or '?'} in {f.get('request') or '?'}")
+
+
+def _stale(tk: dict[str, Any], h: dict[str, Any]) -> None:
+    earlier = tk.get("supersedes") or "the earlier request"
+    for key, pair in (h.get("staleDiff") or {}).items():
+        old, new = [*pair, None, None][:2]
+        _line("changed", f"{key}: {old} → {new} (since {earlier} was approved; this is its "
+                         "fresh request)")
+    if tk.get("supersededBy"):
+        _line("fresh", f"{tk['supersededBy']} (bench-gate show {tk['supersededBy']})")
+
+
+def _receipt(tk: dict[str, Any], proposed: dict[str, Any]) -> None:
+    """What was sent and read back: the fields it set, and any other that moved."""
+    r = tk.get("receipt")
+    if not r:
+        return
+    _line("sent", "; ".join(r.get("sent") or []) or "nothing")
+    after = r.get("after") or {}
+    before = r.get("before") or {}
+    read = [f"{k} {before[k]} → {v}" if k in before and before[k] != v else f"{k} {v}"
+            for k, v in sorted(after.items())
+            if k in proposed or (k in before and before[k] != v)]
+    _line("read back", ", ".join(read) or "-")
+    if r.get("detail"):
+        _line("answer", str(r["detail"]))
+
+
+def summary(tk: dict[str, Any]) -> None:
+    """A request as a reviewer reads it (``show``, and what ``approve``/``deny`` decide)."""
+    h = tk.get("handoff") or {}
+    run = h.get("run") or {}
+    echo(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
+    _line("command", tk["message"])
+    _line("requester", f"{run.get('principal')} ({run.get('kind')}), goal: "
+                       f"{h.get('goal') or '-'}")
+    _line("rationale", h.get("rationale") or "-")
+    echo("  actions")
+    for a in h.get("actions", []):
+        echo(f"    - {a.get('words') or a.get('canonical')}")
+    _line("reversibility", h.get("reversibility", "-"))
+    for signal in (h.get("risk") or {}).get("signals", []):
+        _line("risk", signal)
+    _margins(h)
+    for key, (old, new) in (h.get("diff") or {}).items():
+        _line("change", f"{key}: {old} → {new}")
+    _stale(tk, h)
+    _setpoints(h)
+    _line("required", ", ".join(tk["required"]))
+    for a in tk["approvalsGiven"]:
+        notes = f": {a['notes']}" if a.get("notes") else ""
+        _line("approved", f"{a['kind']} by {a['by']} at {a['at']}{notes}")
+    if tk["status"] in UNDECIDED:
+        _line("missing", ", ".join(tk["approvalsMissing"]) or "-")
+        _line("expires", f"{tk['expiresAt']} (in {until(tk['expiresAt'])})")
+    else:
+        _line("outcome", said(tk).partition(": ")[2])
+        if tk.get("decidedAt"):
+            _line("decided", str(tk["decidedAt"]))
+        _receipt(tk, h.get("proposed") or {})
+    _line("proposal", tk["proposalHash"])
