@@ -1,5 +1,7 @@
 """SQL both stores run as it is, written once with ``?`` placeholders (PostgreSQL's store
-turns them into ``%s`` with :func:`pg`). Only the columns both schemas share appear here."""
+turns them into ``%s`` with :func:`pg`, at one boundary). Only the columns both schemas
+share appear here; upserts are ``ON CONFLICT``, which SQLite has since 3.24 and
+``RETURNING`` since 3.35."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ from typing import Any
 from ..models import Status
 from ._base import RequestSort
 
-__all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "FIRST_LIVE",
-           "LAST_CHAINED", "LAST_SEGMENT", "LINK_UNCHAINED",
-           "OPEN_RUNS_OF", "PENDING_OF", "RUN_EVENTS", "RUN_PRINCIPAL", "RUN_RECENT",
-           "SEGMENTS", "SEGMENT_INSERT", "UNCHAINED", "page", "pg"]
+__all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "DUE", "FIRST_LIVE",
+           "KV_DELETE", "KV_GET", "KV_ITEMS", "KV_LIST", "KV_PUT", "LAST_CHAINED",
+           "LAST_SEGMENT", "LINK_UNCHAINED", "OPEN_RUNS_OF", "PENDING_OF", "REQUEST",
+           "REQUEST_BY_KEY", "REQUEST_IDS", "REQUEST_INSERT", "REQUEST_SAVE", "RUN", "RUN_EVENTS",
+           "RUN_INSERT", "RUN_PRINCIPAL", "RUN_RECENT", "RUN_SAVE", "SEGMENTS",
+           "SEGMENT_INSERT", "SETPOINT_GET", "SETPOINT_PUT", "UNCHAINED", "UNFINISHED", "page",
+           "pg", "runs"]
 
 #: The order of each sort; ``id`` breaks ties, so pages never overlap or skip.
 _ORDER = {RequestSort.NEWEST: "created_at DESC, id", RequestSort.EXPIRY: "expires_at, id"}
@@ -20,6 +25,45 @@ OPEN_RUNS_OF = "SELECT count(*) FROM runs WHERE principal = ? AND status <> 'clo
 PENDING_OF = ("SELECT count(*), min(expires_at) FROM requests "
               "WHERE requester = ? AND status = 'pending'")
 RUN_PRINCIPAL = "SELECT principal FROM runs WHERE id = ?"
+
+# -- runs and requests (documents kept as JSON text; the columns queried on beside them)
+RUN = "SELECT data FROM runs WHERE id = ?"
+RUN_INSERT = ("INSERT INTO runs (id, created_at, principal, status, data) "
+              "VALUES (?, ?, ?, ?, ?)")
+RUN_SAVE = "UPDATE runs SET data = ?, status = ? WHERE id = ?"
+REQUEST = "SELECT data FROM requests WHERE id = ?"
+#: Ids that start with a prefix (``!`` escapes LIKE's wildcards in it), in order.
+REQUEST_IDS = "SELECT id FROM requests WHERE id LIKE ? ESCAPE '!' ORDER BY id LIMIT ?"
+REQUEST_BY_KEY = "SELECT data FROM requests WHERE run_id = ? AND idempotency_key = ?"
+#: Returns no row when (run, idempotency key) is taken; PostgreSQL first waits for a
+#: concurrent insert of the same key to commit.
+REQUEST_INSERT = ("INSERT INTO requests (id, run_id, instrument, status, created_at, "
+                  "expires_at, idempotency_key, version, requester, data) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                  "ON CONFLICT (run_id, idempotency_key) DO NOTHING RETURNING id")
+#: Compare-and-swap on the version.
+REQUEST_SAVE = ("UPDATE requests SET status = ?, version = ?, data = ? "
+                "WHERE id = ? AND version = ?")
+DUE = "SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?"
+UNFINISHED = "SELECT data FROM requests WHERE status IN ('approved', 'executing')"
+
+# -- approved setpoints and the small keyed tables
+SETPOINT_GET = "SELECT data FROM setpoints WHERE instrument = ? AND channel = ?"
+SETPOINT_PUT = ("INSERT INTO setpoints (instrument, channel, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (instrument, channel) DO UPDATE SET data = excluded.data")
+KV_GET = "SELECT data FROM kv WHERE tbl = ? AND key = ?"
+KV_PUT = ("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) "
+          "ON CONFLICT (tbl, key) DO UPDATE SET data = excluded.data")
+KV_LIST = "SELECT data FROM kv WHERE tbl = ? ORDER BY key"
+KV_ITEMS = "SELECT key, data FROM kv WHERE tbl = ? ORDER BY key"
+KV_DELETE = "DELETE FROM kv WHERE tbl = ? AND key = ?"
+
+
+def runs(principal: str | None, limit: int, offset: int) -> tuple[str, tuple[Any, ...]]:
+    """A page of runs, newest first; ``principal`` filters before the page is cut."""
+    where, args = ("", ()) if principal is None else (" WHERE principal = ?", (principal,))
+    return (f"SELECT data FROM runs{where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (*args, limit, offset))
 
 
 def page(status: Status | None, run_id: str | None, instrument: str | None,

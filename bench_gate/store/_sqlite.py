@@ -3,7 +3,6 @@ crash, and a schema versioned by migrations from the first version on."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -13,24 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
-from ..models import Event, Run, Status, TakeoverRequest
+from ..models import Event
 from . import _queries as q
-from ._base import PendingCheck, RequestPage, RequestSort
-from ._chain import (
-    GENESIS,
-    LOST,
-    Chain,
-    Segment,
-    backfill,
-    row_event,
-    row_segment,
-    with_meanings,
-)
+from ._base import PendingCheck
+from ._chain import GENESIS, LOST, Chain, backfill
+from ._sql import SqlStore, Tx
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
 #: Rows in one INSERT (eight parameters each, well under SQLite's 32,766).
 _MAX_ROWS = 2000
+#: ``RETURNING`` (3.35) and ``ON CONFLICT`` upserts (3.24), in ``_queries.py``.
+_SQLITE_MIN = (3, 35)
 #: Appends on the one-statement path that may find the chain's head moved, one after the
 #: other, before the append gives up.
 _CHAIN_RETRIES = 50
@@ -133,9 +126,14 @@ def _statements(script: str) -> Iterator[str]:
             buffer = ""
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
+    """The store in one SQLite file (or ``:memory:``)."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
+        if sqlite3.sqlite_version_info < _SQLITE_MIN:  # ON CONFLICT ... RETURNING
+            raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old: the store needs "
+                             f"{'.'.join(map(str, _SQLITE_MIN))} or newer")
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -219,137 +217,24 @@ class SqliteStore:
                 backfill(lambda sql, args: db.execute(sql, args).fetchall())
             self._chain.reset(*_head(db))
 
-    # -- runs
-    def create_run(self, run: Run, events: list[Event]) -> None:
-        with self._tx() as db:
-            db.execute("INSERT INTO runs (id, created_at, principal, status, data) "
-                       "VALUES (?, ?, ?, ?, ?)",
-                       (run.id, run.created_at.isoformat(), run.principal, run.status.value,
-                        run.model_dump_json()))
-            self._append(db, events)
+    def _time(self, at: datetime) -> str:
+        return at.isoformat()
 
-    def save_run(self, run: Run, events: list[Event]) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE runs SET data = ?, status = ? WHERE id = ?",
-                       (run.model_dump_json(), run.status.value, run.id))
-            self._append(db, events)
+    # BEGIN IMMEDIATE takes the one write lock: counts and archives are serialized already.
+    def _lock_requester(self, cx: Tx, requester: str) -> None:
+        return None
 
-    def get_run(self, run_id: str) -> Run | None:
-        rows = self._read("SELECT data FROM runs WHERE id = ?", (run_id,))
-        return Run.model_validate_json(rows[0][0]) if rows else None
-
-    def list_runs(self, limit: int = 100, offset: int = 0, principal: str | None = None
-                  ) -> list[Run]:
-        if principal is None:
-            rows = self._read("SELECT data FROM runs ORDER BY created_at DESC, id "
-                              "LIMIT ? OFFSET ?", (limit, offset))
-        else:  # filtered in the query, before the page is cut
-            rows = self._read("SELECT data FROM runs WHERE principal = ? "
-                              "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-                              (principal, limit, offset))
-        return [Run.model_validate_json(r[0]) for r in rows]
-
-    # -- requests
-    def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
-        with self._tx() as db:
-            if req.idempotency_key is not None:
-                row = db.execute(
-                    "SELECT data FROM requests WHERE run_id = ? AND idempotency_key = ?",
-                    (req.run_id, req.idempotency_key)).fetchone()
-                if row:
-                    return TakeoverRequest.model_validate_json(row[0])
-            row = db.execute(q.RUN_PRINCIPAL, (req.run_id,)).fetchone()
-            requester = str(row[0]) if row and row[0] is not None else None
-            self._admit(db, req, requester)
-            db.execute(
-                "INSERT INTO requests (id, run_id, instrument, status, created_at, expires_at,"
-                " idempotency_key, version, requester, data) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (req.id, req.run_id, req.instrument, req.status.value,
-                 req.created_at.isoformat(), req.expires_at.isoformat(), req.idempotency_key,
-                 req.version, requester, req.model_dump_json()))
-            self._append(db, events)
-        return req
-
-    def _admit(self, db: sqlite3.Connection, req: TakeoverRequest, requester: str | None
-               ) -> None:
-        """The pending-request quota, inside the inserting transaction (which holds SQLite's
-        write lock, so two inserts never both take the last slot)."""
-        check = self.pending_check
-        if check is None or requester is None or req.status is not Status.PENDING \
-                or req.supersedes is not None:
-            return  # a stale request's fresh replacement is no new filing
-
-        def count() -> tuple[int, datetime | None]:
-            found = db.execute(q.PENDING_OF, (requester,)).fetchone()
-            return int(found[0]), datetime.fromisoformat(found[1]) if found[1] else None
-        check(requester, count)
-
-    def save_request(self, req: TakeoverRequest, expected_version: int,
-                     events: list[Event]) -> bool:
-        req.version = expected_version + 1
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE requests SET status = ?, version = ?, data = ? "
-                "WHERE id = ? AND version = ?",
-                (req.status.value, req.version, req.model_dump_json(), req.id,
-                 expected_version))
-            if cur.rowcount != 1:
-                req.version = expected_version
-                return False
-            self._append(db, with_meanings(req, events))
-        return True
-
-    def get_request(self, request_id: str) -> TakeoverRequest | None:
-        rows = self._read("SELECT data FROM requests WHERE id = ?", (request_id,))
-        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
-
-    def find_request(self, run_id: str, idempotency_key: str) -> TakeoverRequest | None:
-        rows = self._read("SELECT data FROM requests WHERE run_id = ? AND idempotency_key = ?",
-                          (run_id, idempotency_key))
-        return TakeoverRequest.model_validate_json(rows[0][0]) if rows else None
-
-    def list_requests(self, status: Status | None = None, run_id: str | None = None,
-                      instrument: str | None = None, limit: int = 100,
-                      offset: int = 0) -> list[TakeoverRequest]:
-        sql, args, _, _ = q.page(status, run_id, instrument, None, RequestSort.NEWEST,
-                                 limit, offset)
-        return [TakeoverRequest.model_validate_json(r[0]) for r in self._read(sql, args)]
-
-    def page_requests(self, status: Status | None = None, run_id: str | None = None,
-                      instrument: str | None = None, limit: int = 100, offset: int = 0,
-                      sort: RequestSort | str = RequestSort.NEWEST,
-                      requester: str | None = None) -> RequestPage:
-        sort = RequestSort(sort)
-        sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
-                                                  sort, limit, offset)
-        rows, counted = self._read_together((sql, args), (count_sql, count_args))
-        return RequestPage((TakeoverRequest.model_validate_json(r[0]) for r in rows),
-                           int(counted[0][0]), limit=limit, offset=offset, order=sort)
-
-    def pending_of(self, principal: str) -> tuple[int, datetime | None]:
-        row = self._read(q.PENDING_OF, (principal,))[0]
-        return int(row[0]), datetime.fromisoformat(row[1]) if row[1] else None
-
-    def open_runs_of(self, principal: str) -> int:
-        return int(self._read(q.OPEN_RUNS_OF, (principal,))[0][0])
-
-    def due_for_expiry(self, at_iso: str) -> list[TakeoverRequest]:
-        rows = self._read("SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?",
-                          (at_iso,))
-        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
-
-    def unfinished(self) -> list[TakeoverRequest]:
-        rows = self._read("SELECT data FROM requests WHERE status IN ('approved', 'executing')")
-        return [TakeoverRequest.model_validate_json(r[0]) for r in rows]
+    def _lock_archive(self, cx: Tx) -> None:
+        return None
 
     # -- journal
-    def _append(self, db: sqlite3.Connection, events: list[Event]) -> None:
-        """Chain and insert ``events`` inside ``db``'s write transaction, which holds the
-        head where it is until the commit."""
+    def _append(self, cx: Tx, events: list[Event]) -> None:
+        """Chain and insert ``events`` inside the write transaction (on ``self._db``), which
+        holds the head where it is until the commit."""
         if not events:
             return
-        db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW, Chain.extend(events, *_head(db)))
+        self._db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW,
+                             Chain.extend(events, *_head(self._db)))
         self._moving = (events[-1].seq, events[-1].hash)
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
@@ -386,15 +271,6 @@ class SqliteStore:
         raise StoreError(f"the journal's head moved under {_CHAIN_RETRIES} appends in a row; "
                          "nothing of this one was journaled")
 
-    def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
-        rows = self._read(q.RUN_EVENTS, (run_id, after, limit))
-        return [row_event(r) for r in rows]
-
-    def recent(self, run_id: str, limit: int = 40) -> list[Event]:
-        """The run's last ``limit`` events, oldest first."""
-        rows = self._read(q.RUN_RECENT, (run_id, limit))
-        return [row_event(r) for r in reversed(rows)]
-
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:
         with self._lock:
@@ -402,59 +278,6 @@ class SqliteStore:
                 return _head(self._db)
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
-
-    def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
-        return self._read(q.CHAIN_PAGE, (after, limit))
-
-    def segments(self) -> list[Segment]:
-        return [row_segment(r) for r in self._read(q.SEGMENTS)]
-
-    def record_archive(self, segment: Segment) -> bool:
-        with self._tx() as db:
-            first = db.execute(q.FIRST_LIVE).fetchone()
-            if first is None or (int(first[0]), first[1]) != (segment.first_seq, segment.prev):
-                return False  # archived by someone else meanwhile
-            gone = db.execute(q.DROP_ARCHIVED, (segment.first_seq, segment.last_seq)).rowcount
-            if gone != segment.events:
-                raise StoreError(f"archiving seqs {segment.first_seq} to {segment.last_seq}: "
-                                 f"{gone} events in the store, {segment.events} in the "
-                                 "segment; nothing was archived")
-            db.execute(q.SEGMENT_INSERT, (*segment.row()[:-1],
-                                          segment.archived_at.isoformat()))
-        return True
-
-    # -- approved setpoints
-    def get_setpoint(self, instrument: str, channel: int) -> dict[str, Any] | None:
-        rows = self._read("SELECT data FROM setpoints WHERE instrument = ? AND channel = ?",
-                          (instrument, channel))
-        return dict(json.loads(rows[0][0])) if rows else None
-
-    def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None:
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO setpoints (instrument, channel, data) "
-                       "VALUES (?, ?, ?)", (instrument, channel, json.dumps(data, default=str)))
-
-    # -- small keyed tables (tokens, plans...)
-    def kv_get(self, table: str, key: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT data FROM kv WHERE tbl = ? AND key = ?", (table, key))
-        return dict(json.loads(rows[0][0])) if rows else None
-
-    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO kv (tbl, key, data) VALUES (?, ?, ?)",
-                       (table, key, json.dumps(data, default=str)))
-
-    def kv_list(self, table: str) -> list[dict[str, Any]]:
-        rows = self._read("SELECT data FROM kv WHERE tbl = ? ORDER BY key", (table,))
-        return [dict(json.loads(r[0])) for r in rows]
-
-    def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = self._read("SELECT key, data FROM kv WHERE tbl = ? ORDER BY key", (table,))
-        return [(str(r[0]), dict(json.loads(r[1]))) for r in rows]
-
-    def kv_delete(self, table: str, key: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM kv WHERE tbl = ? AND key = ?", (table, key))
 
     def notify(self, message: dict[str, Any]) -> None:
         """One SQLite file serves one gateway: there is nobody else to tell."""
