@@ -86,12 +86,17 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
         ann = tools["scpi_write"].annotations
         assert ann is not None and ann.read_only_hint is False and ann.destructive_hint is True
         assert all(t.output_schema for t in tools.values())
+        # The API's vocabulary: every output field camelCase (issue 19), arguments as named.
+        props = [p for t in tools.values() for s in [t.output_schema or {},
+                 *(t.output_schema or {}).get("$defs", {}).values()]
+                 for p in s.get("properties", {})]
+        assert props and all("_" not in p for p in props), props
 
         early = await call(client, "scpi_write", instrument="psu", command="VOLT 1,(@1)",
                            rationale="too soon")
         assert early.is_error and data(early)["error"] == "no_goal"
         goal = data(await call(client, "set_goal", goal=f"characterize the DUT ({transport})"))
-        run_id = goal["run_id"]
+        run_id = goal["runId"]
 
         names = [i["name"] for i in data(await call(client, "list_instruments"))["instruments"]]
         assert "psu" in names
@@ -100,16 +105,18 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
 
         q = await call(client, "scpi_query", instrument="psu", command="MEAS:VOLT? (@1)")
         assert not q.is_error, text(q)
-        assert data(q)["run_id"] == run_id and text(q) == data(q)["response"]
+        assert data(q)["runId"] == run_id and text(q) == data(q)["response"]
         float(data(q)["response"])
 
         w = await call(client, "scpi_write", instrument="psu", command="VOLT 4.25,(@1)",
                        rationale="bias the DUT at 4.25 V", confidence=0.8, step_id="s1")
         out = data(w)
         assert out["status"] == "pending", text(w)
-        tk = out["takeover_id"]
-        assert out["pending"]["approvals_missing"] == ["setpoint"]
-        assert out["pending"]["operator_sees"]["command"] == "VOLT 4.25,(@1)"
+        tk = out["takeoverId"]
+        assert out["pending"]["approvalsMissing"] == ["setpoint"]
+        assert out["pending"]["operatorSees"]["command"] == "VOLT 4.25,(@1)"
+        assert out["pending"]["operatorSees"]["proposalHash"]
+        assert out["pending"]["expiresAt"].endswith("Z")
         assert "wait_for_decision" in text(w)
         assert bench.psu("VOLT? (@1)") != "4.25"
 
@@ -132,15 +139,15 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
 
         async def deny_soon() -> None:
             await anyio.sleep(0.3)
-            shown = await operator(bench, "GET", f"/v1/takeover/{w2['takeover_id']}")
+            shown = await operator(bench, "GET", f"/v1/takeover/{w2['takeoverId']}")
             await operator(bench, "POST",
-                           f"/v1/runs/{run_id}/takeover/{w2['takeover_id']}/deny",
+                           f"/v1/runs/{run_id}/takeover/{w2['takeoverId']}/deny",
                            json={"notes": "too close to the DUT's 6 V rating",
                                  "proposalHash": shown["proposalHash"]})
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(deny_soon)
-            denied = await call(client, "wait_for_decision", takeover_id=w2["takeover_id"],
+            denied = await call(client, "wait_for_decision", takeover_id=w2["takeoverId"],
                                 timeout_s=20)
         assert data(denied)["status"] == "denied"
         assert data(denied)["notes"] == "too close to the DUT's 6 V rating"
@@ -154,20 +161,20 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
         a = data(asked)
         assert a["status"] == "open", text(asked)
         listed = await anyio.to_thread.run_sync(lambda: _open_questions(bench))
-        assert a["question_id"] in listed
+        assert a["questionId"] in listed
 
         async def answer_soon() -> None:
             await anyio.sleep(0.3)
-            await operator(bench, "POST", f"/v1/questions/{a['question_id']}/answer",
+            await operator(bench, "POST", f"/v1/questions/{a['questionId']}/answer",
                            json={"answers": [{"choice": "ch2"}, {"text": "0.2 A, not more"}],
                                  "notes": "careful"})
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(answer_soon)
-            got = await call(client, "wait_for_answer", question_id=a["question_id"],
+            got = await call(client, "wait_for_answer", question_id=a["questionId"],
                              timeout_s=20)
         g = data(got)
-        assert g["status"] == "answered" and g["answered_by"] == "olga"
+        assert g["status"] == "answered" and g["answeredBy"] == "olga"
         assert g["answers"] == [{"choice": "CH2", "text": None},
                                 {"choice": None, "text": "0.2 A, not more"}]
         assert "CH2" in text(got) and "0.2 A, not more" in text(got)
@@ -209,7 +216,7 @@ async def test_bad_inputs_are_clean_tool_errors(bench: Bench, transport: str) ->
             assert data(r)["reason"] in text(r)
         envelope = await call(client, "scpi_write", instrument="psu", command="VOLT 30,(@1)",
                               rationale="x")
-        assert data(envelope)["scpi_code"] is not None
+        assert data(envelope)["scpiCode"] is not None
         assert "scpi_write" in text(await call(client, "scpi_query", instrument="psu",
                                                command="OUTP ON,(@1)"))
         for tool, args in [("scpi_write", {"instrument": "psu", "command": "VOLT 1,(@1)"}),
@@ -235,18 +242,18 @@ async def test_http_endpoint_needs_a_token(bench: Bench) -> None:
 
 async def test_http_session_end_closes_its_run(bench: Bench) -> None:
     async with http_session(bench) as client:
-        run_id = data(await call(client, "set_goal", goal="leave early"))["run_id"]
+        run_id = data(await call(client, "set_goal", goal="leave early"))["runId"]
         w = data(await call(client, "scpi_write", instrument="psu", command="VOLT 2,(@2)",
                             rationale="then leave"))
         asked = data(await call(client, "ask_operator", wait_s=0, questions=[
             {"text": "ok?", "options": [{"label": "yes"}, {"label": "no"}]}]))
     for _ in range(50):
-        tk = await operator(bench, "GET", f"/v1/takeover/{w['takeover_id']}")
+        tk = await operator(bench, "GET", f"/v1/takeover/{w['takeoverId']}")
         if tk["status"] == "cancelled":
             break
         await anyio.sleep(0.1)
     assert tk["status"] == "cancelled"
-    q = await operator(bench, "GET", f"/v1/questions/{asked['question_id']}")
+    q = await operator(bench, "GET", f"/v1/questions/{asked['questionId']}")
     assert q["status"] == "cancelled"
     run = await operator(bench, "GET", f"/v1/runs/{run_id}")
     assert run["status"] == "closed"
@@ -287,8 +294,8 @@ async def test_request_plan_comes_back_pending(bench: Bench, transport: str) -> 
                        rationale="a 0-5 V sweep in 0.5 V steps")
         out = data(r)
         assert out["status"] == "pending", text(r)
-        assert out["plan_id"] and out["pending"]["required_approvals"] == ["setpoint"]
-        assert "plan" in out["pending"]["operator_sees"]
+        assert out["planId"] and out["pending"]["requiredApprovals"] == ["setpoint"]
+        assert "plan" in out["pending"]["operatorSees"]
         wide = await call(client, "request_plan", instrument="psu", channels=[1],
                           voltage_min=0, voltage_max=500, current_max=0.1, max_writes=10,
                           rationale="too wide")

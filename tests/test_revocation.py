@@ -115,11 +115,11 @@ async def test_mcp_session_is_ended_and_its_held_write_cancelled(bench: Bench) -
     requester(bench, "mcp-agent")
     before = bench.psu("VOLT? (@1)")
     async with http_session(bench, "mcp-agent") as client:
-        run = data(await call(client, "set_goal", goal="outlive my token"))["run_id"]
+        run = data(await call(client, "set_goal", goal="outlive my token"))["runId"]
         held = data(await call(client, "scpi_write", instrument="psu",
                                command="VOLT 4.7,(@1)", rationale="before the revocation"))
         assert held["status"] == "pending"
-        tk = held["takeover_id"]
+        tk = held["takeoverId"]
 
         revoke_over_http(bench, "mcp-agent")
         revoked_at = time.monotonic()

@@ -1,10 +1,12 @@
-"""What the tools return: pydantic models (each tool's output schema) in snake_case."""
+"""What the tools return: pydantic models (each tool's output schema), camelCase on the wire
+as everywhere in bench-gate (fields are set by their Python names)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 __all__ = [
     "Answers",
@@ -20,7 +22,11 @@ __all__ = [
 ]
 
 
-class Problem(BaseModel):
+class _Out(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class Problem(_Out):
     """A tool error: what kind, why, and the SCPI error number when there is one."""
 
     error: str  # refused | not_found | invalid_input | forbidden | conflict | ...
@@ -29,7 +35,7 @@ class Problem(BaseModel):
     hint: str | None = None
 
 
-class Stopped(BaseModel):
+class Stopped(_Out):
     """The emergency stop, done: what each instrument was sent and read back."""
 
     by: str
@@ -40,17 +46,17 @@ class Stopped(BaseModel):
     seconds: float
 
 
-class InstrumentInfo(BaseModel):
+class InstrumentInfo(_Out):
     name: str
     profile: str
     resource: str
 
 
-class Instruments(BaseModel):
+class Instruments(_Out):
     instruments: list[InstrumentInfo]
 
 
-class InstrumentState(BaseModel):
+class InstrumentState(_Out):
     """Every field of every channel, read live (``"-"`` is a channel-less instrument)."""
 
     instrument: str
@@ -59,20 +65,20 @@ class InstrumentState(BaseModel):
     channels: dict[str, dict[str, str | None]]
 
 
-class GoalSet(BaseModel):
+class GoalSet(_Out):
     run_id: str
     goal: str
     status: str
 
 
-class QueryResult(BaseModel):
+class QueryResult(_Out):
     instrument: str
     command: str
     response: str
     run_id: str
 
 
-class Pending(BaseModel):
+class Pending(_Out):
     """A held write: what the operator sees and must approve before anything is sent."""
 
     takeover_id: str
@@ -85,7 +91,7 @@ class Pending(BaseModel):
         "reversibility, the live values it was judged against")
 
 
-class WriteOutcome(BaseModel):
+class WriteOutcome(_Out):
     """A write's outcome now: executed (with its receipt), pending, denied (with the
     operator's notes), expired, stale, failed, ambiguous or cancelled."""
 
@@ -99,7 +105,7 @@ class WriteOutcome(BaseModel):
     plan_id: str | None = None
 
 
-class Answers(BaseModel):
+class Answers(_Out):
     """An ask and, once the operator answered, the answers (in the order asked)."""
 
     question_id: str

@@ -22,6 +22,7 @@ from ..auth import refuse_token
 from ..confidence import stated_confidence
 from ..errors import InvalidInput
 from ..scpi import ScpiError, classify, is_read_only
+from ..wire import wire
 from ._backend import Bench, ToolFailure
 from ._results import (
     Answers,
@@ -105,7 +106,7 @@ P = ParamSpec("P")
 
 def _result(model: BaseModel, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=model.model_dump(mode="json"))
+                          structured_content=wire(model.model_dump(mode="json", by_alias=True)))
 
 
 def _problem(exc: ToolFailure) -> CallToolResult:
@@ -113,7 +114,8 @@ def _problem(exc: ToolFailure) -> CallToolResult:
     text = f"{exc.error}{code}: {exc.reason}" + (f" [next: {exc.hint}]" if exc.hint else "")
     problem = Problem(error=exc.error, reason=exc.reason, scpi_code=exc.scpi_code, hint=exc.hint)
     return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=problem.model_dump(mode="json"), is_error=True)
+                          structured_content=problem.model_dump(mode="json", by_alias=True),
+                          is_error=True)
 
 
 def _guard(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Awaitable[CallToolResult]]:
