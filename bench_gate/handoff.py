@@ -30,6 +30,12 @@ def show_value(profile: Profile | None, field: str, value: str | None,
         return value
     if spec.type == "boolean":
         return "ON" if value in ("1", "ON", "True", "true") else "OFF"
+    if spec.flags:
+        try:
+            bits = int(Decimal(value))
+        except (InvalidOperation, ValueError):
+            return value
+        return "+".join(w for b, w in sorted(spec.flags.items()) if bits >> b & 1) or "none"
     if spec.type == "number":
         try:
             return f"{Decimal(value):.3f} {spec.unit}".strip()

@@ -39,6 +39,7 @@ _NSEL = re.compile(r"INST:NSEL (\d)")
 _SEL = re.compile(r"INST:SEL CH(\d)")
 _CLEAR_TRIP = re.compile(r"(?:VOLT|OUTP):PROT:CLE \(@(\d)\)")
 _FETCH = re.compile(r"FETC:(VOLT|CURR)\? (\(@\d\))")
+_MODE = re.compile(r"STAT:OPER:INST:ISUM(\d):COND\?")
 _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
 
@@ -444,7 +445,18 @@ class SimPsu(SimInstrument):
     def _model_answer(self, canonical: str) -> str | None:
         if m := _FETCH.fullmatch(canonical):  # the last measurement: here, a fresh one
             return self._ask(f"MEAS:{m[1]}? {m[2]}")
+        if m := _MODE.fullmatch(canonical):  # bit 0 CV, bit 1 CC (the profile's mode field)
+            return str(self._mode(int(m[1])))
         return None
+
+    def _mode(self, channel: int) -> int:
+        """The Operation Instrument Summary condition: CV (1) while the voltage setpoint
+        regulates, CC (2) while the load would draw more than the current limit, 0 off."""
+        p = f"ch{channel}_"
+        if not self._get(p + "output"):
+            return 0
+        limited = float(self._get(p + "current")) * float(self._get(p + "load"))
+        return 2 if limited < float(self._get(p + "voltage")) else 1
 
     def _model_write(self, canonical: str) -> bool:
         if _CLEAR_TRIP.fullmatch(canonical) and canonical.startswith("OUTP"):

@@ -1,8 +1,9 @@
 """What a reviewer must not have to guess (issue 19), in real headless Chromium at desktop
 width and at 390 px: the setpoint approval behind an output enable, fields outside the
-envelope flagged in words, trend plots with axes and units, one vocabulary (the denier in
-History, a suspension said as such, RFC 3339 times), no sideways scrolling on a phone,
-the favicon, and /docs and /redoc with nothing fetched from beyond 127.0.0.1."""
+envelope flagged in words, CV/CC per channel, trend plots with axes and units, one
+vocabulary (the denier in History, a suspension said as such, RFC 3339 times), no sideways
+scrolling on a phone, the favicon, and /docs and /redoc with nothing fetched from beyond
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import pyvisa
 
 from ._browser import PHONE, TIMEOUT_MS, shot, sign_in
 from ._http_bench import Bench, shown_hash, start_bench
@@ -66,6 +68,21 @@ class Script:
             return body
 
 
+def front_panel(bench: Bench, *commands: str) -> None:
+    """The person at the PSU's front panel (``SIM:PANEL``: the gateway's lock does not
+    cover it)."""
+    rm = pyvisa.ResourceManager("@py")
+    res: Any = rm.open_resource(bench.sim.psu_resource_name, read_termination="\n",
+                                write_termination="\n")
+    try:
+        for command in ("SIM:PANEL", *commands):
+            res.write(command)
+        error = str(res.query("SYST:ERR?")).strip()
+        assert error.startswith(("+0", "0")), error  # every write was taken
+    finally:
+        res.close()
+
+
 def fits(pg: Any, what: str) -> None:
     width = pg.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert pg.evaluate(NO_OVERFLOW), f"{what} scrolls sideways: {width}"
@@ -115,9 +132,17 @@ def test_an_output_enable_shows_the_setpoint_approval_behind_it(
     assert desk.inner_text("main").lower().count("executed") <= 2, desk.inner_text("main")
 
 
-def test_the_panel_flags_the_envelope_and_plots_a_trend(desk: Any, phone: Any,
-                                                        bench: Bench) -> None:
+def test_the_panel_flags_the_envelope_shows_cv_cc_and_plots_a_trend(
+        desk: Any, phone: Any, bench: Bench) -> None:
+    # Into a 10 ohm load: CH1 5 V limited to 0.1 A regulates current (1 V); CH3 2 V with
+    # 0.4 A to spare regulates voltage.
+    front_panel(bench, "VOLT 5,(@1)", "CURR 0.1,(@1)", "OUTP 1,(@1)",
+                "VOLT 2,(@3)", "CURR 0.4,(@3)", "OUTP 1,(@3)")
     desk.goto(bench.url + "/instruments/psu")
+    modes = {ch: desk.locator(f".channel[data-channel='{ch}'] .badge.mode") for ch in "123"}
+    assert modes["1"].inner_text() == "CC" and modes["3"].inner_text() == "CV"
+    assert modes["2"].count() == 0  # CH2's output is off: no mode to show
+    assert modes["1"].get_attribute("title") == "regulation mode"
     ch2 = desk.locator(".channel[data-channel='2']")
     # CH2's current limit is the supply's 1 A default, against an envelope of 0.5 A.
     row = ch2.locator("tr[data-field='current']")
@@ -146,6 +171,7 @@ def test_the_panel_flags_the_envelope_and_plots_a_trend(desk: Any, phone: Any,
     shot(desk, "panel")
 
     phone.goto(bench.url + "/instruments/psu")
+    assert phone.locator(".channel[data-channel='3'] .badge.mode").inner_text() == "CV"
     flagged = phone.locator(".channel[data-channel='2'] tr.over")
     assert flagged.is_visible() and "above the envelope" in flagged.inner_text()
     fits(phone, "the panel")

@@ -155,6 +155,9 @@ class FieldSpec(BaseModel):
     default: Decimal | bool | str | None = None
     #: Measured fields are shown, never snapshotted for approval.
     measured: bool = False
+    #: A condition register read as bits: bit number -> the word shown while it is set
+    #: (a supply's CV/CC mode). Shown, never compared as a number.
+    flags: dict[int, str] = Field(default_factory=dict)
 
 
 class SafeActionSpec(BaseModel):

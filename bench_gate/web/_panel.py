@@ -44,7 +44,8 @@ async def _panel_context(console: Console, name: str) -> dict[str, Any]:
     samples = console.samples.setdefault(name, Samples())
     now = time.time()
     # The profile's measured numbers are what is plotted (instrument knowledge stays there).
-    plotted = [f for f, spec in profile.fields.items() if spec.measured and spec.type == "number"]
+    plotted = [f for f, spec in profile.fields.items()
+               if spec.measured and spec.type == "number" and not spec.flags]
     point: dict[str, float] = {}
     for ch, values in state["channels"].items():
         for fld in plotted:
