@@ -287,6 +287,12 @@ class Gateway:
         self._runs.visible(who, req.run_id)
         return req
 
+    def find_request(self, who: Principal, text: str) -> TakeoverRequest:
+        """``visible_request`` by id, or by a unique prefix of an id ``who`` may see."""
+        if self.store.get_request(text) is not None:
+            return self.visible_request(who, text)
+        return self._requests.by_prefix(text, lambda run_id: self.may_see(who, run_id))
+
     # ------------------------------------------------------------------ requests
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,

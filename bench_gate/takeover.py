@@ -36,6 +36,9 @@ from .states import TERMINAL, target
 from .states import Event as Move
 from .store import RequestPage
 
+#: How many requests an ambiguous id prefix lists.
+PREFIX_MATCHES = 10
+
 __all__ = ["Listener", "Requests"]
 
 #: A waiter looks again at least this often, in case a wake-up was lost.
@@ -66,7 +69,7 @@ class Requests(Part):
                    idempotency_key: str | None, timeout: int, events: list[Event],
                    supersedes: TakeoverRequest | None = None,
                    stale_diff: dict[str, tuple[str | None, str | None]] | None = None,
-                   gate: dict[str, Any] | None = None,
+                   gate: dict[str, Any] | None = None, on_resend: bool = False,
                     ) -> TakeoverRequest:
         from .quotas import check_pending  # limits.pending_requests, before the snapshot;
         if supersedes is None:             # a stale request's replacement is no new filing
@@ -91,7 +94,7 @@ class Requests(Part):
             expires_at=created + timedelta(minutes=timeout), snapshot=snap,
             proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
             supersedes=supersedes.id if supersedes is not None else None,
-            bench=self.config.bench)
+            bench=self.config.bench, on_resend=on_resend)
         history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile,
                                     self.config.envelope.get(inst.config.name, {}), history,
@@ -153,6 +156,21 @@ class Requests(Part):
             raise NotFound(f"no takeover request {request_id!r}")
         return req
 
+    def by_prefix(self, prefix: str, visible: Callable[[str], bool]) -> TakeoverRequest:
+        """The one request whose id starts with ``prefix`` among those whose run is
+        ``visible``: none is NotFound, several an InvalidInput that lists them (never one
+        the caller may not see)."""
+        found = [r for i in self.store.request_ids(prefix, PREFIX_MATCHES + 1)
+                 if (r := self.store.get_request(i)) is not None and visible(r.run_id)]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise NotFound(f"no request {prefix!r}, nor one whose id starts with it")
+        listed = ", ".join(r.id for r in found[:PREFIX_MATCHES])
+        more = ", and more" if len(found) > PREFIX_MATCHES else ""
+        raise InvalidInput(f"{prefix!r} is the start of more than one request ({listed}{more}):"
+                           " give more of the id")
+
     def page(self, status: Status | None = None, run_id: str | None = None,
              instrument: str | None = None, limit: int = 100, offset: int = 0,
              sort: str = "newest", requester: str | None = None
@@ -193,6 +211,14 @@ class Requests(Part):
                 return False
             req.__dict__.update(fresh.__dict__)
         return False
+
+    def expire_unsent(self, req: TakeoverRequest) -> int:
+        """An approved request that runs on its requester's resend (``on_resend``), past its
+        expiry and never resent: it ends expired and never runs. 1 if this moved it."""
+        return int(self.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                             {"expires_at": req.expires_at.isoformat()},
+                             outcome="expired: approved, but not resent before "
+                                     f"{req.expires_at.isoformat()}; nothing was written"))
 
     def missing_message(self, req: TakeoverRequest) -> str:
         missing = req.missing()

@@ -13,7 +13,6 @@ from ._deps import (
     PAGE_HEADERS,
     Caller,
     GatewayDep,
-    own_request,
     page_headers,
     wait_seconds,
 )
@@ -51,8 +50,10 @@ async def one(tk_id: str, who: Caller, gw: GatewayDep, response: Response,
                                                   "many seconds (at most 60) for a "
                                                   "decision")] = None) -> TakeoverOut:
     """One request with its handoff, approvals given and missing, and expiry. Its
-    ``proposalHash`` (also the ``ETag``) is what a grant or deny of it names."""
-    req = own_request(gw, tk_id, who)
+    ``proposalHash`` (also the ``ETag``) is what a grant or deny of it names. ``tkId`` is an
+    id or a unique prefix of one (``tk-731969e3``): a prefix that fits several requests is a
+    422 that lists them; the body names the full id, for the calls that follow."""
+    req = gw.find_request(who, tk_id)
     seconds = wait_seconds(wait)
     if seconds:
         req = await follow(gw, req, seconds)
