@@ -175,7 +175,7 @@ port = {self.port}
 
     def front_panel(self, command: str) -> None:
         with socket.create_connection(("127.0.0.1", self.psu_port), timeout=5) as s:
-            s.sendall(command.encode() + b"\n")
+            s.sendall(b"SIM:PANEL\n" + command.encode() + b"\n")  # the lock does not cover it
             if "?" in command:
                 s.recv(4096)
             else:  # wait until the instrument acted on it (writes are held WRITE_DELAY)

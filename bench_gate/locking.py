@@ -142,7 +142,8 @@ class InstrumentLock:
                 state = LockState(LockStatus.REFUSED, owner=owner, at=now())
         except InstrumentError as exc:
             state = LockState(LockStatus.FAILED, detail=exc.message, at=now())
-        self._opens = getattr(link, "opens", 0)
+        opens = getattr(link, "opens", None)
+        self._opens = opens if opens is not None else -1  # -1: a link that cannot tell
         self._retry_at = time.monotonic() + RETRY_SECONDS
         self.state = state
         if self.on_take is not None:

@@ -59,12 +59,14 @@ class SimLink:
     def __init__(self, instrument: SimInstrument, name: str = "sim") -> None:
         self.instrument = instrument
         self.name = name
+        #: An interface of its own (as a LAN connection is), so the gateway can lock it.
+        self.session = instrument.open_session()
 
     def write(self, command: str) -> None:
-        self.instrument.handle_message(command)
+        self.instrument.handle_message(command, self.session)
 
     def query(self, command: str) -> str:
-        answer = self.instrument.handle_message(command)
+        answer = self.instrument.handle_message(command, self.session)
         if answer is None:
             raise InstrumentError(f"{self.name}: query {command!r} timed out: no answer")
         return answer.strip()

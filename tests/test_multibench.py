@@ -29,9 +29,12 @@ def sims() -> Iterator[tuple[SimBenchThread, SimBenchThread]]:
 
 
 def panel(sim: SimBenchThread) -> Any:
+    """The front panel (``SIM:PANEL``): the gateway's instrument lock does not cover it."""
     rm = pyvisa.ResourceManager("@py")
-    return rm.open_resource(sim.psu_resource_name, read_termination="\n",
-                            write_termination="\n", timeout=2000)
+    res = rm.open_resource(sim.psu_resource_name, read_termination="\n",
+                           write_termination="\n", timeout=2000)
+    res.write("SIM:PANEL")
+    return res
 
 
 async def gateway(url: str, bench: str, sim: SimBenchThread) -> Gateway:

@@ -75,7 +75,12 @@ class Console:
         if found is not None:
             session, me = found
             base.update(me=me, csrf=session.csrf, can_decide=me.operates,
-                        messages=self.flash.pop(session.id, []))
+                        messages=self.flash.pop(session.id, []),
+                        # Every page: what is stopped, and each instrument not locked to
+                        # the gateway (its warning is never hidden; docs/interlocks.md).
+                        stopped=sorted(self.gateway.stopped()),
+                        unlocked={n: lock for n in base["instruments"]
+                                  if not (lock := self.gateway.instrument_lock(n)).locked})
         base.update(ctx)
         return self.templates.TemplateResponse(request, name, base, status_code=status_code)
 

@@ -62,7 +62,7 @@ async def _panel_context(console: Console, name: str) -> dict[str, Any]:
                      for i, fld in enumerate(plotted)]
     limits = gateway.envelope(name)
     return {"name": name, "state": state, "error": error, "plots": plots,
-            "profile": profile, "limits": limits,
+            "profile": profile, "limits": limits, "lock": gateway.instrument_lock(name),
             "over": {ch: views.over_envelope(profile, limits, ch, values)
                      for ch, values in state["channels"].items()},
             "ranges": {str(ch): {f: views.limits_of(profile, limits, ch, f)

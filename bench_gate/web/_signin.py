@@ -1,4 +1,5 @@
-"""Signing in and out of the console, and the emergency stop every signed-in page offers."""
+"""Signing in and out of the console, and the emergency stop every signed-in page offers
+(and, to operators while a stop is in force, clearing it)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from ._console import checked_form, console_of, first, form_of, same_origin
+from ._console import checked_form, console_of, first, form_of, require_decider, same_origin
 from ._session import COOKIE, LOGIN_CSRF_COOKIE, Sessions, new_token
 
 __all__ = ["router"]
@@ -58,7 +59,18 @@ async def emergency_stop(request: Request) -> Response:
     console.say(session, "error", f"EMERGENCY STOP by {me.name}: {names} made safe in "
                 f"{done['seconds'] * 1000:.0f} ms, {len(done['cancelled'])} requests "
                 "cancelled; writes are refused until an operator clears the stop "
-                "(bench-gate stop --clear)")
+                "(Clear stop, here or bench-gate stop --clear)")
+    return RedirectResponse("/", status_code=303)
+
+
+@router.post("/stop/clear", response_class=HTMLResponse)
+async def clear_stop(request: Request) -> Response:
+    """Ending the emergency stop: operators only (as `bench-gate stop --clear`)."""
+    console, session, me, _ = await checked_form(request)
+    require_decider(me, "clearing the emergency stop")
+    cleared = console.gateway.clear_stop(me)
+    console.say(session, "ok", f"Stop cleared by {me.name}: "
+                f"{', '.join(cleared) or 'nothing was stopped'}; writes are judged again")
     return RedirectResponse("/", status_code=303)
 
 
