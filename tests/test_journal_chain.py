@@ -12,11 +12,8 @@ import hashlib
 import html
 import itertools
 import json
-import os
 import re
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -54,6 +51,7 @@ from bench_gate.store._postgres import MIGRATIONS as PG_MIGRATIONS
 from bench_gate.store._postgres import PostgresStore
 from tests import pg
 
+from ._cli import cli
 from ._http_bench import Bench, start_bench
 
 pg_cluster = pg.pg_cluster
@@ -68,12 +66,6 @@ def ev(run: str = "run-1", kind: EventType = EventType.READ_EXECUTED, at: dateti
        request: str | None = None, **data: Any) -> Event:
     return Event(run_id=run, request_id=request, type=kind, at=at or datetime.now(UTC),
                  data=data)
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The real `bench-gate` command line, in its own process."""
-    return subprocess.run([sys.executable, "-m", "bench_gate.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ})
 
 
 def independent_hash(seq: int, run: str, request: str | None, type_: str, at: datetime,
@@ -335,14 +327,16 @@ def _filled(url: str) -> list[Event]:
 def test_cli_verify_names_the_first_bad_seq_after_an_edit_or_a_deletion(url: str) -> None:
     """The finding's test: one row edited, then one deleted, directly in the database."""
     events = _filled(url)
-    ok = cli("journal", "verify", "--db", url)
+    # The real executable once per command (the entry point does not depend on the store).
+    real = not url.startswith("postgresql://")
+    ok = cli("journal", "verify", "--db", url, real=real)
     assert ok.returncode == 0, ok.stderr
     found = INTACT.match(ok.stdout)
     assert found and found.groups() == ("12", events[-1].hash), ok.stdout
 
     tamper(url, "UPDATE journal SET data = ? WHERE seq = 5", json.dumps({"n": 2, "response":
                                                                           "+0.000"}))
-    edited = cli("journal", "verify", "--db", url)
+    edited = cli("journal", "verify", "--db", url, real=real)
     assert edited.returncode == BROKEN, edited.stdout + edited.stderr
     assert edited.stdout.startswith(
         "broken at seq 5: seq 5 (command_received, run run-0) was edited")
@@ -396,7 +390,8 @@ def test_cli_verify_sees_a_rewritten_link_and_a_forged_time(url: str) -> None:
 def test_an_export_verifies_on_its_own_and_against_the_store(url: str, tmp_path: Path) -> None:
     events = _filled(url)
     out = tmp_path / "run-1.jsonl"
-    r = cli("journal", "export", "--db", url, "--run", "run-1", "-o", str(out))
+    r = cli("journal", "export", "--db", url, "--run", "run-1", "-o", str(out),
+            real=not url.startswith("postgresql://"))  # the real executable, once
     assert r.returncode == 0, r.stderr
     header, *lines = [json.loads(x) for x in out.read_text().splitlines()]
     mine = [e for e in events if e.run_id == "run-1"]
@@ -490,7 +485,7 @@ def test_archive_refuses_a_broken_chain_and_a_missing_policy(tmp_path: Path) -> 
     store = SqliteStore(db)
     store.append([ev(at=T0 + timedelta(minutes=i), n=i) for i in range(4)])
     store.close()
-    r = cli("journal", "archive", "--db", str(db))
+    r = cli("journal", "archive", "--db", str(db), real=True)  # the real executable, once
     assert r.returncode == 1 and "--before DATE, --keep-days N" in r.stderr
     tamper(str(db), "UPDATE journal SET data = '{\"n\":7}' WHERE seq = 2")
     r = cli("journal", "archive", "--db", str(db), "--keep-days", "1")
