@@ -173,7 +173,8 @@ def test_history_and_timeline_render(bench: Bench, tmp_path: Path) -> None:
     assert tk in hist
     assert tk not in c.get("/history", params={"outcome": "executed"}).text
     timeline = c.get(f"/runs/{run}").text
-    assert "takeover requested" in timeline and "denied: not now" in timeline
+    assert "takeover requested" in timeline and "takeover denied" in timeline
+    assert "“not now”" in timeline  # the note, beside the event that names the denial
     assert "console_denied" in timeline or "console denied" in timeline
     c.close()
 

@@ -196,6 +196,13 @@ def test_denials_are_said_once_and_history_names_the_denier(desk: Any, phone: An
     assert "Denied by olga" in desk.inner_text("p.outcome")
     assert "run suspended after 3 denials in a row" in desk.inner_text("#run-suspended")
 
+    desk.goto(bench.url + f"/runs/{script.run}")
+    denied = desk.locator("table.waterfall tr.ev-takeover_denied").first.inner_text()
+    assert "olga" in denied and "“not on this DUT”" in denied
+    assert denied.lower().count("denied") == 1, denied  # the event's name, not again
+    suspended = desk.locator("table.waterfall tr.ev-run_suspended").inner_text()
+    assert "after 3 denials in a row" in suspended
+
     desk.goto(bench.url + "/history?outcome=denied")
     row = desk.locator(f"table.history tr[data-id='{held[0]}']")
     assert row.locator("td.by").inner_text() == "olga (denied)"

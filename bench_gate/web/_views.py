@@ -206,28 +206,33 @@ class Waterfall:
 
 
 def _event_text(e: Event) -> str:
+    """The detail of one journal event; the event's name stands beside it, so the text
+    does not say it again ("takeover denied" · “not on this DUT”)."""
     d = e.data
     if e.type.value == "command_received":
         return str(d.get("message"))
     if e.type.value == "takeover_requested":
-        return f"held for approval: {d.get('command')} (needs {', '.join(d.get('required', []))})"
+        needs = ", ".join(k.replace("_", " ") for k in d.get("required", []))
+        return f"{d.get('command')} (needs {needs})"
     if e.type.value == "approval_granted":
-        kinds = d.get("kind") or ", ".join(d.get("kinds", []))
-        return f"approved {kinds}" + (f": {d['notes']}" if d.get("notes") else "")
+        kinds = [d["kind"]] if d.get("kind") else d.get("kinds", [])
+        words = ", ".join(str(k).replace("_", " ") for k in kinds)
+        return words + (f": “{d['notes']}”" if d.get("notes") else "")
     if e.type.value == "takeover_denied":
-        return f"denied: {d.get('notes')}"
+        return f"“{d.get('notes')}”"
+    if e.type.value == "run_suspended":
+        return str(d.get("reason") or "").removeprefix("suspended ")
     if e.type.value == "proposal_edited":
         return (f"edited {d.get('edits')}: {'; '.join(d.get('old_commands', []))} → "
                 f"{'; '.join(d.get('new_commands', []))}")
     if e.type.value == "step_completed":
         receipt = d.get("receipt") or {}
-        return "executed: " + "; ".join(receipt.get("sent", [])) if receipt else "completed"
+        return "sent " + "; ".join(receipt.get("sent", [])) if receipt else ""
     if e.type.value in ("step_failed", "write_refused"):
         return str(d.get("reason"))
     if e.type.value == "takeover_stale":
         diff = d.get("diff") or {}
-        return "stale: " + ", ".join(f"{k} {v.get('shown')} → {v.get('live')}"
-                                     for k, v in diff.items())
+        return ", ".join(f"{k} {v.get('shown')} → {v.get('live')}" for k, v in diff.items())
     if e.type.value == "read_executed":
         return f"{d.get('message')} → {d.get('response')}"
     return ", ".join(f"{k}={v}" for k, v in d.items() if k not in ("status",) and v)[:200]
