@@ -132,7 +132,10 @@ def rates(columns: dict[str, Callable[[str], bool]], seconds: float) -> dict[str
 #: anything that sets a level, switches an output, arms or fires a trigger, resets, recalls
 #: or self-tests. A meter: selecting a function that sources current into the DUT
 #: (resistance, continuity, diode, capacitance, temperature by RTD or thermistor), resetting,
-#: recalling or self-testing.
+#: recalling or self-testing. An SMU (2450 Reference Manual, section 6): a source level, limit,
+#: range, protection or function, the output and what it does while off, the terminals,
+#: sweeps and the trigger model, the digital lines, resistance (auto-ohms sources a test
+#: current), another command set, resetting, recalling or self-testing.
 MUST_HOLD: dict[str, re.Pattern[str]] = {
     "e36312a": re.compile(
         r"^:?(\*(RST|RCL|TRG|TST\?)|(SOUR\w*:)?(VOLT|CURR)\w*(:\w+)*\s|OUTP\w*(:STAT\w*)?\s|"
@@ -141,6 +144,12 @@ MUST_HOLD: dict[str, re.Pattern[str]] = {
         r"^:?(\*(RST|RCL|TST\?)|SYST\w*:PRES|MMEM\w*:LOAD|"
         r"(CONF\w*|MEAS\w*)(:SCAL\w*)?:(RES|FRES|CAP|CONT|DIOD)|"
         r"(SENS\w*:)?FUNC\w*(:ON)?\s+\"(RES|FRES|CAP|CONT|DIOD|TEMP))", re.IGNORECASE),
+    "k2450": re.compile(
+        r"^:?(\*(RST|RCL|TRG|TST\?|LANG\s)|SOUR\w*:(FUNC\w*(:MODE)?\s|SWE|LIST|CONF)|"
+        r"SOUR\w*:(VOLT|CURR)\w*((:LEV\w*)?(:IMM\w*)?(:AMPL\w*)?|"
+        r":(ILIM|VLIM|RANG|PROT|HIGH)\w*(:\w+)*)\s|OUTP\w*(:STAT\w*)?\s|OUTP\w*:\w+:SMOD\w*\s|"
+        r"ROUT\w*:TERM\w*\s|INIT|TRIG\w*:LOAD|ABOR|DIG\w*:LINE\d*:(STAT|MODE)\w*\s|"
+        r"(SENS\w*:)?FUNC\w*(:ON)?\s+['\"]RES|MEAS\w*:RES)", re.IGNORECASE),
 }
 
 

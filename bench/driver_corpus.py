@@ -11,7 +11,9 @@ send is recorded as they sent it:
 - PyMeasure ``Agilent34410A``: every measurement;
 - QCoDeS ``Keysight34465A``: construction, ``snapshot(update=True)``, every settable
   parameter set to the value it has, every measurement parameter read, and its methods
-  (``init_measurement``, ``fetch``, ``read``, ``abort_measurement``, ``reset``).
+  (``init_measurement``, ``fetch``, ``read``, ``abort_measurement``, ``reset``);
+- PyMeasure ``Keithley2450`` (the SMU, simulated on its own): every property a 2450 answers
+  read, every source and measure method, the output on and off, and ``reset``.
 
 Each line: ``profile<TAB>driver<TAB>message``, in the order sent.
 """
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sim_instruments import SimBenchThread, SimInstrument
+from sim_instruments import PANEL, Session, SimBenchThread, SimInstrument, SimServedThread
 
 DEFAULT_OUT = Path(__file__).with_name("driver_corpus.txt")
 
@@ -38,9 +40,9 @@ def recording(instrument: SimInstrument, sink: list[str]) -> Iterator[None]:
     """Every message the simulated instrument receives, appended to ``sink``."""
     original = instrument.handle_message
 
-    def handle(message: str) -> str | None:
+    def handle(message: str, session: Session = PANEL) -> str | None:
         sink.append(message)
-        return original(message)
+        return original(message, session)
 
     instrument.handle_message = handle  # type: ignore[method-assign]
     try:
@@ -113,6 +115,40 @@ def qcodes_34465a(resource: str) -> None:
         dmm.close()
 
 
+#: Keithley2450 properties a real 2450 cannot answer either (tests/test_k2450.py says why).
+NOT_2450 = frozenset({"options", "buffer_data", "error", *(
+    f"{stat}_{what}" for stat in ("mean", "max", "min", "std")
+    for what in ("voltage", "current", "resistance"))})
+
+
+def pymeasure_k2450(resource: str) -> None:
+    from pymeasure.instruments.keithley import Keithley2450
+
+    smu = Keithley2450(resource, visa_library="@py", read_termination="\n",
+                       write_termination="\n", timeout=5000)
+    try:
+        for name in _properties(smu):
+            if name not in NOT_2450:
+                getattr(smu, name)
+        smu.apply_voltage(compliance_current=0.01)
+        smu.source_voltage = 1.0
+        smu.measure_current(nplc=1, current=0.001, auto_range=False)
+        smu.measure_voltage()
+        smu.enable_source()
+        smu.current  # noqa: B018 (a reading)
+        smu.disable_source()
+        smu.apply_current(current_range=0.01, compliance_voltage=5)
+        smu.source_current = 0.001
+        smu.measure_resistance()
+        smu.source_voltage_delay_auto = True
+        smu.voltage_nplc = 2
+        smu.voltage_filter_count = 5
+        smu.current_output_off_state = "NORM"
+        smu.reset()
+    finally:
+        smu.adapter.close()
+
+
 def _qcodes_parameters(instrument: Any) -> Iterator[Any]:
     skip = {"IDN", "timeout", "volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res",
             "timetrace", "time_axis"}
@@ -127,6 +163,7 @@ DRIVERS: list[tuple[str, str, str, Callable[[str], None]]] = [
     ("e36312a", "psu", "pymeasure KeysightE36312A", pymeasure_e36312a),
     ("34465a", "dmm", "pymeasure Agilent34410A", pymeasure_34410a),
     ("34465a", "dmm", "qcodes Keysight34465A", qcodes_34465a),
+    ("k2450", "smu", "pymeasure Keithley2450", pymeasure_k2450),
 ]
 
 
@@ -139,10 +176,12 @@ def _settle(sent: list[str], quiet: float = 0.5) -> None:
 
 def build() -> list[tuple[str, str, str]]:
     corpus: list[tuple[str, str, str]] = []
-    with SimBenchThread() as bench:
+    with SimBenchThread() as bench, SimServedThread("smu") as smu:
+        served = {"psu": (bench.psu, bench.psu_resource_name),
+                  "dmm": (bench.dmm, bench.dmm_resource_name),
+                  "smu": (smu.instrument, smu.resource_name)}
         for profile, which, driver, run in DRIVERS:
-            instrument = bench.psu if which == "psu" else bench.dmm
-            resource = bench.psu_resource_name if which == "psu" else bench.dmm_resource_name
+            instrument, resource = served[which]
             sent: list[str] = []
             with recording(instrument, sent):
                 run(resource)

@@ -64,8 +64,19 @@ def _resource(args: argparse.Namespace, profile_name: str) -> Iterator[str]:
     if not args.sim:
         yield str(args.resource)
         return
-    from sim_instruments import DMM_PROFILE, PSU_PROFILE, SimBenchThread
+    from sim_instruments import (
+        DMM_PROFILE,
+        PSU_PROFILE,
+        SimBenchThread,
+        SimServedThread,
+        extra_for_profile,
+    )
 
+    extra = extra_for_profile(profile_name)  # an instrument simulated on its own
+    if extra is not None:
+        with SimServedThread(extra) as served:
+            yield served.resource_name
+        return
     which = {PSU_PROFILE: "psu", DMM_PROFILE: "dmm", "generic": "psu"}.get(profile_name)
     if which is None:
         raise CliError(f"no simulator plays {profile_name!r}: give --resource")

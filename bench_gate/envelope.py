@@ -100,7 +100,9 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
                 value = Decimal(raw) if raw is not None else None
             except InvalidOperation:
                 value = None
-            if value is None or not value.is_finite() or value > limit:
+            # A limit bounds the magnitude: a bipolar source (an SMU, a negative supply
+            # output) at -20 V is as far from 0 as at +20 V.
+            if value is None or not value.is_finite() or abs(value) > limit:
                 out.append(Breach(channel, field, raw, limit))
     return out
 
@@ -118,7 +120,7 @@ def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],
             value = Decimal(a.new)
         except InvalidOperation:
             continue
-        if limit is not None and value > limit:
+        if limit is not None and abs(value) > limit:
             out.append(Breach(a.channel, a.field, a.new, limit))
     return out
 
@@ -129,7 +131,7 @@ def no_worse(now: Breach, before: Breach | None) -> bool:
         return False
     try:
         return now.value is not None and before.value is not None and \
-            Decimal(now.value) <= Decimal(before.value)
+            abs(Decimal(now.value)) <= abs(Decimal(before.value))
     except InvalidOperation:
         return False
 

@@ -128,8 +128,9 @@ class PlanDesk(Part):
                 hard_v[1] if hard_v else None)
             imax = bounds.current if bounds is not None and bounds.current is not None else (
                 hard_i[1] if hard_i else None)
-            if vmax is not None and scope.voltage[1] > vmax:
-                raise InvalidInput(f"plan scope: CH{ch} voltage up to {scope.voltage[1]} V is "
+            farthest = max(scope.voltage, key=abs)  # a limit bounds the magnitude
+            if vmax is not None and abs(farthest) > vmax:
+                raise InvalidInput(f"plan scope: CH{ch} voltage up to {farthest} V is "
                                    f"above the bench limit of {vmax} V", field="voltage")
             if imax is not None and scope.current_max > imax:
                 raise InvalidInput(f"plan scope: CH{ch} current {scope.current_max} A is above "

@@ -83,7 +83,7 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
     else:
         channel = limits.get(unit.channel)
         limit = getattr(channel, unit.field, None) if channel is not None else None
-    if isinstance(limit, Decimal) and unit.value > limit:
+    if isinstance(limit, Decimal) and abs(unit.value) > limit:  # a magnitude: bipolar sources
         unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(unit.field, "")
         where = f"CH{unit.channel}" if unit.channel is not None else "the selected channel's"
         return (f"{where} {unit.field} {format_number(unit.value)} {unit_name} is above "

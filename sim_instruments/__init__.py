@@ -1,4 +1,5 @@
-"""A simulated bench for bench-gate: a Keysight E36312A supply and a 34465A meter.
+"""A simulated bench for bench-gate: a Keysight E36312A supply and a 34465A meter, and more
+instruments served one by one (``SimServedThread("smu")``: a Keithley 2450 SourceMeter).
 
 pyvisa-sim holds the instruments' state (``bench.yaml``); the classes here add what pyvisa-sim
 cannot model and serve each instrument on its own raw-socket port, like a LAN instrument::
@@ -11,6 +12,7 @@ cannot model and serve each instrument on its own raw-socket port, like a LAN in
 '+5.00000000E+00'
 """
 
+from ._extra import EXTRA, SimServed, SimServedThread, extra_for_profile, extra_yaml_path
 from ._model import ERROR_QUEUE_DEPTH, PANEL, Probe, Session, SimDmm, SimInstrument, SimPsu
 from ._resources import (
     DMM_PROFILE,
@@ -23,14 +25,17 @@ from ._resources import (
     open_resource_manager,
 )
 from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
+from ._smu import SMU_PROFILE, SimSmu
 
 __all__ = [
     "DMM_PROFILE",
     "DMM_RESOURCE",
     "ERROR_QUEUE_DEPTH",
+    "EXTRA",
     "PANEL",
     "PSU_PROFILE",
     "PSU_RESOURCE",
+    "SMU_PROFILE",
     "BenchState",
     "BenchStateError",
     "Probe",
@@ -40,7 +45,12 @@ __all__ = [
     "SimDmm",
     "SimInstrument",
     "SimPsu",
+    "SimServed",
+    "SimServedThread",
+    "SimSmu",
     "bench_yaml_path",
+    "extra_for_profile",
+    "extra_yaml_path",
     "load_definition",
     "open_fresh_resource_manager",
     "open_resource_manager",

@@ -14,7 +14,7 @@ from bench_gate.scpi import available_profiles, classify
 from sim_instruments import SimBenchThread
 
 #: The simulated instrument that plays each shipped profile (the generic one: the supply).
-PLAYED_BY = {"e36312a": "psu", "34465a": "dmm", "generic": "psu"}
+PLAYED_BY = {"e36312a": "psu", "34465a": "dmm", "generic": "psu", "k2450": "smu"}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,9 @@ def test_every_query_a_shipped_profile_passes_is_answered_over_lan(
         bench: SimBenchThread, profile: str, capsys: pytest.CaptureFixture[str]) -> None:
     resource = bench.psu_resource_name if PLAYED_BY[profile] == "psu" else \
         bench.dmm_resource_name
-    assert main(["profile", "test", profile, "--resource", resource, "--passing",
-                 "--timeout", "2000"]) == 0
+    # An instrument simulated on its own (sim_instruments.EXTRA): --sim serves it.
+    where = ["--sim"] if PLAYED_BY[profile] == "smu" else ["--resource", resource]
+    assert main(["profile", "test", profile, *where, "--passing", "--timeout", "2000"]) == 0
     out = capsys.readouterr().out
     assert "unanswered" not in out
     assert ", 0 not" in out

@@ -1,0 +1,81 @@
+"""The simulated Keithley 2450 SourceMeter: one channel driving a resistive DUT.
+
+pyvisa-sim (``k2450.yaml``) holds every setting; this model makes the readings follow them,
+as the 2450 Reference Manual describes the source and its limits (section 6, SOURce):
+sourcing voltage, the current is V/R unless the current limit (ILIM) clamps it; sourcing
+current, the voltage is I*R unless the voltage limit (VLIM) clamps it. With the output off
+nothing flows. Changing the source function switches the output off, as the 2450 does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from ._model import SimInstrument
+
+__all__ = ["SMU_PROFILE", "SMU_RESOURCE", "SimSmu"]
+
+SMU_RESOURCE = "TCPIP0::sim-smu::5025::SOCKET"
+SMU_PROFILE = "k2450"
+
+#: A reading query and its buffer arguments: READ?, FETC?, MEAS?, MEAS:VOLT? "defbuffer1".
+_READING = re.compile(r"(READ|FETC|MEAS|MEAS:VOLT|MEAS:CURR|MEAS:RES)\?(?: .*)?")
+_STATISTIC = re.compile(r"TRAC:STAT:(AVER|MAX|MIN|STDD)\?(?: .*)?")
+_FUNCTIONS = {"MEAS:VOLT": "VOLT", "MEAS:CURR": "CURR", "MEAS:RES": "RES"}
+
+
+def _reading(value: float) -> str:
+    return f"{value:+.6E}"
+
+
+class SimSmu(SimInstrument):
+    """Keithley 2450 in its SCPI command set; ``SIM:LOAD`` is the DUT's resistance."""
+
+    profile = SMU_PROFILE
+    resource_name = SMU_RESOURCE
+    rst_keeps: ClassVar[frozenset[str]] = frozenset(
+        {"ese", "sre", "saved_slot", "recalled_slot", "load"})
+
+    def terminals(self) -> tuple[float, float]:
+        """(volts, amps) at the terminals now: what the DUT sees."""
+        with self._lock:
+            return self._terminals()
+
+    def _terminals(self) -> tuple[float, float]:
+        if not int(self._get("output")):
+            return 0.0, 0.0
+        load = float(self._get("load"))
+        if str(self._get("set_sour1_func_ch1")) == "CURR":
+            vlim = float(self._get("vlim"))
+            volts = max(-vlim, min(vlim, float(self._get("current_level")) * load))
+            return volts, volts / load
+        ilim = float(self._get("ilim"))
+        amps = max(-ilim, min(ilim, float(self._get("voltage")) / load))
+        return amps * load, amps
+
+    def _sense(self) -> str:
+        return str(self._get("set_sens_func"))
+
+    def _value(self) -> float:
+        volts, amps = self._terminals()
+        function = self._sense()
+        if function == "CURR":
+            return amps
+        if function == "RES":
+            return float(self._get("load"))
+        return volts
+
+    def _model_answer(self, canonical: str) -> str | None:
+        if m := _READING.fullmatch(canonical):
+            function = _FUNCTIONS.get(m[1])
+            if function is not None:  # :MEASure:<function>? selects the function first
+                self._set("set_sens_func", function)
+            return _reading(self._value())
+        if _STATISTIC.fullmatch(canonical):  # a buffer of one reading: this one
+            return _reading(0.0 if "STDD" in canonical else self._value())
+        return None
+
+    def _link(self, canonical: str) -> None:
+        if canonical.startswith("SOUR1:FUNC "):
+            self._set("output", 0)  # the 2450 switches the output off with the function
