@@ -10,6 +10,9 @@ from .states import UNDECIDED
 
 __all__ = ["said", "summary"]
 
+#: How many of the run's recent commands ``show`` prints (what the run already did).
+RECENT = 5
+
 
 def said(tk: dict[str, Any], message: str = "") -> str:
     """One line for a request's status and outcome, the status said once: ``tk-…:
@@ -85,10 +88,15 @@ def summary(tk: dict[str, Any]) -> None:
     echo("  actions")
     for a in h.get("actions", []):
         echo(f"    - {a.get('words') or a.get('canonical')}")
+    for words in (h.get("plan") or {}).get("words") or []:
+        _line("plan", words)
     _line("reversibility", h.get("reversibility", "-"))
     for signal in (h.get("risk") or {}).get("signals", []):
         _line("risk", signal)
     _margins(h)
+    for e in (h.get("history") or [])[-RECENT:]:
+        _line("earlier", f"{e.get('at')}  {e.get('command') or e.get('type')}"
+                         + (f" ({e['status']})" if e.get("status") else ""))
     for key, (old, new) in (h.get("diff") or {}).items():
         _line("change", f"{key}: {old} → {new}")
     _stale(tk, h)
