@@ -248,6 +248,20 @@ def test_list_requests_filters_and_pages(store: AnyStore) -> None:
     assert sorted(r.id for r in store.unfinished()) == ["tk-c", "tk-e"]
 
 
+def test_request_ids_by_prefix_take_wildcards_literally(store: AnyStore) -> None:
+    """An id's prefix names it (``bench-gate show tk-7319``); ``%`` and ``_`` in a prefix are
+    characters, never LIKE's wildcards."""
+    store.create_run(make_run(), [])
+    for rid in ("tk-ab1", "tk-ab2", "tk-b_1", "tk-bx1", "tk-c%1"):
+        store.create_request(make_request(rid), [])
+    assert store.request_ids("tk-ab") == ["tk-ab1", "tk-ab2"]
+    assert store.request_ids("tk-ab", limit=1) == ["tk-ab1"]
+    assert store.request_ids("tk-b_") == ["tk-b_1"]  # not tk-bx1
+    assert store.request_ids("tk-c%") == ["tk-c%1"]
+    assert store.request_ids("tk-%") == [] and store.request_ids("tk-!") == []
+    assert store.request_ids("tk-zz") == []
+
+
 def test_due_for_expiry_compares_times(store: AnyStore) -> None:
     store.create_request(make_request("tk-early", expires=T0 + timedelta(minutes=1)), [])
     store.create_request(make_request("tk-edge", expires=T0 + timedelta(minutes=5)), [])
