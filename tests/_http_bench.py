@@ -13,7 +13,7 @@ import httpx
 import pyvisa
 
 from bench_gate.auth import Tokens
-from bench_gate.config import default_config
+from bench_gate.config import InstrumentConfig, default_config
 from bench_gate.models import now
 from bench_gate.server import ServerThread
 from bench_gate.store import open_store
@@ -65,11 +65,16 @@ def shown_hash(h: httpx.Client, tk: str) -> str:
     return str(r.json()["proposalHash"])
 
 
-def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, **policy: Any
-                ) -> Iterator[Bench]:
-    """``policy`` sets ``[policy]`` keys, ``limits`` the ``[limits]`` ones."""
+def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, unlockable: bool = False,
+                **policy: Any) -> Iterator[Bench]:
+    """``policy`` sets ``[policy]`` keys, ``limits`` the ``[limits]`` ones. ``unlockable``
+    adds ``aux``: the simulated meter again, under the generic profile, which has no lock
+    section (an instrument the gateway cannot lock; it only reads it)."""
     with SimBenchThread() as sim:
         config = default_config(sim.psu_port, sim.dmm_port)
+        if unlockable:
+            config.instruments.append(InstrumentConfig(
+                name="aux", resource=sim.dmm_resource_name, profile="generic"))
         for ic in config.instruments:
             ic.socket_port = 0
         for key, value in policy.items():

@@ -11,49 +11,16 @@ from typing import Any
 
 import pytest
 
-from bench_gate.auth import Tokens
-from bench_gate.config import InstrumentConfig, default_config
 from bench_gate.locking import UNLOCKED_WARNING
-from bench_gate.server import ServerThread
-from bench_gate.store import open_store
-from sim_instruments import SimBenchThread
 from tests._browser import PHONE, shot, sign_in
-from tests._http_bench import Bench, shown_hash
-from tests.conftest import Clock
+from tests._http_bench import Bench, start_bench
+from tests.test_emergency_stop import switch_on
 
 
 @pytest.fixture
 def bench(tmp_path: Path) -> Iterator[Bench]:
-    """The simulated bench served, plus ``aux``: a supply whose profile (generic) has no
-    lock section, on a second simulated bench."""
-    with SimBenchThread() as sim, SimBenchThread() as other:
-        config = default_config(sim.psu_port, sim.dmm_port)
-        for ic in config.instruments:
-            ic.socket_port = None
-        config.instruments.append(InstrumentConfig(
-            name="aux", resource=other.psu_resource_name, profile="generic"))
-        db = tmp_path / "bench.db"
-        store = open_store(db)
-        tokens = Tokens(store)
-        secrets = {"bot": tokens.create("bot", "requester")[1],
-                   "olga": tokens.create("olga", "operator")[1]}
-        clock = Clock()
-        server = ServerThread(config, store, clock=clock)
-        try:
-            yield Bench(server.url, sim, server, clock, secrets, db)
-        finally:
-            server.close()
-            store.close()
-
-
-def energize(bench: Bench) -> None:
-    with bench.http("bot") as h, bench.http("olga") as o:
-        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
-        tk = h.post(f"/v1/runs/{run}/scpi", json={
-            "instrument": "psu", "command": "VOLT 2,(@1);:OUTP ON,(@1)"}).json()["takeover"]
-        r = o.post(f"/v1/runs/{run}/takeover/{tk['id']}/grant", json={
-            "approve": ["setpoint", "output_enable"], "proposalHash": shown_hash(o, tk["id"])})
-        assert r.json()["request"]["status"] == "executed", r.text
+    """The simulated bench served, plus ``aux``, an instrument the gateway cannot lock."""
+    yield from start_bench(tmp_path, unlockable=True)
 
 
 def stopped(bench: Bench) -> dict[str, Any]:
@@ -64,7 +31,7 @@ def stopped(bench: Bench) -> dict[str, Any]:
 
 def test_an_operator_clears_the_stop_in_the_console_a_requester_cannot(
         browser: Any, bench: Bench) -> None:
-    energize(bench)
+    switch_on(bench)
     bot = sign_in(browser, bench, "bot", PHONE)
     try:
         bot.click("#emergency-stop")

@@ -16,20 +16,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pyvisa
 
-from bench_gate.auth import Tokens
-from bench_gate.config import BenchConfig, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.locking import UNLOCKED_WARNING, LockStatus
 from bench_gate.mcp import CoreBench, ToolFailure
 from bench_gate.models import Principal, Status
 from bench_gate.scpi import ProfileError, get_profile
-from bench_gate.server import ServerThread
-from bench_gate.store import SqliteStore, open_store
+from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
+from tests._http_bench import Bench, start_bench
 from tests.conftest import Clock
 
 PROFILES = Path(__file__).resolve().parents[1] / "bench_gate" / "profiles"
@@ -182,32 +180,15 @@ def test_a_lock_section_a_client_could_get_around_is_refused(tmp_path: Path) -> 
 
 # ------------------------------------------------------------ served: HTTP, socket door, CLI
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], SimBenchThread]]:
-    """The simulated bench behind a served gateway, plus an instrument without a lock
-    section (the generic profile on a second simulated supply)."""
-    with SimBenchThread() as sim, SimBenchThread() as other:
-        config = default_config(sim.psu_port, sim.dmm_port)
-        for ic in config.instruments:
-            ic.socket_port = 0
-        config.instruments.append(InstrumentConfig(
-            name="aux", resource=other.psu_resource_name, profile="generic"))
-        store = open_store(tmp_path / "bench.db")
-        tokens = Tokens(store)
-        secrets = {"bot": tokens.create("bot", "requester")[1],
-                   "olga": tokens.create("olga", "operator")[1]}
-        server = ServerThread(config, store)
-        try:
-            yield server.url, secrets, sim
-        finally:
-            server.close()
-            store.close()
+def served(tmp_path: Path) -> Iterator[Bench]:
+    """The simulated bench behind a served gateway, plus ``aux``: an instrument without a
+    lock section (the generic profile)."""
+    yield from start_bench(tmp_path, unlockable=True)
 
 
-def test_served_status_socket_door_and_the_warning(
-        served: tuple[str, dict[str, str], SimBenchThread]) -> None:
-    url, tokens, sim = served
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['bot']}"},
-                      timeout=30) as h:
+def test_served_status_socket_door_and_the_warning(served: Bench) -> None:
+    url, tokens, sim = served.url, served.tokens, served.sim
+    with served.http("bot") as h:
         listed = {i["name"]: i for i in h.get("/v1/instruments").json()}
         run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
         r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
