@@ -45,10 +45,11 @@ class Samples:
 
 
 def ticks(lo: float, hi: float, count: int = 3) -> list[float]:
-    """``count`` evenly spaced values from ``lo`` to ``hi`` (a flat range is widened)."""
-    if hi - lo < 1e-9:
-        lo, hi = lo - 0.5 if lo >= 0.5 else 0.0, hi + 0.5
-    return [lo + (hi - lo) * i / (count - 1) for i in range(count)]
+    """``count`` evenly spaced values from ``lo`` to ``hi``. A flat range is widened by half
+    a unit each way (from 0 for a small positive value), so the trace sits inside."""
+    if hi - lo <= 1e-9 * max(1.0, abs(lo), abs(hi)):
+        lo, hi = (0.0 if 0 <= lo < 0.5 else lo - 0.5), hi + 0.5
+    return [lo + (hi - lo) * i / (count - 1) for i in range(count - 1)] + [hi]
 
 
 def trend(points: Iterable[tuple[float, float]], now: float, title: str, unit: str,

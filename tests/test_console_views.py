@@ -1,0 +1,111 @@
+"""The console's pure parts, and docs/console.md kept true: every route the doc names is
+served, every badge it quotes is one the console writes; times are RFC 3339 with Z for any
+time zone; a plot's axis covers its values; an outcome says its status once."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench_gate.models import Snapshot, Status, TakeoverRequest
+from bench_gate.web import _docs, _history, _panel, _queue, _requests, _signin
+from bench_gate.web._plots import WINDOW_S, Samples, ticks, trend
+from bench_gate.web._views import deciders, outcome_words, utc
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "console.md").read_text()
+WEB = ROOT / "bench_gate" / "web"
+RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def _shape(path: str) -> str:
+    """``/requests/{request_id}`` and ``/requests/{id}`` are one route."""
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def _served() -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    api = [importlib.import_module(f"bench_gate.api.{m}") for m in ("_takeover", "_runs")]
+    for module in (_signin, _queue, _requests, _panel, _history, _docs, *api):
+        for route in module.router.routes:
+            for method in getattr(route, "methods", None) or ():
+                out.add((method, _shape(getattr(route, "path", ""))))
+    return out
+
+
+def test_every_route_the_doc_names_is_served() -> None:
+    named = {(m, _shape(p)) for m, p in re.findall(r"`(GET|POST) (/[^`\s]*)`", DOC)}
+    assert len(named) >= 15, named
+    missing = named - _served()
+    assert not missing, f"docs/console.md names routes the console does not serve: {missing}"
+
+
+def test_every_badge_the_doc_quotes_is_one_the_console_writes() -> None:
+    sources = "\n".join(p.read_text() for p in [*WEB.glob("*.py"), *WEB.glob("templates/*")])
+    badges = set(re.findall(r"`([A-Z][A-Z ]{5,}[A-Z])(?::[^`]*)?`", DOC))
+    assert {"TURNS OUTPUT ON", "OUTSIDE THE ENVELOPE", "STANDING PLAN"} <= badges, badges
+    missing = {b for b in badges if b not in sources}
+    assert not missing, f"docs/console.md quotes badges the console never writes: {missing}"
+
+
+@given(st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(9998, 1, 1)),
+       st.integers(min_value=-14 * 60, max_value=14 * 60))
+def test_every_time_is_rfc3339_in_utc_with_z(naive: datetime, minutes: int) -> None:
+    at = naive.replace(tzinfo=timezone(timedelta(minutes=minutes)))
+    text = utc(at)
+    assert RFC3339_Z.match(text), text
+    back = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    assert abs(back - at) < timedelta(milliseconds=1)
+    assert utc(at.isoformat()) == text  # a stored ISO text says the same
+    assert utc("not a time") == ""
+
+
+@given(st.floats(-1e6, 1e6), st.floats(0, 1e6))
+def test_a_plot_axis_covers_its_values(lo: float, span: float) -> None:
+    marks = ticks(lo, lo + span)
+    assert len(marks) == 3 and marks[0] < marks[1] < marks[2]
+    assert marks[0] <= lo and marks[-1] >= lo + span
+
+
+def test_a_trend_keeps_the_last_minutes_with_its_axes_and_unit() -> None:
+    samples = Samples()
+    for second in range(0, 600, 2):  # ten minutes, one sample every 2 s
+        samples.add(1000.0 + second, {"1.measured_voltage": second / 100})
+        samples.add(1000.5 + second, {"1.measured_voltage": -1.0})  # too soon: not kept
+    series = samples.series("1.measured_voltage")
+    now = 1000.0 + 598
+    assert len(series) == WINDOW_S / 2 + 1 and series[0][0] >= now - WINDOW_S
+    svg = trend(series, now, "measured voltage", "V")
+    assert 'data-samples="151"' in svg and "minutes ago" in svg and "measured voltage (V)" in svg
+    assert "2.980 V" in svg and "5.980 V" in svg  # the value axis spans what is shown
+    assert "no samples yet" in trend([], now, "measured voltage", "V")
+
+
+def _request(status: Status, outcome: str, notes: str | None = None,
+             decided_by: str | None = None) -> TakeoverRequest:
+    now = datetime.now(UTC)
+    return TakeoverRequest(
+        id="tk-1", run_id="run-1", instrument="psu", message="VOLT 5,(@1)", actions=[],
+        required=[], status=status, reason="", timeout_minutes=5, expires_at=now,
+        snapshot=Snapshot(idn="x", values={}, taken_at=now), proposal_hash="h",
+        outcome=outcome, notes=notes, decided_by=decided_by)
+
+
+def test_an_outcome_says_each_thing_once() -> None:
+    denied = _request(Status.DENIED, "denied by olga: not on this DUT", "not on this DUT",
+                      "olga")
+    words = outcome_words(denied)
+    assert words == "Denied by olga. Note to the requester: “not on this DUT”"
+    assert deciders(denied) == "olga (denied)"
+    # A request denied before decided_by was kept: the denier comes from its outcome.
+    older = _request(Status.DENIED, "denied by pete: no", "no")
+    assert outcome_words(older).startswith("Denied by pete.") and deciders(older) == \
+        "pete (denied)"
+    executed = _request(Status.EXECUTED, "executed: VOLT 5.0,(@1)")
+    assert outcome_words(executed) == "VOLT 5.0,(@1)"
+    assert deciders(executed) == "—"
