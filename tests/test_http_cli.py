@@ -102,20 +102,28 @@ def test_watch_shows_changes(bench: Bench) -> None:
         proc.wait(10)
 
 
-def test_serve_and_token_commands(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
-    env = {**os.environ, "BENCH_GATE_HOME": str(tmp_path)}
+def serving(db: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """``bench-gate serve`` on free ports, and what it printed up to ``Ctrl-C stops``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench_gate.cli", "serve", "--port", "0", "--db", str(db),
          "--sim-psu-port", "0", "--sim-dmm-port", "0", "--door", "psu=0", "--door", "dmm=0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    out = ""
+    while "Ctrl-C" not in out:
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError(proc.stderr.read() if proc.stderr else "serve ended")
+        out += line
+    return proc, out
+
+
+def test_serve_and_token_commands(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    env = {**os.environ, "BENCH_GATE_HOME": str(tmp_path)}
+    proc, out = serving(db, env)
     try:
-        assert proc.stdout is not None
-        out = ""
-        while "Ctrl-C" not in out:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else ""
-            out += line
         url = re.search(r"http://127\.0\.0\.1:\d+", out)
         token = re.search(r"BENCH_GATE_TOKEN=(bg_\S+)", out)
         assert url and token and "psu" in out and "e36312a" in out
@@ -135,3 +143,9 @@ def test_serve_and_token_commands(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
     assert proc.returncode == 0
+    # Served again on the same store: no second one-time token, and the way to a new admin.
+    again, out = serving(db, env)
+    again.send_signal(signal.SIGINT)
+    again.wait(20)
+    assert "BENCH_GATE_TOKEN=" not in out
+    assert f"bench-gate token create --name YOUR-NAME --role admin --db {db}" in out
