@@ -380,5 +380,7 @@ def answer(args: argparse.Namespace) -> int:
             answers.append({"choice": given} if given.casefold() in labels else {"text": given})
         done = c.request("POST", f"/v1/questions/{args.question}/answer",
                          json={"answers": answers, "notes": args.notes or ""})
-    echo(f"{done['id']}: {done['status']} — {done.get('outcome') or ''}")
+    if args.json:
+        return _json(done)
+    echo(said(done))  # "q-…: answered by olga: …", the status said once
     return 0
