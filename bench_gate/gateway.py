@@ -29,7 +29,7 @@ from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
 from .journal import Retention, verify_chain
 from .leases import Leases
-from .locking import LockState, LockStatus, take_locks
+from .locking import LockState, LockStatus, keep_locks, take_locks
 from .models import (
     ApprovalKind,
     Event,
@@ -207,6 +207,7 @@ class Gateway:
                 await self._leases.sweep()
                 await self._executor.run_approved()
                 self._retention.tick()  # starts an archive at most hourly; never waits
+                keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)
 
     def _on_remote(self, message: dict[str, Any]) -> None:
         """A change made by another gateway (called from the store's listener thread)."""

@@ -27,7 +27,7 @@ from .models import Event, EventType, now
 from .scpi._lock import LockSpec
 
 __all__ = ["UNLOCKED_WARNING", "InstrumentLock", "LockState", "LockStatus", "journaled",
-           "take_locks"]
+           "keep_locks", "take_locks"]
 
 #: Shown wherever an instrument is listed, whenever the gateway does not hold its lock.
 UNLOCKED_WARNING = "other clients on the LAN can change this instrument without approval"
@@ -96,6 +96,8 @@ class InstrumentLock:
     #: Told of every take (the core journals it, origin "gateway").
     on_take: Callable[[LockState, list[str]], None] | None = None
     state: LockState = field(init=False)
+    #: A take the sweeper started is under way (never two at once).
+    taking: bool = field(default=False, init=False)
     _opens: int | None = field(default=None, init=False)
     _retry_at: float = field(default=0.0, init=False)
 
@@ -125,7 +127,8 @@ class InstrumentLock:
         Never raises: a lock that cannot be taken is shown, the job goes on."""
         assert self.spec is not None
         sent: list[str] = []
-        tries = REQUEST_TRIES if self._fresh(link) else 1
+        fresh = self._fresh(link)
+        tries = REQUEST_TRIES if fresh else 1
         try:
             for attempt in range(tries):
                 sent.append(self.spec.request)
@@ -145,8 +148,10 @@ class InstrumentLock:
         opens = getattr(link, "opens", None)
         self._opens = opens if opens is not None else -1  # -1: a link that cannot tell
         self._retry_at = time.monotonic() + RETRY_SECONDS
-        self.state = state
-        if self.on_take is not None:
+        before, self.state = self.state, state
+        # Journaled on a new connection, or when the answer changed (not every retry).
+        if self.on_take is not None and (fresh or (before.status, before.owner, before.detail)
+                                         != (state.status, state.owner, state.detail)):
             self.on_take(state, sent)
         return state
 
@@ -165,6 +170,24 @@ def journaled(store: Callable[[], Any], bench: str, instrument: str
 
 async def _nothing(link: Any) -> None:
     return None
+
+
+def keep_locks(lanes: list[Any], spawn: Callable[[Any], None]) -> None:
+    """From the sweeper: a lane whose connection dropped takes its lock again now, not at
+    its next job, so the time another interface could take the lock in stays short (one
+    sweep); a refused or failed lock is asked again when it is due (:meth:`InstrumentLock.due`)."""
+    for lane in lanes:
+        lock = lane.lock
+        if lock is not None and not lock.taking and lock.due(lane.link):
+            lock.taking = True
+            spawn(_keep(lane, lock))
+
+
+async def _keep(lane: Any, lock: InstrumentLock) -> None:
+    try:
+        await take_locks([lane])
+    finally:
+        lock.taking = False
 
 
 async def take_locks(lanes: list[Any]) -> None:

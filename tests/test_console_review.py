@@ -208,6 +208,10 @@ def test_denials_are_said_once_and_history_names_the_denier(desk: Any, phone: An
     assert row.locator("td.by").inner_text() == "olga (denied)"
     stamp = row.locator("time").get_attribute("datetime") or ""
     assert RFC3339_Z.match(stamp), stamp
+    desk.goto(bench.url + "/history?approver=olga&outcome=denied")  # the denier is found
+    assert desk.locator(f"table.history tr[data-id='{held[0]}']").count() == 1
+    desk.goto(bench.url + "/history?approver=denied")  # a name, not the verb beside it
+    assert desk.locator(f"table.history tr[data-id='{held[0]}']").count() == 0
 
     # A long command wraps on a phone: nothing scrolls sideways.
     long = ";:".join(f"VOLT {1 + i / 100:.2f},(@2)" for i in range(12))

@@ -49,10 +49,10 @@ async def history(request: Request, instrument: str = "", outcome: str = "",
     decided = [r for r in gateway.list_requests(status, run or None, instrument or None,
                                                 limit=1000)
                if r.status in TERMINAL and gateway.may_see(me, r.run_id)]
-    if approver:
-        decided = [r for r in decided if any(
-            approver.lower() in a.by.lower() for a in r.approvals) or
-            (r.status is Status.DENIED and approver.lower() in (r.outcome or "").lower())]
+    if approver:  # whoever decided: an approver, or who denied or cancelled it
+        who = approver.lower()
+        decided = [r for r in decided
+                   if any(who in name.lower() for name in views.decider_names(r))]
     decided.sort(key=lambda r: r.decided_at or r.created_at, reverse=True)
     return console.page(request, "history.html", {
         "decided": decided[:300], "f": {"instrument": instrument, "outcome": outcome,

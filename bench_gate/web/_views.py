@@ -25,6 +25,7 @@ __all__ = [
     "badges",
     "check_edit",
     "cover_rows",
+    "decider_names",
     "deciders",
     "diff_rows",
     "edit_fields",
@@ -321,14 +322,22 @@ def _denier(outcome: str) -> str:
     return head[len("denied by "):] if head.startswith("denied by ") else ""
 
 
+def _ender(req: TakeoverRequest) -> str:
+    """Who denied or cancelled ``req`` ("" for none)."""
+    return req.decided_by or (_denier(req.outcome or "") if req.status is Status.DENIED
+                              else "")
+
+
+def decider_names(req: TakeoverRequest) -> list[str]:
+    """Everyone who decided ``req``: its approvers, and who denied or cancelled it."""
+    return list(dict.fromkeys([*(a.by for a in req.approvals), *filter(None, [_ender(req)])]))
+
+
 def deciders(req: TakeoverRequest) -> str:
     """History's "By": the approvers, and whoever denied or cancelled the request."""
     names = list(dict.fromkeys(a.by for a in req.approvals))
-    denier = req.decided_by or (_denier(req.outcome or "") if req.status is Status.DENIED
-                                else "")
-    if denier:
-        verb = "denied" if req.status is Status.DENIED else req.status.value
-        names.append(f"{denier} ({verb})")
+    if ender := _ender(req):
+        names.append(f"{ender} ({req.status.value})")
     return ", ".join(names) or "—"
 
 
