@@ -60,7 +60,7 @@ def describe(profile: Profile, action: Action) -> str:
     if action.effect == "unknown":
         return f"{action.canonical}: a command the gateway does not know{note}"
     if action.effect == "excites":
-        applied = applies(profile, action.canonical)
+        applied = action.applies or applies(profile, action.canonical)
         return (f"{action.canonical}: the {_noun(profile)} drives the DUT: "
                 f"{applied or 'it sources current or voltage into whatever is connected'}")
     return f"{where}{action.effect} change: {action.canonical}{note}"
@@ -87,7 +87,9 @@ def _reversibility(req: TakeoverRequest, profile: Profile, blind: list[str]) -> 
     noun = _noun(profile)
     exciting = [a.canonical for a in req.actions if a.effect == "excites"]
     if exciting:
-        what = "; ".join(dict.fromkeys(filter(None, (applies(profile, c) for c in exciting))))
+        what = "; ".join(dict.fromkeys(filter(None, (
+            a.applies or applies(profile, a.canonical)
+            for a in req.actions if a.effect == "excites"))))
         return (f"excites the DUT: the {noun} applies {what or 'current or voltage'} to "
                 f"whatever is connected to its inputs ({', '.join(exciting)})")
     if blind:

@@ -25,7 +25,17 @@ from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverR
 from .planning import PlanDesk
 from .policy import Verdict, decide
 from .runs import Runs
-from .scpi import Classification, Effect, ScpiError, Unit, classify, lex
+from .scpi import (
+    Classification,
+    Effect,
+    Excites,
+    ScpiError,
+    Unit,
+    applied,
+    as_exciting,
+    classify,
+    lex,
+)
 from .states import UNDECIDED, Outcome
 from .takeover import Requests
 
@@ -115,7 +125,9 @@ class Intake(Part):
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
                      timeout_minutes: int | None = None,
-                     origin: str = "client") -> SubmitResult:
+                     origin: str = "client", excites: str | None = None) -> SubmitResult:
+        """``excites``: what the meter applies, found on the lane turn of a reading that was
+        about to pass (scpi/_excitation.py); the message is then decided as excites."""
         self.leases.renew(run_id)  # any submit says the client is still there
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if self.runs.known(run_id) else self.runs.get(run_id)
@@ -148,6 +160,8 @@ class Intake(Part):
         selected_before = self._selected.get((run_id, inst.config.name))
         try:
             c = await self._classify(run_id, inst, message)
+            if excites is not None:
+                c = as_exciting(c, excites)
         except ScpiError as exc:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
@@ -186,6 +200,7 @@ class Intake(Part):
         held = decision.verdict is Verdict.HOLD or (
             run is not None and run.status is RunStatus.TAKEN_OVER and not c.read_only)
         if not held:
+            found: str | None = None  # what the meter's function applies, if it excites
             self._reads.reading += 1
             try:
                 try:
@@ -196,17 +211,25 @@ class Intake(Part):
                         run_id=run_id, type=EventType.STEP_FAILED,
                         data={"message": message, "reason": exc.message})])
                     raise
-                executed = [received, Event(
-                    run_id=run_id, type=EventType.READ_EXECUTED,
-                    data={"message": message, "canonical": list(c.canonical),
-                          "response": response})]
-                if c.read_only:
-                    await self._reads.append(executed)
-                else:  # a write that runs unattended (the safe action): fsync'd like any
-                    self.store.append(executed)
+                except Excites as exc:  # nothing was sent: decided again, as excites
+                    found = exc.applies
+                else:
+                    executed = [received, Event(
+                        run_id=run_id, type=EventType.READ_EXECUTED,
+                        data={"message": message, "canonical": list(c.canonical),
+                              "response": response})]
+                    if c.read_only:
+                        await self._reads.append(executed)
+                    else:  # a write that runs unattended (the safe action): fsync'd like any
+                        self.store.append(executed)
             finally:
                 self._reads.reading -= 1
-            return SubmitResult(Outcome.EXECUTED, response=response)
+            if found is None:
+                return SubmitResult(Outcome.EXECUTED, response=response)
+            return await self.submit(
+                run_id, instrument, message, rationale=rationale, confidence=confidence,
+                step_id=step_id, idempotency_key=idempotency_key,
+                timeout_minutes=timeout_minutes, origin=origin, excites=found)
         if run is None:  # pragma: no cover - a held message always loaded its run above
             run = self.runs.get(run_id)
         required = list(decision.required) or [ApprovalKind.STATE]
@@ -274,8 +297,14 @@ class Intake(Part):
         """Send canonical units in order on the lane; selections are per run, never sent,
         so a selection query is answered from the run's selection, not the instrument's."""
         nsel = inst.profile.model.select_query
+        # A reading measures with the meter's function now: ask it first (scpi/_excitation).
+        excitation = inst.profile.model.excitation if any(u.measures for u in units) else None
 
         async def job(link: AsyncLink) -> dict[int, str]:
+            if excitation is not None:  # asked on this turn: no cache, the panel may change it
+                found = await applied(excitation, link.query)
+                if found is not None:
+                    raise Excites(found)
             current = selected
             answers: dict[int, str] = {}
             for i, unit in enumerate(units):

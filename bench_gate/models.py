@@ -167,6 +167,9 @@ class Action(BaseModel):
     words: str = ""
     #: The gateway cannot predict what this does to setpoints and outputs (``*RCL``...).
     unpredictable: bool = False
+    #: For ``excites``: what the instrument applies, where the command alone does not say
+    #: (a reading while the meter's function drives current: scpi/_excitation.py).
+    applies: str = ""
 
 
 class Snapshot(BaseModel):

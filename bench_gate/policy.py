@@ -5,6 +5,7 @@ Pure functions of the classification, the envelope and the policy configuration.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from decimal import Decimal
@@ -72,8 +73,16 @@ def required_for(kinds: list[ApprovalKind | None], any_unpredictable: bool
 def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
     """Why ``unit`` breaks the bench's hard limits, or None.
 
-    A unit whose channel is not known is held to the strictest limit of any channel.
+    A unit whose channel is not known is held to the strictest limit of any channel. A
+    level stored for a later trigger (a list's points, a triggered level) is judged like a
+    setpoint: the trigger that applies it is no place to find out.
     """
+    if unit.reach is not None:
+        field, level = unit.reach
+        later = envelope_breach(dataclasses.replace(unit, field=field, value=level,
+                                                    reach=None), limits)
+        if later:
+            return f"{later} (a level {unit.header} stores for a later trigger)"
     if unit.field is None or not isinstance(unit.value, Decimal):
         return None
     if unit.channel is None:

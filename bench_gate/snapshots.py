@@ -98,7 +98,7 @@ class Snapshots(Part):
                 field=u.field, old=old,
                 new=render_value(u.value) if u.value is not None else None,
                 canonical=u.canonical, approval=approval_for(u, self.config.policy),
-                unpredictable=u.writes and unpredictable(u.effect, u.value))
+                unpredictable=u.writes and unpredictable(u.effect, u.value), applies=u.note)
             action.words = describe(inst.profile, action)
             actions.append(action)
         return actions

@@ -55,7 +55,7 @@ def _value_param(form: FormSpec) -> ParamSpec | None:
 
 def _kind(spec: ParamSpec | None) -> str:
     """The pyvisa-sim type of a setting: ``int``, ``float`` or ``str``."""
-    if spec is None:
+    if spec is None or spec.repeat:  # a list's points are kept as one string
         return "str"
     if spec.type == "number":
         return "float"
@@ -80,7 +80,7 @@ def _default(spec: ParamSpec | None, kind: str, form: FormSpec, profile: Profile
                         if p.name != form.channel_param)
     if spec.default is not None:
         return str(int(spec.default)) if kind == "int" else str(spec.default)
-    if spec.type == "word":  # a list or a keyword (INST:COUP answers NONE)
+    if spec.type in ("word", "channels"):  # a list or a keyword (INST:COUP answers NONE)
         return "NONE"
     if kind == "int":
         return str(int(spec.range[0])) if spec.range is not None else "0"

@@ -10,6 +10,7 @@ False
 
 from ._classify import classify, is_read_only
 from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
+from ._excitation import Excites, applied, as_exciting, measuring
 from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
 from ._patterns import canonical_header
 from ._profile import Profile, available_profiles, get_profile
@@ -31,6 +32,7 @@ __all__ = [
     "Classification",
     "CommandSpec",
     "Effect",
+    "Excites",
     "FieldSpec",
     "FormSpec",
     "ParamSpec",
@@ -44,6 +46,8 @@ __all__ = [
     "Timing",
     "Unit",
     "Value",
+    "applied",
+    "as_exciting",
     "available_profiles",
     "canonical_header",
     "classify",
@@ -51,5 +55,6 @@ __all__ = [
     "get_profile",
     "is_read_only",
     "lex",
+    "measuring",
     "render_value",
 ]

@@ -8,11 +8,13 @@ selection form (``VOLT 5`` after ``INST:NSEL 2``) gets an explicit channel list.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+from decimal import Decimal
 
-from ._errors import ScpiError, ScpiSyntaxError
-from ._lexer import CACHE_MAX_MESSAGE, Block, ChannelList, QuotedString, RawUnit, lex
+from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
+from ._lexer import CACHE_MAX_MESSAGE, Block, ChannelList, Data, QuotedString, RawUnit, lex
 from ._params import ParamReader
 from ._patterns import canonical_header, canonical_with_suffix
 from ._profile import Profile, get_profile
@@ -31,6 +33,10 @@ RE_CHANNEL_LIST = re.compile(r",?\s*\(@\{ch\}\)")
 UNIT_BREAKERS = frozenset(";\r\n\x00")
 #: What ``separators_in_data: true`` still refuses inside data: it allows ';' only.
 LINE_BREAKERS = UNIT_BREAKERS - {";"}
+
+
+def _magnitude(value: Value) -> Decimal:
+    return abs(value) if isinstance(value, Decimal) else Decimal(0)
 
 
 def _split_suffix(mnemonic: str) -> tuple[str, int | None]:
@@ -178,8 +184,7 @@ class _Resolver(ParamReader):
         if form.effect is Effect.FORBIDDEN:
             # Refused whatever its parameters: never worth validating them.
             unit = self.unknown(raw, canonical_header(command))
-            return [Unit(unit.source, unit.position, unit.text, unit.header, unit.query,
-                         Effect.FORBIDDEN, None, None, None, unit.canonical, unit.local)]
+            return [dataclasses.replace(unit, effect=Effect.FORBIDDEN)]
         params = list(raw.params)
         channels: list[int | None]
         if form.channel == "list":
@@ -198,6 +203,13 @@ class _Resolver(ParamReader):
         else:
             channels = [None]
         specs = form.params
+        more: list[Data] = []  # a repeating last parameter's further values (a list's points)
+        if specs and specs[-1].repeat and len(params) > len(specs):
+            params, more = params[: len(specs)], params[len(specs) :]
+            if 1 + len(more) > specs[-1].repeat:
+                raise self.err(ScpiExecutionError, -223, f"{specs[-1].name} takes at most "
+                               f"{specs[-1].repeat} values, not {1 + len(more)}",
+                               more[specs[-1].repeat - 1].pos)
         if len(params) > len(specs):
             extra = params[len(specs)]
             raise self.err(ScpiSyntaxError, -108, "one parameter too many", extra.pos)
@@ -216,8 +228,26 @@ class _Resolver(ParamReader):
                     channel = int(values[spec.name])
             if form.channel == "param" and form.channel_param not in values:
                 channel = self.selected  # APPL? alone: the selected channel's
-            out.extend(self.emit(raw, command, form, channel, values))
+            reach = self.reach(form, values)
+            if more:
+                last = specs[-1]
+                points = [values[last.name], *(self.convert(last, d, channel) for d in more)]
+                values[last.name] = ",".join(render_param(last, v) for v in points)
+                reach = self.reach(form, {last.name: max(points, key=_magnitude)}) or reach
+            units = self.emit(raw, command, form, channel, values)
+            out.extend(dataclasses.replace(u, reach=reach) if reach else u for u in units)
         return out
+
+    @staticmethod
+    def reach(form: FormSpec, values: dict[str, Value]) -> tuple[str, Decimal] | None:
+        """A level this command stores for a later trigger: a number naming a field the
+        form does not set now (``LIST:VOLT``'s points, ``VOLT:TRIG``)."""
+        for spec in form.params:
+            value = values.get(spec.name)
+            if spec.field is not None and spec.field != form.field and isinstance(
+                    value, Decimal) and not form.expand:
+                return spec.field, abs(value)
+        return None
 
     @staticmethod
     def excitation(form: FormSpec, values: dict[str, Value]) -> str | None:
@@ -251,10 +281,8 @@ class _Resolver(ParamReader):
                     template = RE_CHANNEL_LIST.sub("", template)
                 text = template.format(ch=channel, **rendered)
                 sub = _Resolver(text, self.profile, self.selected).run()
-                for u in sub.units:
-                    units.append(Unit(raw.index, raw.start, raw.text, u.header, u.query,
-                                      u.effect, u.channel, u.field, u.value, u.canonical,
-                                      u.local))
+                units.extend(dataclasses.replace(u, source=raw.index, position=raw.start,
+                                                 text=raw.text) for u in sub.units)
                 self.selected = sub.selected
             if not units:  # a unit must never vanish from the classification
                 missing = next((s.name for s in form.params if s.name not in values), "a value")
@@ -284,7 +312,7 @@ class _Resolver(ParamReader):
         if applied is not None:
             effect, note = Effect.EXCITES, applied
         return [Unit(raw.index, raw.start, raw.text, header, raw.query, effect,
-                     channel, form.field, value, canonical, form.local, note)]
+                     channel, form.field, value, canonical, form.local, note, form.measures)]
 
 
 @functools.lru_cache(maxsize=16384)

@@ -53,6 +53,8 @@ def sample_value(spec: ParamSpec, profile: Profile) -> str:
         return f'"{_strip_optional(spec.choices[0])}"' if spec.choices else SAMPLE_STRING
     if spec.type == "block":
         return "#13abc"
+    if spec.type == "channels":
+        return "NONE"
     return "DEF"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._lexer import Block, CharData, Data, Number, QuotedString
+from ._lexer import Block, ChannelList, CharData, Data, Number, QuotedString
 from ._profile import Profile
 from ._schema import ParamSpec
 from ._units import Value, format_number
@@ -104,6 +104,16 @@ class ParamReader:
             if isinstance(datum, CharData):
                 return datum.text
             raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number or a word", pos)
+        if kind == "channels":  # ALL, NONE, a channel list or a channel's name (INST:COUP)
+            if isinstance(datum, ChannelList):
+                for ch in datum.channels:
+                    self.check_channel(ch, pos)
+                return "(@" + ",".join(str(c) for c in datum.channels) + ")"
+            if isinstance(datum, CharData) and (datum.text in ("ALL", "NONE")
+                                                or datum.text in self.profile.channel_names):
+                return datum.text
+            raise self.err(ScpiExecutionError, -224, f"{spec.name} must be ALL, NONE, a "
+                           "channel list or channel names", pos)
         if kind == "block":
             if isinstance(datum, Block):
                 return datum.data

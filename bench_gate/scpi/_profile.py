@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from ._excitation import check_excitation
 from ._lock import check_lock
 from ._patterns import Node, parse_pattern, pattern_canonical, pattern_spellings, spellings
 from ._schema import (
@@ -150,6 +151,7 @@ class Profile:
                 names[alias.upper()] = number
         profile = cls(model, table, names)
         check_lock(profile)  # the lock section against the table (scpi/_lock.py)
+        check_excitation(profile)  # how a meter is asked its function (scpi/_excitation.py)
         return profile
 
 
@@ -168,6 +170,10 @@ def check_model(model: ProfileModel) -> None:
 
 
 def _check_form(model: ProfileModel, command: CommandSpec, form: FormSpec) -> None:
+    if any(p.repeat for p in form.params[:-1]) or (form.params and form.params[-1].repeat and (
+            form.expand or form.params[-1].type in ("string", "block"))):
+        raise ProfileError(f"{command.header}: only the last parameter, not a string or block, "
+                           "of a form that does not expand may repeat")
     for p in form.params:
         if p.type == "number" and p.field is None and p.range is None:
             raise ProfileError(f"{command.header}: number {p.name!r} needs a field")

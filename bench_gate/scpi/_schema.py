@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ._excitation import ExcitationSpec
 from ._lock import LockSpec
 
 __all__ = [
@@ -58,7 +59,7 @@ class ProfileError(Exception):
 
 
 ParamType = Literal["number", "integer", "boolean", "choice", "channel_name", "string", "block",
-                    "minmax", "word"]
+                    "minmax", "word", "channels"]
 #: The settings that decide how long a reading takes (scpi._timing).
 TimingRole = Literal["nplc", "aperture", "samples", "triggers", "trigger_delay",
                      "sample_interval"]
@@ -91,6 +92,9 @@ class ParamSpec(BaseModel):
     excites: dict[str, str] = Field(default_factory=dict)
     #: For ``excites``: the value the instrument assumes when the parameter is left out.
     assumed: str | None = None
+    #: Takes up to this many comma-separated values (``<value>{,<value>}``: a list's points),
+    #: each typed and ranged like one; only the last parameter may. 0: one value.
+    repeat: int = Field(default=0, ge=0)
 
 
 class FormSpec(BaseModel):
@@ -125,6 +129,10 @@ class FormSpec(BaseModel):
     reads: bool = False
     #: Seconds this form may take on its own (``*TST?``), beyond the link's timeout.
     slow: Decimal | None = None
+    #: Makes a meter measure with the function configured now (``READ?``, ``INIT``,
+    #: ``*TRG``): on a profile with ``excitation``, the gateway asks the instrument which
+    #: function that is before it passes (scpi/_excitation.py).
+    measures: bool = False
 
 
 class CommandSpec(BaseModel):
@@ -192,6 +200,9 @@ class ProfileModel(BaseModel):
     safe_action: SafeActionSpec | None = None
     #: How the instrument is locked to the gateway (scpi/_lock.py); None: not lockable.
     lock: LockSpec | None = None
+    #: How to ask a meter which function it measures now, and which functions drive the DUT
+    #: (scpi/_excitation.py); None: no form ``measures``.
+    excitation: ExcitationSpec | None = None
     commands: tuple[CommandSpec, ...]
 
     @field_validator("name")

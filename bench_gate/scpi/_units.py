@@ -40,6 +40,12 @@ class Unit:
     canonical: str
     local: bool = False  # answered by the gateway itself, never sent (``*CLS``)
     note: str = ""  # for ``excites``: what the instrument applies to whatever is connected
+    #: Makes a meter measure with the function configured now (scpi/_excitation.py).
+    measures: bool = False
+    #: For a command that stores levels a later trigger applies (a list's points, a
+    #: triggered level): the field and the largest magnitude it names, judged against the
+    #: envelope like a setpoint, though the unit sets no field now.
+    reach: tuple[str, Decimal] | None = None
 
     @property
     def writes(self) -> bool:
