@@ -97,6 +97,16 @@ def test_an_output_enable_shows_the_setpoint_approval_behind_it(
     assert script.grant(amps, "setpoint")["status"] == "executed"
     enable = script.hold("OUTP ON,(@1)", "power the DUT at the approved setpoint")
 
+    # The API and the CLI's show read the same record: the handoff's setpointCover.
+    with bench.http("bot") as h:
+        shown = h.get(f"/v1/takeover/{enable}").json()
+    assert shown["required"] == ["output_enable"]
+    [cover_json] = shown["handoff"]["setpointCover"]
+    assert cover_json["channel"] == 1
+    assert [(f["field"], f["value"], f["by"], f["request"]) for f in cover_json["fields"]] == [
+        ("voltage", "5.0", ["olga"], volts), ("current", "0.1", ["olga"], amps)]
+    assert all(RFC3339_Z.match(f["at"]) for f in cover_json["fields"])
+
     desk.goto(bench.url + f"/requests/{enable}")
     assert desk.locator("#kind-setpoint").count() == 0  # only the output enable is asked
     cover = desk.locator("#setpoint-cover")
@@ -124,6 +134,8 @@ def test_an_output_enable_shows_the_setpoint_approval_behind_it(
     desk.click("#approve-button")
     desk.wait_for_selector("#receipt")
     assert bench.psu("OUTP? (@1)") == "1"
+    flash = desk.inner_text("p.flash.ok")
+    assert flash.startswith("Approved and executed: OUTP") and flash.count("xecuted") == 1
     outcome = desk.inner_text("p.outcome")
     assert not outcome.lower().startswith("executed"), outcome  # the status says it
     # The covering request opens from the link, executed, its outcome said once.

@@ -161,7 +161,8 @@ async def approve(request: Request, request_id: str) -> Response:
             f"approved {given}; {result.message}")
         console.say(session, "info", said[:1].upper() + said[1:])
     elif done.status is Status.EXECUTED:
-        console.say(session, "ok", f"Approved. {views.outcome_words(done)}")
+        # "Approved and executed: VOLT 5.0,(@1)": the outcome's own word, said once.
+        console.say(session, "ok", f"Approved and {done.outcome or 'executed'}")
     elif done.status is Status.STALE and done.superseded_by:
         console.say(session, "error", f"{done.outcome} The fresh request is "
                                       f"{done.superseded_by}.")
