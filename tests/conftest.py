@@ -1,8 +1,10 @@
-"""Shared fixtures: a fresh simulated bench served on 127.0.0.1, and a gateway in front of it."""
+"""Shared fixtures: a fresh simulated bench served on 127.0.0.1, a gateway in front of it, and
+its socket doors with the pyvisa clients a script would open on them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,9 +12,11 @@ from typing import Any
 import pytest
 import pyvisa
 
+from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig, default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Role, now
+from bench_gate.proxy import Doors, start_doors
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
 
@@ -78,6 +82,37 @@ async def gateway(config: BenchConfig, db_path: Path, clock: Clock) -> AsyncIter
     yield gw
     await gw.close()
     gw.store.close()
+
+
+@pytest.fixture
+async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
+    """The gateway's socket doors, each on an ephemeral port of 127.0.0.1."""
+    for ic in config.instruments:
+        ic.socket_port = 0
+    d = await start_doors(gateway, Tokens(gateway.store), config)
+    yield d
+    await d.close()
+
+
+@pytest.fixture
+def open_client(doors: Doors) -> Iterator[Callable[..., Any]]:
+    """``open_client(instrument="psu", timeout=15000)``: a script's pyvisa connection to a
+    socket door, closed after the test (one the door has closed already is no error)."""
+    rm = pyvisa.ResourceManager("@py")
+    opened: list[Any] = []
+
+    def open_(instrument: str = "psu", timeout: int = 15000) -> Any:
+        host, port = doors.addresses[instrument]
+        res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
+                               write_termination="\n", timeout=timeout)
+        opened.append(res)
+        return res
+
+    yield open_
+    for res in opened:
+        with contextlib.suppress(Exception):
+            res.close()
+    rm.close()
 
 
 @pytest.fixture

@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from bench_gate.auth import Tokens
-from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal
-from bench_gate.proxy import Doors, start_doors
+from bench_gate.proxy import Doors
 from tests.test_proxy import in_thread, next_pending
 
 qcodes_keysight = pytest.importorskip("qcodes.instrument_drivers.Keysight")
 pymeasure_keysight = pytest.importorskip("pymeasure.instruments.keysight")
 pymeasure_agilent = pytest.importorskip("pymeasure.instruments.agilent")
-
-
-@pytest.fixture
-async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
-    for ic in config.instruments:
-        ic.socket_port = 0
-    d = await start_doors(gateway, Tokens(gateway.store), config)
-    yield d
-    await d.close()
 
 
 def _resource(doors: Doors, instrument: str) -> str:

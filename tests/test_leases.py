@@ -14,9 +14,7 @@ from typing import Any
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status
-from tests.test_proxy import doors, in_thread, open_client, rm
-
-__all__ = ["doors", "open_client", "rm"]
+from tests.test_proxy import in_thread
 
 LEASE = 1.5
 

@@ -8,18 +8,14 @@ simulated bench served on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
-import pyvisa
 
-from bench_gate.auth import Tokens
-from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status
-from bench_gate.proxy import Doors, start_doors
 from tests.test_proxy import in_thread, next_pending
 
 NO_ERROR = '+0,"No error"'
@@ -35,33 +31,6 @@ DMM_QUERIES = ["FETC?", "MEAS:VOLT:AC?", "SENS:VOLT:DC:RANG?", "VOLT:DC:NPLC?", 
                "MEAS:VOLT:DC? DEF,DEF", "MEAS:CURR:DC?", "*OPT?", "SENS:FUNC?", "SYST:LFR?",
                "DISP:TEXT?", "DISP:STAT?", "TRIG:COUN?", "SAMP:TIM? MIN", "*LRN?",
                "STAT:QUES:COND?"]
-
-
-@pytest.fixture
-async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
-    for ic in config.instruments:
-        ic.socket_port = 0
-    d = await start_doors(gateway, Tokens(gateway.store), config)
-    yield d
-    await d.close()
-
-
-@pytest.fixture
-def open_client(doors: Doors) -> Iterator[Callable[..., Any]]:
-    rm = pyvisa.ResourceManager("@py")
-    opened: list[Any] = []
-
-    def open_(instrument: str = "psu", timeout: int = 5000) -> Any:
-        host, port = doors.addresses[instrument]
-        res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
-                               write_termination="\n", timeout=timeout)
-        opened.append(res)
-        return res
-
-    yield open_
-    for res in opened:
-        res.close()
-    rm.close()
 
 
 def _ask_all(client: Any, queries: list[str]) -> dict[str, tuple[str, str]]:

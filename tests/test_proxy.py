@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -22,20 +22,16 @@ from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Status, TakeoverRequest
 from bench_gate.proxy import Doors, GateOp, parse_gate, start_doors
 from bench_gate.scpi import ScpiError
+from tests import conftest
 from tests.conftest import Clock
 
 T = TypeVar("T")
+# The socket door's fixtures live in tests/conftest.py; these names stay for the modules that
+# still import them from here.
+doors = conftest.doors
+open_client = conftest.open_client
 POLL = 0.02
 POLLS = 500  # 10 s at most for anything to show up
-
-
-@pytest.fixture
-async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
-    for ic in config.instruments:
-        ic.socket_port = 0
-    d = await start_doors(gateway, Tokens(gateway.store), config)
-    yield d
-    await d.close()
 
 
 @pytest.fixture
@@ -43,25 +39,6 @@ def rm() -> Iterator[pyvisa.ResourceManager]:
     manager = pyvisa.ResourceManager("@py")
     yield manager
     manager.close()
-
-
-@pytest.fixture
-def open_client(doors: Doors, rm: pyvisa.ResourceManager) -> Iterator[Callable[..., Any]]:
-    opened: list[Any] = []
-
-    def open_(instrument: str = "psu", timeout: int = 15000) -> Any:
-        host, port = doors.addresses[instrument]
-        res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
-                               write_termination="\n", timeout=timeout)
-        opened.append(res)
-        return res
-
-    yield open_
-    for res in opened:
-        try:
-            res.close()
-        except Exception:
-            pass
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:

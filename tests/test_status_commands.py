@@ -12,9 +12,7 @@ from typing import Any
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
-from tests.test_proxy import doors, in_thread, open_client, rm
-
-__all__ = ["doors", "open_client", "rm"]
+from tests.test_proxy import in_thread
 
 
 async def test_cls_through_the_socket_door_never_clears_the_instruments_queue(
