@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-__all__ = ["DATA_MAPS", "camel", "rfc3339", "wire"]
+__all__ = ["DATA_MAPS", "camel", "rfc3339", "utc_words", "wire"]
 
 #: Maps whose keys are data (snapshot keys, instrument names, edit targets), by the name
 #: of the key that holds them, in either spelling.
@@ -42,6 +42,11 @@ def rfc3339(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
+def utc_words(text: str) -> str:
+    """A sentence for people (an outcome) with each UTC time in it written with ``Z``."""
+    return _UTC_TEXT.sub(r"\1Z", text) if "+00:00" in text else text
+
+
 def wire(value: Any, *, data: bool = False, deep: bool = False) -> Any:
     """``value`` as wire JSON: camelCase keys (not inside a data map), ``Z`` times."""
     if isinstance(value, dict):
@@ -53,6 +58,6 @@ def wire(value: Any, *, data: bool = False, deep: bool = False) -> Any:
         return [wire(v) for v in value]
     if isinstance(value, datetime):
         return rfc3339(value)
-    if isinstance(value, str) and "+00:00" in value:
-        return _UTC_TEXT.sub(r"\1Z", value)
+    if isinstance(value, str):
+        return utc_words(value)
     return value

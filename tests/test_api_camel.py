@@ -125,6 +125,19 @@ def test_every_dynamic_body_is_camel_case_with_utc_times(bench: Bench) -> None:
                                   for e in seen["events"] if e.get("type") == "request")
 
 
+def test_a_sentence_s_times_are_written_with_z(bench: Bench) -> None:
+    """An expired request's outcome names its expiry: in RFC 3339 with Z, as every time."""
+    with bench.http("bot") as bot:
+        run = bot.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        tk = bot.post(f"/v1/runs/{run}/scpi", json={
+            "instrument": "psu", "command": "VOLT 0.7,(@2)"}).json()["takeover"]["id"]
+        bench.clock.advance(minutes=31)
+        out = bot.get(f"/v1/takeover/{tk}", params={"wait": 20}).json()  # the sweeper
+    assert out["status"] == "expired", out
+    assert "+00:00" not in out["outcome"] and re.search(r"\d\d:\d\d:\d\d(\.\d+)?Z",
+                                                          out["outcome"]), out["outcome"]
+
+
 # --------------------------------------------------------------------------- wire()
 snake = st.from_regex(r"[a-z][a-z0-9]{0,5}(_[a-z0-9]{1,5}){0,3}", fullmatch=True)
 leaf = st.one_of(st.none(), st.integers(), st.text(max_size=8),

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator
 
 from ..questions import Answer, Option, QuestionSet, QuestionStatus
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
-from ._schemas import _Camel, _Out
+from ._schemas import Words, _Camel, _Out
 
 __all__ = ["router"]
 
@@ -80,7 +80,7 @@ class QuestionSetOut(_Out):
     answered_by: str | None = None
     decided_at: datetime | None = None
     notes: str = ""
-    outcome: str | None = None
+    outcome: Words | None = None
 
 
 def question_out(ask: QuestionSet) -> QuestionSetOut:

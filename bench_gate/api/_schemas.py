@@ -14,7 +14,7 @@ from ..confidence import stated_confidence
 from ..errors import InvalidInput
 from ..models import ApprovalKind, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..plans import Plan, PlanStatus, scope_words
-from ..wire import wire
+from ..wire import utc_words, wire
 
 __all__ = [
     "DenyBody",
@@ -33,6 +33,7 @@ __all__ = [
     "ScpiOut",
     "TakeoverAsk",
     "TakeoverOut",
+    "Words",
     "plan_out",
     "run_out",
     "takeover_out",
@@ -55,6 +56,8 @@ class _Out(BaseModel):
 
 #: Free text people read, stored and journaled (a goal, a note, a reason): never a token.
 _FREE = AfterValidator(token_free)
+#: A sentence the gateway wrote (an outcome, a message): its times in RFC 3339 with Z.
+Words = Annotated[str, AfterValidator(utc_words)]
 
 
 def _confidence_in_range(rationale: str | None) -> str | None:
@@ -148,8 +151,8 @@ class TakeoverOut(_Out):
     created_at: datetime
     expires_at: datetime
     decided_at: datetime | None = None
-    outcome: str | None = None
-    notes: str | None = None
+    outcome: Words | None = None
+    notes: Words | None = None
     receipt: dict[str, Any] | None = None
     supersedes: str | None = None
     superseded_by: str | None = None
@@ -171,7 +174,7 @@ class ScpiOut(_Out):
 class GrantOut(_Out):
     request: TakeoverOut
     missing: list[ApprovalKind]
-    message: str
+    message: Words
 
 
 class ProposalChangedOut(_Out):
