@@ -60,13 +60,17 @@ class Decisions(Part):
     async def expire_due(self) -> int:
         """Expire every pending request whose time is up (an expiry is a denial)."""
         count = 0
-        for req in self.store.due_for_expiry(self.clock().isoformat()):
+        now = self.clock()
+        for req in self.store.due_for_expiry(now.isoformat()):
             if self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
                                   {"expires_at": req.expires_at.isoformat()},
                                   outcome="expired: no decision before "
                                           f"{req.expires_at.isoformat()}; nothing was written"):
                 count += 1
                 self.runs.after_denial(req, "expired")
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            if req.on_resend and req.expires_at <= now:  # approved, never resent in time
+                count += self.requests.expire_unsent(req)
         return count
 
     def _check_approver(self, req: TakeoverRequest, run: Run, who: Principal,
@@ -148,6 +152,9 @@ class Decisions(Part):
         if not complete:
             return GrantResult(req, req.missing(), self.requests.missing_message(req))
         self._record_decision(req)
+        if req.on_resend:  # the socket door's on_hold = refuse: its requester resends it
+            return GrantResult(req, [], "approved; it runs when its requester resends the "
+                               f"same command before {req.expires_at.isoformat()}")
         if not self.core.owns(req):
             # Another bench owns the instrument: it rechecks and executes (told through the
             # store). While it is alive, wait a little for its outcome so the approver sees

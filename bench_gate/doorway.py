@@ -139,13 +139,15 @@ def exit_code(status: str) -> int:
 async def submit(gateway: Gateway, run_id: str, instrument: str, message: str, *,
                  rationale: str | None = None, confidence: float | None = None,
                  step_id: str | None = None, idempotency_key: str | None = None,
-                 timeout_minutes: int | None = None) -> SubmitResult:
+                 timeout_minutes: int | None = None, on_resend: bool = False
+                 ) -> SubmitResult:
     """Submit a message: its result (executed, held, or the status an idempotent retry's
-    request ended in), or :class:`Refused` with the SCPI error number (already journaled)."""
+    request ended in), or :class:`Refused` with the SCPI error number (already journaled).
+    ``on_resend``: a held write runs when its requester resends it, not when approved."""
     result = await gateway.submit(run_id, instrument, message, rationale=rationale,
                                   confidence=confidence, step_id=step_id,
                                   idempotency_key=idempotency_key,
-                                  timeout_minutes=timeout_minutes)
+                                  timeout_minutes=timeout_minutes, on_resend=on_resend)
     if result.status is Outcome.REFUSED:
         raise Refused(result.code, result.reason)
     return result

@@ -71,7 +71,7 @@ class Executor(Part):
         """Execute approved requests this bench owns that nobody is executing: after a
         restart, and as the fallback when a notification from another gateway was lost."""
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
-            if self.core.owns(req) and req.id not in self._in_flight:
+            if self.core.owns(req) and req.id not in self._in_flight and not req.on_resend:
                 self.core.spawn(self.execute(req.id))
 
     def _policy_refusal(self, req: TakeoverRequest) -> str | None:
@@ -108,19 +108,24 @@ class Executor(Part):
         why = violation(approved, run, self.config.policy, grants, {})
         return f"this bench's rules refuse its plan now: {why}" if why else None
 
-    async def execute(self, request_id: str) -> TakeoverRequest:
+    async def execute(self, request_id: str, *, resent: bool = False) -> TakeoverRequest:
+        """Run an approved request. One that runs on its requester's resend (``on_resend``)
+        runs only with ``resent`` (``Intake.resent`` matched the resend): never at its last
+        approval, at a restart, or on another gateway's word."""
         if request_id in self._in_flight:
             return await self.requests.wait(request_id, timeout=30, follow=False)
         self._in_flight.add(request_id)
         try:
-            return await self._execute_owned(request_id)
+            return await self._execute_owned(request_id, resent)
         finally:
             self._in_flight.discard(request_id)
 
-    async def _execute_owned(self, request_id: str) -> TakeoverRequest:
+    async def _execute_owned(self, request_id: str, resent: bool) -> TakeoverRequest:
         req = self.requests.get(request_id)
         if req.status is not Status.APPROVED or not self.core.owns(req):
             return req
+        if req.on_resend and not resent:
+            return req  # it waits, approved, for its requester's resend
         if req.plan_id is not None and all(a.effect == "plan" for a in req.actions):
             assert self.activate_plan is not None, "a plan request needs the plans part"
             return self.activate_plan(req)
@@ -209,7 +214,7 @@ class Executor(Part):
                 run, inst, req.message, c, fresh_required, reason=req.reason,
                 rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
                 idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
-                stale_diff=diff)
+                stale_diff=diff, on_resend=req.on_resend)
         except (Refused, InstrumentError) as exc:
             # No fresh request: on the live state it would leave the envelope (or the
             # instrument cannot be read). The stale one says why, and nothing runs.

@@ -298,14 +298,25 @@ class Gateway:
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None, origin: str = "client"
-                     ) -> SubmitResult:
+                     timeout_minutes: int | None = None, origin: str = "client",
+                     on_resend: bool = False) -> SubmitResult:
         """``origin`` is "gateway" for a door's own housekeeping (the socket door draining
         the instrument's error queue): the journal tells it from what the client sent."""
         return await self._intake.submit(
             run_id, instrument, message, rationale=rationale, confidence=confidence,
             step_id=step_id, idempotency_key=idempotency_key, timeout_minutes=timeout_minutes,
-            origin=origin)
+            origin=origin, on_resend=on_resend)
+
+    async def resend(self, run_id: str, request_id: str, message: str
+                     ) -> TakeoverRequest | None:
+        """``message`` resent in run ``run_id`` for a request held with ``on_resend``: if it
+        is the identical command and the request is approved and unexpired, run it now,
+        once (live recheck, write, read-back) and return how it ended. The request as it
+        stands if it is not approved (or just expired); None if the resend is not its."""
+        req = await self._intake.resent(run_id, request_id, message)
+        if req is None or req.status is not Status.APPROVED:
+            return req
+        return await self._executor.execute(req.id, resent=True)
 
     def get_request(self, request_id: str) -> TakeoverRequest:
         return self._requests.get(request_id)

@@ -124,7 +124,7 @@ class Intake(Part):
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
-                     timeout_minutes: int | None = None,
+                     timeout_minutes: int | None = None, on_resend: bool = False,
                      origin: str = "client", excites: str | None = None) -> SubmitResult:
         """``excites``: what the meter applies, found on the lane turn of a reading that was
         about to pass (scpi/_excitation.py); the message is then decided as excites."""
@@ -251,7 +251,7 @@ class Intake(Part):
                 reason=rationale or f"{run.kind.value} {run.principal} asks to run {message!r}",
                 rationale=rationale, confidence=confidence, step_id=step_id,
                 idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
-                gate=gate_note)
+                gate=gate_note, on_resend=on_resend)
             if idempotency_key is not None:  # a concurrent twin may have won the key
                 self._same_request(req, idempotency_key, *asked)
         except Refused as exc:  # the predicted state leaves the envelope: never held
@@ -265,6 +265,34 @@ class Intake(Part):
                 data={"message": message, "reason": f"no snapshot: {exc.message}"})])
             raise
         return self.result(req)
+
+    async def resent(self, run_id: str, request_id: str, message: str
+                     ) -> TakeoverRequest | None:
+        """A resend of a request that runs on its requester's resend (``on_resend``, the
+        socket door's ``on_hold = "refuse"``). None if it is not that request's: another
+        run (another requester or connection), or not its identical canonical command on
+        its instrument (an edit by the approver is another command). Else the request: if
+        approved and not expired, the resend is journaled and the request is to run now;
+        past its expiry it ends expired here; otherwise as it stands."""
+        req = self.requests.get(request_id)
+        if req.run_id != run_id or not req.on_resend:
+            return None
+        if req.status is not Status.APPROVED:
+            return req
+        if req.expires_at <= self.clock():
+            self.requests.expire_unsent(req)
+            return self.requests.get(req.id)
+        try:
+            c = await self._classify(run_id, self.core.instrument(req.instrument), message)
+        except ScpiError:
+            return None
+        if c.canonical != tuple(a.canonical for a in req.actions):
+            return None
+        self.store.append([Event(run_id=run_id, request_id=req.id,
+                                 type=EventType.COMMAND_RECEIVED,
+                                 data={"instrument": req.instrument, "message": message,
+                                       "origin": "client", "resend_of": req.id})])
+        return req
 
     def _same_request(self, earlier: TakeoverRequest, key: str, instrument: str,
                       message: str, rationale: str | None, confidence: float | None,

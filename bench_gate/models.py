@@ -241,6 +241,9 @@ class TakeoverRequest(BaseModel):
     plan_id: str | None = None
     #: The bench (gateway) that owns the instrument; only it ever executes the request.
     bench: str = ""
+    #: Runs when its requester resends the identical command before it expires, not at its
+    #: last approval (the socket door's ``on_hold = "refuse"``).
+    on_resend: bool = False
     version: int = 0
 
     def valid_approvals(self) -> list[Approval]:

@@ -1,7 +1,9 @@
 """What a script sees when a write waits for a person, through the socket door: GATE:STAT?
 right behind a held write is answered at once (issue 18: it waited in line when sent with
 no delay), and GATE:HOLD REFUSE (or socket_door.on_hold = "refuse") answers a held write
-with -203 and its request id at once instead of blocking the stream."""
+with -203 and its request id at once instead of blocking the stream; once approved, the
+request runs when the same requester resends the identical command before it expires, once,
+and never at its approval, at a restart, for someone else or for another command."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +20,10 @@ import pyvisa
 from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Status
+from bench_gate.models import EventType, Principal, Status, TakeoverRequest
 from bench_gate.proxy import Doors, start_doors
+from bench_gate.store import SqliteStore
+from tests.conftest import Clock
 from tests.test_proxy import in_thread, next_pending
 
 NO_ERROR = '+0,"No error"'
@@ -191,3 +196,151 @@ async def test_on_hold_refuse_from_bench_toml(gateway: Gateway, config: BenchCon
     finally:
         rm.close()
         await doors.close()
+
+
+# ------------------------------------------ on_hold = refuse: the approved write runs at resend
+
+
+def _step_events(gateway: Gateway, req: TakeoverRequest, kind: EventType) -> int:
+    return sum(1 for e in gateway.store.journal(req.run_id, limit=10_000)
+               if e.request_id == req.id and e.type is kind)
+
+
+async def test_refuse_runs_the_approved_write_only_when_its_requester_resends_it(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal,
+        front_panel: Any) -> None:
+    psu, other = open_client(timeout=3000), open_client(timeout=3000)
+
+    def hold(client: Any, command: str) -> list[str]:
+        client.write("GATE:HOLD REFUSE")
+        client.write(command)
+        return _errors(client)
+
+    first = await in_thread(hold, psu, "VOLT 1.5,(@1)")
+    req = await next_pending(gateway)
+    assert req.on_resend and req.id in first[0]
+    granted = await gateway.grant(req.id, olga, list(req.required),
+                                  proposal_hash=req.proposal_hash)
+    # Approved, and it waits for the resend: nothing reached the instrument.
+    assert granted.request.status is Status.APPROVED
+    assert "runs when its requester resends" in granted.message
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+
+    # Someone else (another connection, another run) sends the identical command: a request
+    # of its own, and the approved one does not run.
+    theirs = await in_thread(hold, other, "VOLT 1.5,(@1)")
+    assert len(theirs) == 1 and theirs[0].startswith('-203,"Command protected; tk-')
+    assert req.id not in theirs[0]
+    # A different command on the same connection: a new request, the approved one waits.
+    different = await in_thread(hold, psu, "VOLT 1.6,(@1)")
+    assert len(different) == 1 and req.id not in different[0]
+    assert gateway.get_request(req.id).status is Status.APPROVED
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+
+    def resend() -> tuple[list[str], str]:
+        psu.write("VOLT 1.5,(@1)")
+        return _errors(psu), psu.query("VOLT? (@1)")
+
+    errors, volts = await in_thread(resend)  # the identical resend runs it, answered as a write
+    assert errors == [] and Decimal(volts) == Decimal("1.5")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("1.5")
+    done = gateway.get_request(req.id)
+    assert done.status is Status.EXECUTED and done.receipt is not None
+    assert _step_events(gateway, req, EventType.STEP_STARTED) == 1
+    resends = [e for e in gateway.store.journal(req.run_id, limit=10_000)
+               if e.type is EventType.COMMAND_RECEIVED and e.data.get("resend_of") == req.id]
+    assert len(resends) == 1
+
+    # Once more: it never runs twice (the resend is a new request of its own).
+    front_panel.write("VOLT 0.5,(@1)")
+    again, volts = await in_thread(resend)
+    assert len(again) == 1 and req.id not in again[0]
+    assert Decimal(volts) == Decimal("0.5")
+    assert _step_events(gateway, req, EventType.STEP_STARTED) == 1
+
+
+async def test_refuse_resend_after_expiry_does_not_run_it(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal, clock: Clock,
+        front_panel: Any) -> None:
+    psu = open_client(timeout=3000)
+    await in_thread(psu.write, "GATE:HOLD REFUSE;:GATE:HOLD?")
+    assert await in_thread(psu.read) == "REFUSE"
+    await in_thread(psu.write, "CURR 0.2,(@2)")
+    req = await next_pending(gateway)
+    await gateway.grant(req.id, olga, list(req.required), proposal_hash=req.proposal_hash)
+    await in_thread(_errors, psu)
+    clock.advance(seconds=(req.expires_at - clock()).total_seconds() + 1)
+
+    def resend() -> list[str]:
+        psu.write("CURR 0.2,(@2)")
+        return _errors(psu)
+
+    errors = await in_thread(resend)
+    expired = gateway.get_request(req.id)
+    assert expired.status is Status.EXPIRED and "not resent" in (expired.outcome or "")
+    # The resend after the expiry is a new request; nothing was written.
+    (fresh,) = gateway.list_requests(status=Status.PENDING)
+    assert fresh.id != req.id and len(errors) == 1 and fresh.id in errors[0]
+    assert Decimal(front_panel.query("CURR? (@2)")) != Decimal("0.2")
+    assert _step_events(gateway, req, EventType.STEP_STARTED) == 0
+
+
+async def _started(config: BenchConfig, db: Path, clock: Clock) -> Gateway:
+    gw = Gateway(config, SqliteStore(db), clock=clock)
+    await gw.start()
+    return gw
+
+
+async def _stopped(gw: Gateway) -> None:
+    await gw.close()
+    gw.store.close()
+
+
+async def test_a_request_that_runs_on_resend_never_runs_at_a_restart_nor_twice(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    gw = await _started(config, db_path, clock)
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)", on_resend=True)).request
+    late = (await gw.submit(run.id, "psu", "VOLT 3,(@3)", on_resend=True)).request
+    assert req is not None and late is not None
+    for r in (req, late):
+        granted = await gw.grant(r.id, olga, list(r.required), proposal_hash=r.proposal_hash)
+        assert granted.request.status is Status.APPROVED
+    await _stopped(gw)
+
+    gw = await _started(config, db_path, clock)  # start() runs approved requests: not these
+    try:
+        await gw.sweep()
+        assert gw.get_request(req.id).status is Status.APPROVED
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+        # Only its own run, with its identical command, runs it.
+        other = gw.create_run(pete, "script")
+        assert await gw.resend(other.id, req.id, "VOLT 2.5,(@1)") is None
+        assert await gw.resend(run.id, req.id, "VOLT 2.4,(@1)") is None
+        ran = await gw.resend(run.id, req.id, "volt 2.5, (@1)")  # the same canonical command
+        assert ran is not None and ran.status is Status.EXECUTED
+        assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("2.5")
+        front_panel.write("VOLT 0.5,(@1)")
+        again = await gw.resend(run.id, req.id, "VOLT 2.5,(@1)")
+        assert again is not None and again.status is Status.EXECUTED
+        assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("0.5")
+        # Approved and never resent: the sweeper ends it expired at its expiry.
+        clock.advance(seconds=(late.expires_at - clock()).total_seconds() + 1)
+        await gw.sweep()
+        assert gw.get_request(late.id).status is Status.EXPIRED
+        gone = await gw.resend(run.id, late.id, "VOLT 3,(@3)")
+        assert gone is not None and gone.status is Status.EXPIRED
+    finally:
+        await _stopped(gw)
+    gw = await _started(config, db_path, clock)  # a second restart runs nothing
+    try:
+        await gw.sweep()
+        assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("0.5")
+        assert Decimal(front_panel.query("VOLT? (@3)")) == 0
+        for r in (req, late):
+            started = sum(1 for e in gw.store.journal(run.id, limit=10_000)
+                          if e.request_id == r.id and e.type is EventType.STEP_STARTED)
+            assert started == (1 if r is req else 0)
+    finally:
+        await _stopped(gw)

@@ -17,13 +17,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import pyvisa
 
+from bench_gate.client import Client
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.locking import UNLOCKED_WARNING, LockStatus
-from bench_gate.mcp import CoreBench, ToolFailure
+from bench_gate.mcp import CoreBench, HttpBench, ToolFailure
 from bench_gate.models import Principal, Status
 from bench_gate.scpi import ProfileError, get_profile
 from bench_gate.store import SqliteStore
@@ -164,6 +166,8 @@ async def test_no_door_lets_a_client_free_or_take_the_lock(
         assert result.status == "refused", (message, result)
         assert "forbidden through the gateway" in (result.reason or ""), result.reason
     agent = CoreBench(gateway, Principal(name="agent-1"))
+    shown = {i.name: i for i in await agent.instruments()}
+    assert shown["psu"].lock == "locked" and shown["psu"].lock_warning is None
     agent_run = await agent.create_run("try the lock")
     with pytest.raises(ToolFailure, match="forbidden through the gateway"):
         await agent.submit(agent_run, "psu", "SYST:LOCK:REL")
@@ -235,3 +239,8 @@ def test_served_status_socket_door_and_the_warning(served: Bench) -> None:
     assert lines["psu"].endswith("locked") and lines["dmm"].endswith("locked")
     assert "not lockable" in lines["aux"]
     assert f"WARNING aux: not lockable: {UNLOCKED_WARNING}" in shown.stdout
+    # MCP over HTTP shows the same to an agent.
+    with Client(url, tokens["bot"]) as client:
+        agent = {i.name: i for i in anyio.run(HttpBench(client).instruments)}
+    assert agent["psu"].lock == "locked" and agent["aux"].lock == "not lockable"
+    assert agent["aux"].lock_warning == UNLOCKED_WARNING

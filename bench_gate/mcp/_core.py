@@ -82,7 +82,9 @@ class CoreBench:
         return await self._call(go)
 
     async def instruments(self) -> list[InstrumentInfo]:
-        return [InstrumentInfo(name=ic.name, profile=ic.profile, resource=ic.resource)
+        return [InstrumentInfo(name=ic.name, profile=ic.profile, resource=ic.resource,
+                               lock=(lock := self.gateway.instrument_lock(ic.name)).words,
+                               lock_warning=lock.warning)
                 for ic in self.gateway.config.instruments]
 
     async def state(self, instrument: str) -> InstrumentState:

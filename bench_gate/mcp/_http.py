@@ -81,7 +81,9 @@ class HttpBench:
 
     async def instruments(self) -> list[InstrumentInfo]:
         rows = await self._call(lambda: self.client.request("GET", "/v1/instruments"))
-        return [InstrumentInfo(name=r["name"], profile=r["profile"], resource=r["resource"])
+        return [InstrumentInfo(name=r["name"], profile=r["profile"], resource=r["resource"],
+                               lock=r.get("lock", "not lockable"),
+                               lock_warning=r.get("lockWarning"))
                 for r in rows]
 
     async def state(self, instrument: str) -> InstrumentState:

@@ -50,6 +50,10 @@ class InstrumentInfo(_Out):
     name: str
     profile: str
     resource: str
+    #: Whether the gateway holds the instrument's lock (docs/interlocks.md §2), and the
+    #: warning whenever it does not.
+    lock: str = "not lockable"
+    lock_warning: str | None = None
 
 
 class Instruments(_Out):

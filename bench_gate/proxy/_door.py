@@ -191,11 +191,13 @@ class Connection:
         self.busy = True
         self.owing = "?" in text
         try:
-            if self.on_hold == "refuse" and await resent(self, text):
+            if self.refused and await resent(self, text):
                 return
+            refusing = self.on_hold == "refuse"
             try:
                 result = await submit(self.gateway, run_id, self.instrument, text,
-                                      rationale=rationale, confidence=confidence)
+                                      rationale=rationale, confidence=confidence,
+                                      on_resend=refusing)
             except Refused as exc:
                 self.rationale = self.confidence = None
                 await self.push_error(exc.code, exc.message)
@@ -211,7 +213,7 @@ class Connection:
             if result.request is None:  # pragma: no cover - the core always returns one
                 await self.push_error(-200, f"unexpected result {result.status!r}")
                 return
-            if self.on_hold == "refuse" and result.request.status is Status.PENDING:
+            if refusing and result.request.status is Status.PENDING:
                 await refuse_hold(self, result.request)
                 return
             await report(self, await decision(self, result.request))

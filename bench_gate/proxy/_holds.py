@@ -87,20 +87,30 @@ def _canonical(conn: Connection, text: str) -> tuple[str, ...] | None:
 
 async def resent(conn: Connection, text: str) -> bool:
     """A resend of a write refused under ``refuse``: never a second request. Still pending:
-    -203 again. Approved or executing: waited for, then reported like a held write.
-    Executed (the core runs an approved request when its last approval is given): answered
-    from its receipt, never run twice. Denied, expired, cancelled: forgotten, and the
-    resend is submitted afresh. True if the resend was dealt with."""
+    -203 again. Approved: run now, once, if it is the identical canonical command (the core
+    checks it, the run and the expiry), and answered like a write that ran at once; gone
+    stale at the recheck: -203 naming its fresh request. Executed: answered from its
+    receipt, never run twice. Denied, expired, cancelled, or not this request's command:
+    forgotten, and the resend is submitted afresh. True if the resend was dealt with."""
     keys = [k for k in (_canonical(conn, text), ("", text.strip())) if k is not None]
     request_id = next((conn.refused[k] for k in keys if k in conn.refused), None)
-    if request_id is None:
+    if request_id is None or conn.run_id is None:
         return False
     for key in [k for k, v in conn.refused.items() if v == request_id]:
         del conn.refused[key]  # one resend takes it; a pending one is put back below
+    ran_now = False
     try:
         req = conn.gateway.get_request(request_id)
+        if req.on_resend and req.status is Status.APPROVED:
+            ran = await conn.gateway.resend(conn.run_id, request_id, text)
+            if ran is None:  # another command (the approver's edit is not this one)
+                return False
+            req, ran_now = ran, True
     except GatewayError:
         return False
+    if req.status is Status.STALE and req.superseded_by and req.on_resend:
+        await refuse_hold(conn, conn.gateway.get_request(req.superseded_by))
+        return True
     if req.status is Status.PENDING:
         await refuse_hold(conn, req)
         return True
@@ -108,7 +118,8 @@ async def resent(conn: Connection, text: str) -> bool:
             req.status is Status.STALE and req.superseded_by):
         await report(conn, await decision(conn, req))
         return True
-    if req.status is Status.EXECUTED:
+    if req.status is Status.EXECUTED or (
+            ran_now and req.status in (Status.FAILED, Status.AMBIGUOUS)):
         await report(conn, req)
         return True
     return False
