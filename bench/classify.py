@@ -150,6 +150,11 @@ MUST_HOLD: dict[str, re.Pattern[str]] = {
         r":(ILIM|VLIM|RANG|PROT|HIGH)\w*(:\w+)*)\s|OUTP\w*(:STAT\w*)?\s|OUTP\w*:\w+:SMOD\w*\s|"
         r"ROUT\w*:TERM\w*\s|INIT|TRIG\w*:LOAD|ABOR|DIG\w*:LINE\d*:(STAT|MODE)\w*\s|"
         r"(SENS\w*:)?FUNC\w*(:ON)?\s+['\"]RES|MEAS\w*:RES)", re.IGNORECASE),
+    "dmm6500": re.compile(
+        r"^:?(\*(RST|RCL|TST\?|LANG\s)|"
+        r"(CONF\w*|MEAS\w*)(:SCAL\w*)?:(RES|FRES|CAP|CONT|DIOD|TEMP)|"
+        r"(SENS\w*:)?TEMP\w*:TRAN\w*\s+(RTD|FRTD|THER)|(SENS\w*:)?DIOD\w*:BIAS\w*(:LEV\w*)?\s|"
+        r"(SENS\w*:)?FUNC\w*(:ON)?\s+['\"](RES|FRES|CAP|CONT|DIOD|TEMP))", re.IGNORECASE),
 }
 
 

@@ -13,7 +13,10 @@ send is recorded as they sent it:
   parameter set to the value it has, every measurement parameter read, and its methods
   (``init_measurement``, ``fetch``, ``read``, ``abort_measurement``, ``reset``);
 - PyMeasure ``Keithley2450`` (the SMU, simulated on its own): every property a 2450 answers
-  read, every source and measure method, the output on and off, and ``reset``.
+  read, every source and measure method, the output on and off, and ``reset``;
+- PyMeasure ``KeithleyDMM6500`` (simulated on its own, no scanner card): every property it
+  answers in its default function read, every ``measure_*`` method, filters, ranges,
+  relative, autozero, the beeper, and ``reset``.
 
 Each line: ``profile<TAB>driver<TAB>message``, in the order sent.
 """
@@ -149,6 +152,44 @@ def pymeasure_k2450(resource: str) -> None:
         smu.adapter.close()
 
 
+#: KeithleyDMM6500 properties a DMM6500 without a scanner card cannot answer in DC volts:
+#: *OPT? (no DMM6500 command), the AC detector bandwidth, the scanner card's.
+NOT_DMM6500 = frozenset({"options", "detector_bandwidth", "display_screen",
+                         "pseudo_scanner_enabled"})
+
+
+def pymeasure_dmm6500(resource: str) -> None:
+    from pymeasure.instruments.keithley import KeithleyDMM6500
+
+    meter = KeithleyDMM6500(resource, visa_library="@py", read_termination="\n",
+                            write_termination="\n", timeout=5000)
+    try:
+        for name in _properties(meter):
+            if name not in NOT_DMM6500 and not name.startswith("scan_"):
+                getattr(meter, name)
+        meter.measure_voltage(max_voltage=10)
+        meter.enable_filter(type="moving", count=5)
+        meter.disable_filter()
+        meter.auto_range()
+        meter.trigger_single_autozero()
+        meter.voltage  # noqa: B018 (a reading)
+        meter.measure_voltage(ac=True)
+        meter.measure_current()
+        meter.measure_current(ac=True)
+        meter.measure_frequency()
+        meter.measure_period()
+        meter.measure_resistance()
+        meter.measure_resistance(wires=4)
+        meter.measure_capacitance()
+        meter.measure_diode()
+        meter.measure_continuity()
+        meter.measure_temperature()
+        meter.beep(1000, 0.1)
+        meter.reset()
+    finally:
+        meter.adapter.close()
+
+
 def _qcodes_parameters(instrument: Any) -> Iterator[Any]:
     skip = {"IDN", "timeout", "volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res",
             "timetrace", "time_axis"}
@@ -164,6 +205,7 @@ DRIVERS: list[tuple[str, str, str, Callable[[str], None]]] = [
     ("34465a", "dmm", "pymeasure Agilent34410A", pymeasure_34410a),
     ("34465a", "dmm", "qcodes Keysight34465A", qcodes_34465a),
     ("k2450", "smu", "pymeasure Keithley2450", pymeasure_k2450),
+    ("dmm6500", "dmm6500", "pymeasure KeithleyDMM6500", pymeasure_dmm6500),
 ]
 
 
@@ -176,10 +218,12 @@ def _settle(sent: list[str], quiet: float = 0.5) -> None:
 
 def build() -> list[tuple[str, str, str]]:
     corpus: list[tuple[str, str, str]] = []
-    with SimBenchThread() as bench, SimServedThread("smu") as smu:
+    with SimBenchThread() as bench, SimServedThread("smu") as smu, \
+            SimServedThread("dmm6500") as dmm6500:
         served = {"psu": (bench.psu, bench.psu_resource_name),
                   "dmm": (bench.dmm, bench.dmm_resource_name),
-                  "smu": (smu.instrument, smu.resource_name)}
+                  "smu": (smu.instrument, smu.resource_name),
+                  "dmm6500": (dmm6500.instrument, dmm6500.resource_name)}
         for profile, which, driver, run in DRIVERS:
             instrument, resource = served[which]
             sent: list[str] = []

@@ -1,5 +1,6 @@
 """A simulated bench for bench-gate: a Keysight E36312A supply and a 34465A meter, and more
-instruments served one by one (``SimServedThread("smu")``: a Keithley 2450 SourceMeter).
+instruments served one by one (``SimServedThread("smu")``: a Keithley 2450 SourceMeter;
+``SimServedThread("dmm6500")``: a Keithley DMM6500 multimeter).
 
 pyvisa-sim holds the instruments' state (``bench.yaml``); the classes here add what pyvisa-sim
 cannot model and serve each instrument on its own raw-socket port, like a LAN instrument::
@@ -12,6 +13,7 @@ cannot model and serve each instrument on its own raw-socket port, like a LAN in
 '+5.00000000E+00'
 """
 
+from ._dmm6500 import DMM6500_PROFILE, SimDmm6500
 from ._extra import EXTRA, SimServed, SimServedThread, extra_for_profile, extra_yaml_path
 from ._model import ERROR_QUEUE_DEPTH, PANEL, Probe, Session, SimDmm, SimInstrument, SimPsu
 from ._resources import (
@@ -28,6 +30,7 @@ from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
 from ._smu import SMU_PROFILE, SimSmu
 
 __all__ = [
+    "DMM6500_PROFILE",
     "DMM_PROFILE",
     "DMM_RESOURCE",
     "ERROR_QUEUE_DEPTH",
@@ -43,6 +46,7 @@ __all__ = [
     "SimBench",
     "SimBenchThread",
     "SimDmm",
+    "SimDmm6500",
     "SimInstrument",
     "SimPsu",
     "SimServed",

@@ -11,10 +11,11 @@ import pytest
 
 from bench_gate.cli import main
 from bench_gate.scpi import available_profiles, classify
-from sim_instruments import SimBenchThread
+from sim_instruments import EXTRA, SimBenchThread
 
 #: The simulated instrument that plays each shipped profile (the generic one: the supply).
-PLAYED_BY = {"e36312a": "psu", "34465a": "dmm", "generic": "psu", "k2450": "smu"}
+PLAYED_BY = {"e36312a": "psu", "34465a": "dmm", "generic": "psu", "k2450": "smu",
+             "dmm6500": "dmm6500"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_every_query_a_shipped_profile_passes_is_answered_over_lan(
     resource = bench.psu_resource_name if PLAYED_BY[profile] == "psu" else \
         bench.dmm_resource_name
     # An instrument simulated on its own (sim_instruments.EXTRA): --sim serves it.
-    where = ["--sim"] if PLAYED_BY[profile] == "smu" else ["--resource", resource]
+    where = ["--sim"] if PLAYED_BY[profile] in EXTRA else ["--resource", resource]
     assert main(["profile", "test", profile, *where, "--passing", "--timeout", "2000"]) == 0
     out = capsys.readouterr().out
     assert "unanswered" not in out
