@@ -229,7 +229,8 @@ class Intake(Part):
             return await self.submit(
                 run_id, instrument, message, rationale=rationale, confidence=confidence,
                 step_id=step_id, idempotency_key=idempotency_key,
-                timeout_minutes=timeout_minutes, origin=origin, excites=found)
+                timeout_minutes=timeout_minutes, origin=origin, excites=found,
+                on_resend=on_resend)
         if run is None:  # pragma: no cover - a held message always loaded its run above
             run = self.runs.get(run_id)
         required = list(decision.required) or [ApprovalKind.STATE]
