@@ -32,8 +32,8 @@ def _line(label: str, text: str) -> None:
 
 def _margins(h: dict[str, Any]) -> None:
     for m in (h.get("risk") or {}).get("envelope") or []:
-        _line("margin", f"CH{m['channel']} {m['field']} {m['value']}, envelope {m['limit']}: "
-                        f"{m['margin']} left ({m['marginPct']:g} %)")
+        _line("margin", m.get("words") or f"CH{m['channel']} {m['field']} {m['value']} of "
+                        f"limit {m['limit']}: margin {m['margin']} ({m['marginPct']:.0f}%)")
 
 
 def _setpoints(h: dict[str, Any]) -> None:

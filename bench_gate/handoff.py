@@ -145,11 +145,15 @@ def build_handoff(
             except InvalidOperation:
                 continue
             margin = limit - value
+            # A tenth of a percent: finer digits are noise no reviewer decides on.
+            pct = round(float(margin / limit * 100), 1) if limit else 0.0
             margins.append({
                 "channel": a.channel, "field": a.field, "value": a.new, "limit": str(limit),
-                "margin": str(margin),
-                # A tenth of a percent: finer digits are noise no reviewer decides on.
-                "margin_pct": round(float(margin / limit * 100), 1) if limit else 0.0,
+                "margin": str(margin), "margin_pct": pct,
+                # The console's and the CLI's one sentence for it.
+                "words": (f"CH{a.channel} {a.field} {show_value(profile, a.field, a.new)} of "
+                          f"limit {show_value(profile, a.field, str(limit))}: margin "
+                          f"{show_value(profile, a.field, str(margin))} ({pct:.0f}%)"),
             })
     signals: list[str] = []
     if req.confidence is not None:

@@ -144,7 +144,8 @@ def test_show_an_executed_request_says_each_thing_once(
     assert lines["outcome"].split(None, 1)[1] == "executed: VOLT 2.5,(@1)"
     assert re.search(r"approved\s+setpoint by olga at \S+Z: fine for this DUT", out)
     assert re.search(r"read back\s+.*ch1\.voltage \S+ → 2\.5", out)
-    assert re.search(r"margin\s+CH1 voltage 2\.5, envelope 6: 3\.5 left \(58\.3 %\)", out)
+    assert re.search(r"margin\s+CH1 voltage 2\.500 V of limit 6\.000 V: margin 3\.500 V "
+                     r"\(58%\)", out), out  # the console's words
 
 
 def test_deny_that_suspends_the_run_says_so(bench: Bench,
