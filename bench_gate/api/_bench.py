@@ -113,4 +113,6 @@ def revoke_token(id_or_name: str, who: Admin, request: Request) -> dict[str, int
 
 @router.get("/v1/config", tags=["admin"])
 def config(who: Admin, gw: GatewayDep) -> dict[str, Any]:
+    """The configuration in force, spelled as bench.toml spells it (``keep_days``,
+    ``socket_port``): the one body not in camelCase, so that it reads back into the file."""
     return gw.config.model_dump(mode="json")
