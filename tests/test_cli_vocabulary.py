@@ -158,6 +158,9 @@ def test_deny_that_suspends_the_run_says_so(bench: Bench,
     assert f"run {run} suspended after 2 denials in a row" in out
     code, out, _ = run_main(bench, "olga", capsys, "show", second)
     assert re.search(r"earlier\s+\S+Z  VOLT 1\.3,\(@3\)", out), out  # what the run did
+    code, out, _ = run_main(bench, "bot", capsys, "wait", first, "--json")
+    assert code == 3 and json.loads(out)["decidedBy"] == "olga"
+    assert json.loads(out)["rationale"] == "the DUT needs it"
     code, out, _ = run_main(bench, "bot", capsys, "wait", first)
     assert code == 3 and out.strip() == f"{first}: denied by olga: not on this DUT"
     assert out.count("not on this DUT") == 1

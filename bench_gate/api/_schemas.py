@@ -147,10 +147,14 @@ class TakeoverOut(_Out):
     approvals_given: list[ApprovalOut]
     approvals_missing: list[ApprovalKind]
     reason: str
+    #: The requester's words for why (the same ``rationale`` it submitted).
+    rationale: str | None = None
     step_id: str | None = None
     created_at: datetime
     expires_at: datetime
     decided_at: datetime | None = None
+    #: Who denied or cancelled it (an approved one's approvers are in approvalsGiven).
+    decided_by: str | None = None
     outcome: Words | None = None
     notes: Words | None = None
     receipt: dict[str, Any] | None = None
@@ -220,8 +224,9 @@ def takeover_out(req: TakeoverRequest, *, handoff: bool = False) -> TakeoverOut:
         status=req.status, commands=[a.canonical for a in req.actions], required=req.required,
         approvals_given=[ApprovalOut(kind=a.kind, by=a.by, at=a.at, notes=a.notes)
                          for a in valid],
-        approvals_missing=req.missing(), reason=req.reason, step_id=req.step_id,
-        created_at=req.created_at, expires_at=req.expires_at, decided_at=req.decided_at,
+        approvals_missing=req.missing(), reason=req.reason, rationale=req.rationale,
+        step_id=req.step_id, created_at=req.created_at, expires_at=req.expires_at,
+        decided_at=req.decided_at, decided_by=req.decided_by,
         outcome=req.outcome, notes=req.notes,
         receipt=wire(req.receipt.model_dump(mode="json")) if req.receipt is not None else None,
         supersedes=req.supersedes, superseded_by=req.superseded_by,
