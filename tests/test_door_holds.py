@@ -225,6 +225,8 @@ async def test_refuse_runs_the_approved_write_only_when_its_requester_resends_it
     assert granted.request.status is Status.APPROVED
     assert "runs when its requester resends" in granted.message
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+    status = await in_thread(psu.query, "GATE:STAT?")
+    assert status.startswith(f'APPROVED,"{req.id}","approved: resend the same command')
 
     # Someone else (another connection, another run) sends the identical command: a request
     # of its own, and the approved one does not run.

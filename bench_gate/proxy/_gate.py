@@ -29,6 +29,7 @@ from ..models import Status
 from ..scpi import ERROR_NAMES, RawUnit, ScpiExecutionError, ScpiSyntaxError, lex
 from ..scpi._lexer import ChannelList, CharData, Data, Number, QuotedString
 from ..states import PlanStatus
+from ..wire import rfc3339
 
 if TYPE_CHECKING:
     from ..gateway import Gateway
@@ -269,6 +270,9 @@ def request_status(gateway: Gateway, request_id: str | None) -> str:
         missing = req.missing()
         text = "waiting for a person: " + (", ".join(k.value for k in missing)
                                            or "decision")
+    elif req.status is Status.APPROVED and req.on_resend:  # on_hold = refuse
+        text = ("approved: resend the same command on this connection to run it, before "
+                f"{rfc3339(req.expires_at)}")
     else:
         text = req.outcome or req.status.value
     return f"{req.status.value.upper()},{quote(req.id)},{quote(text)}"
