@@ -241,7 +241,10 @@ class Decisions(Part):
                                   outcome=f"denied by {approver.name}: {notes}", notes=notes):
             raise TransitionError(req.id, req.status.value, "deny")
         self._record_decision(req)
-        self.runs.after_denial(req, f"denied by {approver.name}")
+        suspended = self.runs.after_denial(req, f"denied by {approver.name}")
+        if suspended:  # the denial that suspends its run says so, through every door
+            req.outcome = f"{req.outcome}; run {req.run_id} {suspended}"
+            self.store.save_request(req, req.version, [])
         return req
 
     async def cancel(self, request_id: str, who: Principal, reason: str = "withdrawn"

@@ -182,8 +182,9 @@ class Runs(Part):
             except NotFound:
                 self.store.kv_delete(ATTACHED, run_id)
 
-    def after_denial(self, req: TakeoverRequest, why: str) -> None:
-        """Count denials (an expiry is one); suspend a run that keeps being told no."""
+    def after_denial(self, req: TakeoverRequest, why: str) -> str | None:
+        """Count denials (an expiry is one); suspend a run that keeps being told no. Returns
+        why, when this one suspended it ("suspended after 3 denials in a row")."""
         events: list[Event] = []
         if req.handoff.get("confidence_gate"):
             events.append(Event(run_id=req.run_id, request_id=req.id,
@@ -191,7 +192,7 @@ class Runs(Part):
                                 data={"reason": f"diverted step {why}", "step_id": req.step_id}))
         run = self.store.get_run(req.run_id)
         if run is None:
-            return
+            return None
         run.denials_in_a_row += 1
         run.denials_total += 1
         policy = self.config.policy
@@ -210,6 +211,8 @@ class Runs(Part):
                                       "total": run.denials_total}))
             self.core.notifier.publish("run", id=run.id, status=run.status.value)
         self.store.save_run(run, events)
+        return run.takeover_reason if events and events[-1].type is EventType.RUN_SUSPENDED \
+            else None
 
 
     def on_move(self, req: TakeoverRequest, dst: Status) -> None:
