@@ -8,6 +8,7 @@ a shell passes them, a pipe that is not a terminal); the rest calls ``main(argv)
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -115,6 +116,29 @@ def test_the_real_executable(bench: Bench) -> None:
     for code, word in [(0, "executed"), (3, "denied"), (4, "expired"), (5, "stale"),
                        (6, "failed or ambiguous"), (7, "cancelled"), (8, "timeout")]:
         assert re.search(rf"^\s+{code}\s+.*{word}", helped.stdout, re.M), (code, word)
+
+
+def test_every_command_takes_the_global_options_after_it() -> None:
+    parser = _parser()
+
+    def leaves(p: argparse.ArgumentParser, path: tuple[str, ...]
+               ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, p
+        for action in subs:
+            for name, child in action.choices.items():
+                yield from leaves(child, (*path, name))
+
+    found = list(leaves(parser, ()))
+    assert len(found) > 20
+    for path, leaf in found:
+        assert {"--url", "--token", "--json"} <= set(leaf._option_string_actions), path
+    args = parser.parse_args(["journal", "verify", "--url", "http://a", "--json",
+                              "--token", "t"])
+    assert (args.url, args.token, args.json) == ("http://a", "t", True)
+    args = parser.parse_args(["--url", "http://b", "--json", "runs"])
+    assert (args.url, args.json) == ("http://b", True)  # before it: kept, not reset
 
 
 def test_every_approve_option_has_help() -> None:
