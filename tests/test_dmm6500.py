@@ -1,6 +1,6 @@
-"""The Keithley DMM6500 multimeter (profile dmm6500) on the simulated bench: its profile checks
-clean, its simulator answers every query the profile passes and takes every command it
-knows; through the socket door, with real pyvisa clients over TCP, its passive functions and
+"""The Keithley DMM6500 multimeter (profile dmm6500) on the simulated bench (its profile and
+simulator: tests/test_extra_instruments.py). The simulated meter reads the function selected;
+through the socket door, with real pyvisa clients over TCP, its passive functions and
 settings pass, a function or setting that drives current into the DUT is held as excites
 with what the meter applies, another command set is refused, and PyMeasure's
 KeithleyDMM6500 reads every property, unmodified, with no hold.
@@ -9,28 +9,20 @@ KeithleyDMM6500 reads every property, unmodified, with no hold.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
-import pyvisa
 
 from bench.driver_corpus import NOT_DMM6500
-from bench_gate.cli import main
 from bench_gate.config import BenchConfig, InstrumentConfig, default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.proxy import Doors
-from bench_gate.scpi import Effect, get_profile
-from bench_gate.scpi._examples import command_examples, query_examples
-from sim_instruments import SimBenchThread, SimServedThread, extra_yaml_path
-from sim_instruments._settings import update_bench_yaml
+from sim_instruments import SimBenchThread, SimServedThread
 from tests.test_drivers import _read_properties
-from tests.test_k2450 import doors
 from tests.test_proxy import in_thread, next_pending
-
-__all__ = ["doors"]  # the socket doors of the bench below (tests/test_k2450.py)
 
 PROFILE = "dmm6500"
 NO_ERROR = '0,"No error"'
@@ -51,50 +43,9 @@ def config(sim: SimBenchThread, dmm_sim: SimServedThread) -> BenchConfig:
 
 
 @pytest.fixture
-def meter(doors: Doors) -> Iterator[Any]:
+def meter(open_client: Callable[..., Any]) -> Any:
     """A script's connection to the DMM6500's socket door."""
-    rm = pyvisa.ResourceManager("@py")
-    host, port = doors.addresses["dmm6500"]
-    res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
-                           write_termination="\n", timeout=15000)
-    yield res
-    res.close()
-    rm.close()
-
-
-def test_the_profile_checks_clean(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "check", f"bench_gate/profiles/{PROFILE}.yaml"]) == 0
-    assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
-
-
-def test_every_query_the_profile_passes_is_answered_over_lan(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "test", PROFILE, "--sim", "--passing", "--timeout", "2000"]) == 0
-    out = capsys.readouterr().out
-    assert "unanswered" not in out and ", 0 not" in out
-
-
-def test_the_simulator_takes_every_command_and_query_the_profile_knows(
-        dmm_sim: SimServedThread) -> None:
-    instrument = dmm_sim.instrument
-    known = get_profile(PROFILE)
-    every = frozenset(Effect) - {Effect.FORBIDDEN}
-    examples = command_examples(known, every) + query_examples(known, every)
-    assert len(examples) > 300
-    refused = []
-    for example in examples:
-        answer = instrument.handle_message(example.message)
-        error = instrument.handle_message("SYST:ERR?")
-        if error != NO_ERROR or (example.query and not answer):
-            refused.append((example.message, answer, error))
-        instrument.handle_message("*RST")
-    assert refused == []
-
-
-def test_the_definition_holds_every_setting_of_the_profile() -> None:
-    text = extra_yaml_path("dmm6500").read_text(encoding="utf-8")
-    assert update_bench_yaml(text, get_profile(PROFILE)) == text, (
-        "dmm6500.yaml is behind the profile: python -m sim_instruments settings dmm6500 --write")
+    return open_client("dmm6500")
 
 
 def test_the_simulated_meter_reads_the_function_selected(dmm_sim: SimServedThread) -> None:

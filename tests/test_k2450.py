@@ -1,6 +1,6 @@
-"""The Keithley 2450 SourceMeter (profile k2450) on the simulated bench: its profile checks
-clean, its simulator answers every query the profile passes and takes every command it
-knows; through the socket door, with real pyvisa clients over TCP, its reads and measure
+"""The Keithley 2450 SourceMeter (profile k2450) on the simulated bench (its profile and
+simulator: tests/test_extra_instruments.py). The simulated SMU limits and follows its source
+function; through the socket door, with real pyvisa clients over TCP, its reads and measure
 settings pass, its source levels and limits are held as setpoints, output on needs the
 setpoint and the output enable, the envelope bounds the magnitude on its channel, a
 resistance measurement (auto-ohms sources a test current) is held as excites, the emergency
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -20,16 +20,11 @@ import pytest
 import pyvisa
 
 from bench.driver_corpus import NOT_2450
-from bench_gate.auth import Tokens
-from bench_gate.cli import main
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
-from bench_gate.proxy import Doors, start_doors
-from bench_gate.scpi import Effect, classify, get_profile
-from bench_gate.scpi._examples import PASSING, command_examples, query_examples
-from sim_instruments import SimBenchThread, SimServedThread, SimSmu, extra_yaml_path
-from sim_instruments._settings import update_bench_yaml
+from bench_gate.proxy import Doors
+from sim_instruments import SimBenchThread, SimServedThread, SimSmu
 from tests.test_drivers import _read_properties
 from tests.test_proxy import in_thread, next_pending
 
@@ -55,24 +50,9 @@ def config(sim: SimBenchThread, smu_sim: SimServedThread) -> BenchConfig:
 
 
 @pytest.fixture
-async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
-    for ic in config.instruments:
-        ic.socket_port = 0
-    d = await start_doors(gateway, Tokens(gateway.store), config)
-    yield d
-    await d.close()
-
-
-@pytest.fixture
-def smu(doors: Doors) -> Iterator[Any]:
+def smu(open_client: Callable[..., Any]) -> Any:
     """A script's connection to the SMU's socket door."""
-    rm = pyvisa.ResourceManager("@py")
-    host, port = doors.addresses["smu"]
-    res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
-                           write_termination="\n", timeout=15000)
-    yield res
-    res.close()
-    rm.close()
+    return open_client("smu")
 
 
 @pytest.fixture
@@ -87,47 +67,7 @@ def panel(smu_sim: SimServedThread) -> Iterator[Any]:
     rm.close()
 
 
-# ------------------------------------------------------------------ the profile and its simulator
-
-def test_the_profile_checks_clean(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "check", f"bench_gate/profiles/{PROFILE}.yaml"]) == 0
-    out = capsys.readouterr().out
-    assert "0 error(s), 0 warning(s)" in out
-
-
-def test_every_query_the_profile_passes_is_answered_over_lan(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "test", PROFILE, "--sim", "--passing", "--timeout", "2000"]) == 0
-    out = capsys.readouterr().out
-    assert "unanswered" not in out and ", 0 not" in out
-
-
-def test_the_simulator_takes_every_command_and_query_the_profile_knows(
-        smu_sim: SimServedThread) -> None:
-    """Held ones too: once approved they run, and the simulated bench must take them."""
-    instrument = smu_sim.instrument
-    known = get_profile(PROFILE)
-    every = frozenset(Effect) - {Effect.FORBIDDEN}
-    examples = command_examples(known, every) + query_examples(known, every)
-    assert len(examples) > 150
-    refused = []
-    for example in examples:
-        answer = instrument.handle_message(example.message)
-        error = instrument.handle_message("SYST:ERR?")
-        if error != NO_ERROR or (example.query and not answer):
-            refused.append((example.message, answer, error))
-        instrument.handle_message("*RST")
-    assert refused == []
-    passing = [e for e in query_examples(known) if classify(e.message, PROFILE).effects
-               <= PASSING]
-    assert len(passing) > 100
-
-
-def test_the_definition_holds_every_setting_of_the_profile() -> None:
-    text = extra_yaml_path("smu").read_text(encoding="utf-8")
-    assert update_bench_yaml(text, get_profile(PROFILE)) == text, (
-        "k2450.yaml is behind the profile: python -m sim_instruments settings k2450 --write")
-
+# ------------------------------------------------------------------ the simulated SMU
 
 def test_the_simulated_smu_limits_and_follows_its_function(smu_sim: SimServedThread) -> None:
     smu = smu_sim.instrument
