@@ -146,8 +146,8 @@ def test_an_output_enable_shows_the_setpoint_approval_behind_it(
 
 def test_the_panel_flags_the_envelope_shows_cv_cc_and_plots_a_trend(
         desk: Any, phone: Any, bench: Bench) -> None:
-    # Into a 10 ohm load: CH1 5 V limited to 0.1 A regulates current (1 V); CH3 2 V with
-    # 0.4 A to spare regulates voltage.
+    # CH1 5 V limited to 0.1 A into its 10 ohm load regulates current (1 V); CH3 2 V into
+    # its 1 kohm load, with 0.4 A to spare, regulates voltage.
     front_panel(bench, "VOLT 5,(@1)", "CURR 0.1,(@1)", "OUTP 1,(@1)",
                 "VOLT 2,(@3)", "CURR 0.4,(@3)", "OUTP 1,(@3)")
     desk.goto(bench.url + "/instruments/psu")
@@ -172,12 +172,14 @@ def test_the_panel_flags_the_envelope_shows_cv_cc_and_plots_a_trend(
         ".dataset.samples) >= 3", timeout=TIMEOUT_MS)
     plot = desk.locator(".channel[data-channel='1'] svg.plot").first
     text = plot.text_content() or ""
-    assert "measured voltage (V)" in text and "minutes ago" in text and "now" in text
+    # Opened seconds ago: the time axis spans its first minute, in seconds.
+    assert "measured voltage (V)" in text and "seconds ago" in text and "−45" in text
     assert re.search(r"\d\.\d{3} V", text), text  # value ticks carry the unit
     assert plot.locator("line.axis").count() == 2
     points = (plot.locator("polyline").get_attribute("points") or "").split()
-    assert len(points) >= 3
-    assert "last 5 minutes" in (plot.get_attribute("aria-label") or "")
+    xs = [float(p.split(",")[0]) for p in points]
+    assert len(xs) >= 3 and xs == sorted(xs) and xs[-1] - xs[0] > 5  # a line, not a dot
+    assert "over the last 1 minute: " in (plot.get_attribute("aria-label") or "")
     amps = desk.locator(".channel[data-channel='1'] svg.plot").nth(1).text_content() or ""
     assert "measured current (A)" in amps
     shot(desk, "panel")

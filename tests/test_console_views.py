@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bench_gate.models import Snapshot, Status, TakeoverRequest
 from bench_gate.web import _docs, _history, _panel, _queue, _requests, _signin
-from bench_gate.web._plots import WINDOW_S, Samples, ticks, trend
+from bench_gate.web._plots import WINDOW_S, Samples, span_of, ticks, trend
 from bench_gate.web._views import deciders, outcome_words, utc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +82,16 @@ def test_a_trend_keeps_the_last_minutes_with_its_axes_and_unit() -> None:
     assert len(series) == WINDOW_S / 2 + 1 and series[0][0] >= now - WINDOW_S
     svg = trend(series, now, "measured voltage", "V")
     assert 'data-samples="151"' in svg and "minutes ago" in svg and "measured voltage (V)" in svg
+    assert "−5" in svg and "over the last 5 minutes:" in svg
     assert "2.980 V" in svg and "5.980 V" in svg  # the value axis spans what is shown
     assert "no samples yet" in trend([], now, "measured voltage", "V")
+    # Five minutes of samples span five minutes; a few seconds span the first minute.
+    assert span_of(now - 299, now)[0] == WINDOW_S
+    fresh = trend([(now - 20, 1.0), (now - 10, 1.5), (now - 2, 2.0)], now, "measured voltage",
+                  "V")
+    assert "seconds ago" in fresh and "−45" in fresh and "over the last 1 minute:" in fresh
+    xs = [float(p.split(",")[0]) for p in re.findall(r'points="([^"]+)"', fresh)[0].split()]
+    assert xs == sorted(xs) and xs[-1] - xs[0] > 20  # a line across the axis, not a dot
 
 
 def _request(status: Status, outcome: str, notes: str | None = None,

@@ -1,5 +1,8 @@
 """The panel's trend plots: inline SVG drawn by hand (no script, no CDN), with a time axis
-over the last minutes, a value axis in the field's unit, and a label on each."""
+over the last minutes, a value axis in the field's unit, and a label on each.
+
+The time axis spans what was sampled, from one minute (in seconds) up to five (in minutes),
+so a panel opened a few seconds ago already draws a line, not a dot at its right edge."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["WINDOW_S", "Samples", "ticks", "trend"]
+__all__ = ["MIN_SPAN_S", "WINDOW_S", "Samples", "span_of", "ticks", "trend"]
 
-#: How far back a plot looks, in seconds: the last five minutes.
+#: How far back a plot looks, in seconds: the last five minutes, and at least one.
 WINDOW_S = 300.0
+MIN_SPAN_S = 60.0
 #: Samples closer together than this are one (the panel refreshes every 2 s per viewer).
 MIN_STEP_S = 1.0
 _W, _H = 320, 132
@@ -52,11 +56,24 @@ def ticks(lo: float, hi: float, count: int = 3) -> list[float]:
     return [lo + (hi - lo) * i / (count - 1) for i in range(count - 1)] + [hi]
 
 
+def span_of(oldest: float | None, now: float) -> tuple[float, list[tuple[float, str]], str]:
+    """The time axis: its span in seconds, its ticks (seconds before now, words), its name.
+    One minute in 15 s steps until more was sampled, then whole minutes up to five."""
+    age = now - oldest if oldest is not None else 0.0
+    if age <= MIN_SPAN_S:
+        marks = [(s, "now" if s == 0 else f"−{s:.0f}") for s in (60.0, 45.0, 30.0, 15.0, 0.0)]
+        return MIN_SPAN_S, marks, "seconds ago"
+    minutes = min(math.ceil(age / 60), int(WINDOW_S // 60))
+    marks = [(60.0 * m, "now" if m == 0 else f"−{m}") for m in range(minutes, -1, -1)]
+    return 60.0 * minutes, marks, "minutes ago"
+
+
 def trend(points: Iterable[tuple[float, float]], now: float, title: str, unit: str,
           color: str = "#0a6") -> str:
-    """A line plot of the last ``WINDOW_S`` seconds: x is time (minutes ago), y the value
-    in ``unit``, with tick labels on both axes and the title above."""
+    """A line plot of the last minutes (at most ``WINDOW_S`` seconds): x is time before
+    now, y the value in ``unit``, with tick labels on both axes and the title above."""
     pts = [(t, v) for t, v in points if now - WINDOW_S <= t <= now + 1]
+    span, xmarks, xname = span_of(pts[0][0] if pts else None, now)
     name = escape(f"{title} ({unit})" if unit else title)
     head = (f'<svg class="plot" viewBox="0 0 {_W} {_H}" role="img" '
             f'data-samples="{len(pts)}" aria-label="{{label}}">'
@@ -65,13 +82,12 @@ def trend(points: Iterable[tuple[float, float]], now: float, title: str, unit: s
     x0, y0 = _LEFT, _TOP + plot_h
     parts = [f'<line class="axis" x1="{x0}" y1="{_TOP}" x2="{x0}" y2="{y0}"/>',
              f'<line class="axis" x1="{x0}" y1="{y0}" x2="{x0 + plot_w}" y2="{y0}"/>']
-    for i, minutes in enumerate((5, 4, 3, 2, 1, 0)):
-        x = x0 + plot_w * i / 5
-        words = "now" if minutes == 0 else f"−{minutes}"
+    for before, words in xmarks:
+        x = x0 + plot_w * (1 - before / span)
         parts.append(f'<line class="tick" x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + 3}"/>'
                      f'<text x="{x:.1f}" y="{y0 + 13}" text-anchor="middle">{words}</text>')
     parts.append(f'<text class="xlabel" x="{x0 + plot_w / 2:.1f}" y="{_H - 2}" '
-                 'text-anchor="middle">minutes ago</text>')
+                 f'text-anchor="middle">{xname}</text>')
     if not pts:
         label = f"{title}: no samples yet"
         parts.append(f'<text x="{x0 + 6}" y="{_TOP + plot_h / 2:.1f}">no samples yet</text>')
@@ -85,13 +101,14 @@ def trend(points: Iterable[tuple[float, float]], now: float, title: str, unit: s
                      f'y2="{y:.1f}"/><text x="{x0 - 3}" y="{y + 3:.1f}" '
                      f'text-anchor="end">{m:.3f} {escape(unit)}</text>')
     coords = " ".join(
-        f"{x0 + (t - (now - WINDOW_S)) / WINDOW_S * plot_w:.1f},"
+        f"{x0 + min(1.0, max(0.0, 1 - (now - t) / span)) * plot_w:.1f},"
         f"{y0 - (v - lo) / (hi - lo) * plot_h:.1f}" for t, v in pts)
     last = coords.rsplit(" ", 1)[-1].split(",")
     parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" '
                  f'points="{coords}"/><circle cx="{last[0]}" cy="{last[1]}" r="2.5" '
                  f'fill="{color}"/>')
     count = f"{len(pts)} sample{'s' if len(pts) != 1 else ''}"
-    label = (f"{title} over the last {WINDOW_S / 60:.0f} minutes: {count} from "
+    label = (f"{title} over the last {span / 60:.0f} minute{'s' if span > 60 else ''}: "
+             f"{count} from "
              f"{min(values):.3f} to {max(values):.3f} {unit}, now {values[-1]:.3f} {unit}")
     return head.replace("{label}", escape(label)) + "".join(parts) + "</svg>"
