@@ -196,8 +196,8 @@ class Requests(Part):
                 req.notes = notes
             if dst in TERMINAL and req.decided_at is None:
                 req.decided_at = self.clock()
-                if data.get("by"):  # a denial's or cancellation's person
-                    req.decided_by = str(data["by"])
+                if dst in (Status.DENIED, Status.CANCELLED) and data.get("by"):
+                    req.decided_by = str(data["by"])  # who denied or cancelled it
             extra = {"plan_id": req.plan_id} if req.plan_id else {}
             ev = Event(run_id=req.run_id, request_id=req.id, type=event,
                        data={**data, "status": dst.value, **extra})
