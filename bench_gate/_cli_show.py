@@ -36,9 +36,10 @@ def _margins(h: dict[str, Any]) -> None:
                         f"limit {m['limit']}: margin {m['margin']} ({m['marginPct']:.0f}%)")
 
 
-def _setpoints(h: dict[str, Any]) -> None:
+def _setpoints(tk: dict[str, Any], h: dict[str, Any]) -> None:
     """The setpoint approval an energize stands on, or the one it still needs."""
-    for need in h.get("setpointNeeded") or []:
+    needed = h.get("setpointNeeded") if "setpoint" in tk["approvalsMissing"] else None
+    for need in needed or []:
         _line("setpoint", f"CH{need['channel']} has no approved setpoint in force: this "
                           f"request needs a setpoint approval too ({need.get('voltage')} V, "
                           f"{need.get('current')} A)")
@@ -100,7 +101,7 @@ def summary(tk: dict[str, Any]) -> None:
     for key, (old, new) in (h.get("diff") or {}).items():
         _line("change", f"{key}: {old} → {new}")
     _stale(tk, h)
-    _setpoints(h)
+    _setpoints(tk, h)
     _line("required", ", ".join(tk["required"]))
     for a in tk["approvalsGiven"]:
         notes = f": {a['notes']}" if a.get("notes") else ""

@@ -258,3 +258,20 @@ def test_a_failed_start_uses_no_admin_token(tmp_path: Path,
         assert not Tokens(store).any(), "the failed start created the one-time admin token"
     finally:
         store.close()
+
+
+def test_an_energize_shows_the_setpoint_approval_it_stands_on(
+        bench: Bench, capsys: pytest.CaptureFixture[str]) -> None:
+    _, [volts] = held(bench, "bot", "VOLT 1.2,(@1)")
+    code, _, err = run_main(bench, "olga", capsys, "approve", volts, "--setpoint")
+    assert code == 0, err
+    _, [on] = held(bench, "bot", "OUTP ON,(@1)")
+    code, out, _ = run_main(bench, "olga", capsys, "show", on)
+    assert re.search(rf"setpoint\s+CH1 voltage 1\.2 approved by olga at \S+Z in {volts}",
+                     out), out
+    assert "needs a setpoint approval too" not in out
+    front_panel(bench, "CURR 0.2,(@2)")  # CH2: within the envelope, no approved setpoint
+    _, [bare] = held(bench, "bot", "OUTP ON,(@2)")
+    code, out, _ = run_main(bench, "olga", capsys, "show", bare)
+    assert re.search(r"setpoint\s+CH2 has no approved setpoint in force: this request needs "
+                     r"a setpoint approval too", out), out
