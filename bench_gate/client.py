@@ -189,6 +189,8 @@ class Client:
         return outcome
 
     def get(self, request_id: str, *, wait: float = 0) -> dict[str, Any]:
+        """One request with its handoff; ``request_id`` may be a unique prefix of an id (the
+        answer's ``id`` is the full one). ``wait`` long-polls for a decision."""
         params = {"wait": min(wait, MAX_WAIT_PER_CALL)} if wait > 0 else {}
         result: dict[str, Any] = self.request("GET", f"/v1/takeover/{request_id}",
                                               params=params)
