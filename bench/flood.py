@@ -31,12 +31,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
+
+if __package__:  # imported as bench.<script>
+    from ._procs import free_port, process, wait_up
+else:  # run as python bench/<script>.py
+    from _procs import free_port, process, wait_up
 
 ROOT = Path(__file__).resolve().parent.parent
 MCP_HEADERS = {"Accept": "application/json, text/event-stream",
@@ -44,35 +48,6 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream",
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "flood", "version": "0"}}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def process(args: list[str], **kw: Any) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **kw)
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.get(url, timeout=1)
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not come up")
 
 
 def bench_toml(psu: int, dmm: int, port: int, door: int) -> str:

@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+if __package__:  # imported as bench.<script>
+    from ._procs import free_port, process, wait_up
+else:  # run as python bench/<script>.py
+    from _procs import free_port, process, wait_up
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Reads spread over both instruments, as a test script would.
@@ -54,36 +56,6 @@ async def scpi(run_id: str, body: Body, authorization: str = Header()) -> dict[s
         raise HTTPException(401)
     return {"status": "executed", "response": "+1.0E+00"}
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.get(url, timeout=1)
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not come up")
-
-
-@contextlib.contextmanager
-def process(args: list[str], **kw: object) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            **kw)  # type: ignore[call-overload]
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
 
 
 # --------------------------------------------------------------------------- load generator

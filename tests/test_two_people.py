@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from bench_gate.errors import PermissionDenied
-from bench_gate.gateway import Gateway
-from bench_gate.models import Approval, ApprovalKind, Principal, Role, Status
+from bench_gate.gateway import Gateway, GrantResult
+from bench_gate.models import Approval, ApprovalKind, Principal, Role, Status, TakeoverRequest
 
 
 @pytest.fixture
@@ -27,22 +27,41 @@ def on(front_panel: Any, ch: int) -> bool:
     return int(str(front_panel.query(f"OUTP? (@{ch})")).strip()) == 1
 
 
+async def held(gw: Gateway, run: str, message: str) -> TakeoverRequest:
+    """``message`` sent to the PSU and held for a person: its request."""
+    req = (await gw.submit(run, "psu", message)).request
+    assert req is not None, f"{message!r} was not held"
+    return req
+
+
+async def give(gw: Gateway, req: TakeoverRequest, who: Principal, *kinds: str) -> GrantResult:
+    """``who`` gives ``kinds`` on the proposal ``req`` was shown with."""
+    return await gw.grant(req.id, who, list(kinds), proposal_hash=req.proposal_hash)
+
+
+async def refused(gw: Gateway, req: TakeoverRequest, who: Principal, match: str,
+                  *kinds: str) -> None:
+    with pytest.raises(PermissionDenied, match=match):
+        await give(gw, req, who, *kinds)
+
+
+async def executed(gw: Gateway, req: TakeoverRequest, who: Principal, *kinds: str) -> None:
+    done = await give(gw, req, who, *kinds)
+    assert done.request.status is Status.EXECUTED, done.message
+
+
 async def test_setpoint_from_an_earlier_request_binds_the_later_output_enable(
         strict: Gateway, script: Principal, olga: Principal, pete: Principal,
         front_panel: Any) -> None:
     run = strict.create_run(script, "script")
-    volt = (await strict.submit(run.id, "psu", "VOLT 5,(@1)")).request
-    assert volt is not None
-    done = await strict.grant(volt.id, olga, ["setpoint"], proposal_hash=volt.proposal_hash)
-    assert done.request.status is Status.EXECUTED
-    enable = (await strict.submit(run.id, "psu", "OUTP ON,(@1)")).request
-    assert enable is not None and enable.required == [ApprovalKind.OUTPUT_ENABLE]
-    with pytest.raises(PermissionDenied, match="olga approved the setpoint in force on CH1"):
-        await strict.grant(enable.id, olga, ["output_enable"], proposal_hash=enable.proposal_hash)
+    await executed(strict, await held(strict, run.id, "VOLT 5,(@1)"), olga, "setpoint")
+    enable = await held(strict, run.id, "OUTP ON,(@1)")
+    assert enable.required == [ApprovalKind.OUTPUT_ENABLE]
+    await refused(strict, enable, olga, "olga approved the setpoint in force on CH1",
+                  "output_enable")
     assert not on(front_panel, 1)
-    final = await strict.grant(enable.id, pete, ["output_enable"],
-                               proposal_hash=enable.proposal_hash)
-    assert final.request.status is Status.EXECUTED and on(front_panel, 1)
+    await executed(strict, enable, pete, "output_enable")
+    assert on(front_panel, 1)
 
 
 async def test_a_plan_approved_by_one_person_does_not_let_them_enable_alone(
@@ -55,26 +74,21 @@ async def test_a_plan_approved_by_one_person_does_not_let_them_enable_alone(
     await strict.grant(plan.id, olga, ["setpoint"], proposal_hash=plan.proposal_hash)
     step = await strict.submit(run.id, "psu", "VOLT 2,(@1)")
     assert step.status == "executed", step.reason
-    enable = (await strict.submit(run.id, "psu", "OUTP ON,(@1)")).request
-    assert enable is not None
-    with pytest.raises(PermissionDenied, match="second person"):
-        await strict.grant(enable.id, olga, ["output_enable"], proposal_hash=enable.proposal_hash)
+    enable = await held(strict, run.id, "OUTP ON,(@1)")
+    await refused(strict, enable, olga, "second person", "output_enable")
     assert not on(front_panel, 1)
-    final = await strict.grant(enable.id, pete, ["output_enable"],
-                               proposal_hash=enable.proposal_hash)
-    assert final.request.status is Status.EXECUTED and on(front_panel, 1)
+    await executed(strict, enable, pete, "output_enable")
+    assert on(front_panel, 1)
 
 
 async def test_identities_compare_normalized(strict: Gateway, script: Principal,
                                             olga: Principal, front_panel: Any) -> None:
     run = strict.create_run(script, "script")
-    req = (await strict.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
-    assert req is not None
-    await strict.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    req = await held(strict, run.id, "VOLT 1,(@1);:OUTP ON,(@1)")
+    await give(strict, req, olga, "setpoint")
     for alias in ("Olga", "olga ", "OLGA", "ｏｌｇａ"):
-        with pytest.raises(PermissionDenied, match="second person"):
-            await strict.grant(req.id, Principal(name=alias, role=Role.OPERATOR),
-                               ["output_enable"], proposal_hash=req.proposal_hash)
+        await refused(strict, req, Principal(name=alias, role=Role.OPERATOR), "second person",
+                      "output_enable")
     assert not on(front_panel, 1)
 
 
@@ -82,11 +96,9 @@ async def test_a_requester_spelled_differently_is_still_the_requester(
         gateway: Gateway, olga: Principal) -> None:
     bot = Principal(name="bot-7", role=Role.REQUESTER)
     run = gateway.create_run(bot, "script")
-    req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1)")).request
-    assert req is not None
+    req = await held(gateway, run.id, "VOLT 1,(@1)")
     twin = Principal(name="BOT-7 ", role=Role.OPERATOR)
-    with pytest.raises(PermissionDenied, match="made this request"):
-        await gateway.grant(req.id, twin, ["setpoint"], proposal_hash=req.proposal_hash)
+    await refused(gateway, req, twin, "made this request", "setpoint")
 
 
 async def test_the_owner_refuses_at_execution_what_its_rules_forbid(
@@ -94,9 +106,8 @@ async def test_the_owner_refuses_at_execution_what_its_rules_forbid(
     """Approvals recorded under looser rules (another gateway's, or before a config change)
     are checked again by the owner just before it executes."""
     run = gateway.create_run(script, "script")
-    req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
-    assert req is not None
-    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    req = await held(gateway, run.id, "VOLT 1,(@1);:OUTP ON,(@1)")
+    await give(gateway, req, olga, "setpoint")
     gateway.config.policy.two_person_output_enable = True  # tightened while it waits
     stored = gateway.store.get_request(req.id)
     assert stored is not None
@@ -117,17 +128,13 @@ async def test_one_person_cannot_give_every_approval_of_an_unpredictable_command
     for command in ("VOLT 5,(@1)", "CURR 0.5,(@1)", "OUTP 1,(@1)", "*SAV 3", "*RST"):
         front_panel.write(command)
     run = strict.create_run(script, "script")
-    req = (await strict.submit(run.id, "psu", "*RCL 3")).request
-    assert req is not None
-    with pytest.raises(PermissionDenied, match="second person"):
-        await strict.grant(req.id, olga, ["setpoint", "output_enable", "state"],
-                           proposal_hash=req.proposal_hash)
-    await strict.grant(req.id, olga, ["setpoint", "state"], proposal_hash=req.proposal_hash)
-    with pytest.raises(PermissionDenied, match="second person"):
-        await strict.grant(req.id, olga, ["output_enable"], proposal_hash=req.proposal_hash)
+    req = await held(strict, run.id, "*RCL 3")
+    await refused(strict, req, olga, "second person", "setpoint", "output_enable", "state")
+    await give(strict, req, olga, "setpoint", "state")
+    await refused(strict, req, olga, "second person", "output_enable")
     assert not on(front_panel, 1)
-    done = await strict.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
-    assert done.request.status is Status.EXECUTED and on(front_panel, 1)
+    await executed(strict, req, pete, "output_enable")
+    assert on(front_panel, 1)
 
 
 async def test_one_person_cannot_approve_a_plan_that_includes_output_enable(
@@ -148,32 +155,22 @@ async def test_everyone_behind_the_setpoint_in_force_counts(
     ann = Principal(name="ann", role=Role.OPERATOR)
     run = strict.create_run(script, "script")
     for message, who in (("VOLT 5,(@1)", olga), ("CURR 0.9,(@1)", pete)):
-        req = (await strict.submit(run.id, "psu", message)).request
-        assert req is not None
-        done = await strict.grant(req.id, who, ["setpoint"], proposal_hash=req.proposal_hash)
-        assert done.request.status is Status.EXECUTED
-    enable = (await strict.submit(run.id, "psu", "OUTP ON,(@1)")).request
-    assert enable is not None
+        await executed(strict, await held(strict, run.id, message), who, "setpoint")
+    enable = await held(strict, run.id, "OUTP ON,(@1)")
     for who in (olga, pete):
-        with pytest.raises(PermissionDenied, match="setpoint in force on CH1"):
-            await strict.grant(enable.id, who, ["output_enable"],
-                               proposal_hash=enable.proposal_hash)
+        await refused(strict, enable, who, "setpoint in force on CH1", "output_enable")
     assert not on(front_panel, 1)
-    done = await strict.grant(enable.id, ann, ["output_enable"],
-                              proposal_hash=enable.proposal_hash)
-    assert done.request.status is Status.EXECUTED and on(front_panel, 1)
+    await executed(strict, enable, ann, "output_enable")
+    assert on(front_panel, 1)
 
 
 async def test_a_setpoint_on_another_channel_does_not_launder_the_one_in_force(
         strict: Gateway, script: Principal, olga: Principal, pete: Principal,
         front_panel: Any) -> None:
     run = strict.create_run(script, "script")
-    first = (await strict.submit(run.id, "psu", "VOLT 5,(@1);:CURR 0.5,(@1)")).request
-    assert first is not None
-    await strict.grant(first.id, olga, ["setpoint"], proposal_hash=first.proposal_hash)
-    mixed = (await strict.submit(run.id, "psu", "VOLT 1,(@2);:OUTP ON,(@1)")).request
-    assert mixed is not None
-    await strict.grant(mixed.id, pete, ["setpoint"], proposal_hash=mixed.proposal_hash)
-    with pytest.raises(PermissionDenied, match="setpoint in force on CH1"):
-        await strict.grant(mixed.id, olga, ["output_enable"], proposal_hash=mixed.proposal_hash)
+    first = await held(strict, run.id, "VOLT 5,(@1);:CURR 0.5,(@1)")
+    await give(strict, first, olga, "setpoint")
+    mixed = await held(strict, run.id, "VOLT 1,(@2);:OUTP ON,(@1)")
+    await give(strict, mixed, pete, "setpoint")
+    await refused(strict, mixed, olga, "setpoint in force on CH1", "output_enable")
     assert not on(front_panel, 1)
