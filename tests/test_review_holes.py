@@ -472,16 +472,29 @@ ODD = settings(max_examples=60, deadline=None, database=None,
                suppress_health_check=list(HealthCheck))
 
 
-def test_odd_question_bodies_never_make_a_500(bench: Bench) -> None:
-    run = new_run(bench)
+def odd_bodies_never_make_a_500(bench: Bench, path: str, bodies: st.SearchStrategy[Any]
+                                ) -> None:
+    """The requester posts ``ODD`` many generated ``bodies`` to ``path``: never a 500."""
     with bench.http("bot") as h:
 
         @ODD
-        @given(body=_ask_body())
-        def ask(body: Any) -> None:
-            no_server_error(_send(h, f"/v1/runs/{run}/questions", body))
+        @given(body=bodies)
+        def send(body: Any) -> None:
+            no_server_error(_send(h, path, body))
 
-        ask()
+        send()
+
+
+def raw_body_never_makes_a_500(bench: Bench, path: str, raw: bytes) -> httpx.Response:
+    """The requester posts ``raw`` bytes as JSON to ``path``: never a 500."""
+    with bench.http("bot") as h:
+        r = h.post(path, content=raw, headers={"Content-Type": "application/json"})
+    no_server_error(r)
+    return r
+
+
+def test_odd_question_bodies_never_make_a_500(bench: Bench) -> None:
+    odd_bodies_never_make_a_500(bench, f"/v1/runs/{new_run(bench)}/questions", _ask_body())
 
 
 def test_odd_answer_bodies_never_make_a_500(bench: Bench) -> None:
@@ -512,15 +525,8 @@ def test_odd_answer_bodies_never_make_a_500(bench: Bench) -> None:
 
 
 def test_odd_feedback_bodies_never_make_a_500(bench: Bench) -> None:
-    run = new_run(bench)
-    with bench.http("bot") as h:
-
-        @ODD
-        @given(body=_feedback_body())
-        def feedback(body: Any) -> None:
-            no_server_error(_send(h, f"/v1/runs/{run}/feedback", body))
-
-        feedback()
+    odd_bodies_never_make_a_500(bench, f"/v1/runs/{new_run(bench)}/feedback",
+                                _feedback_body())
 
 
 @pytest.mark.parametrize("raw", [
@@ -533,11 +539,7 @@ def test_odd_feedback_bodies_never_make_a_500(bench: Bench) -> None:
     b'"timeoutMinutes": 1e400}',
 ])
 def test_raw_question_bodies_never_make_a_500(bench: Bench, raw: bytes) -> None:
-    run = new_run(bench)
-    with bench.http("bot") as h:
-        r = h.post(f"/v1/runs/{run}/questions", content=raw,
-                   headers={"Content-Type": "application/json"})
-    no_server_error(r)
+    r = raw_body_never_makes_a_500(bench, f"/v1/runs/{new_run(bench)}/questions", raw)
     assert r.status_code in (400, 422), r.text
 
 
@@ -546,11 +548,7 @@ def test_raw_question_bodies_never_make_a_500(bench: Bench, raw: bytes) -> None:
     b'{"stepId": "s", "score": 3.5}', b'{"stepId": "s", "score": "3"}',
 ])
 def test_raw_feedback_bodies_never_make_a_500(bench: Bench, raw: bytes) -> None:
-    run = new_run(bench)
-    with bench.http("bot") as h:
-        r = h.post(f"/v1/runs/{run}/feedback", content=raw,
-                   headers={"Content-Type": "application/json"})
-    no_server_error(r)
+    raw_body_never_makes_a_500(bench, f"/v1/runs/{new_run(bench)}/feedback", raw)
 
 
 async def test_core_options_differing_only_in_case(gateway: Gateway,
