@@ -160,14 +160,17 @@ class Requests(Part):
         """The one request whose id starts with ``prefix`` among those whose run is
         ``visible``: none is NotFound, several an InvalidInput that lists them (never one
         the caller may not see)."""
-        found = [r for i in self.store.request_ids(prefix, PREFIX_MATCHES + 1)
+        ids = self.store.request_ids(prefix, PREFIX_MATCHES + 1)
+        # Unless every match was read, one the caller sees may hide another it sees too.
+        complete = len(ids) <= PREFIX_MATCHES
+        found = [r for i in ids
                  if (r := self.store.get_request(i)) is not None and visible(r.run_id)]
-        if len(found) == 1:
+        if len(found) == 1 and complete:
             return found[0]
-        if not found:
+        if not found and complete:
             raise NotFound(f"no request {prefix!r}, nor one whose id starts with it")
-        listed = ", ".join(r.id for r in found[:PREFIX_MATCHES])
-        more = ", and more" if len(found) > PREFIX_MATCHES else ""
+        listed = ", ".join(r.id for r in found[:PREFIX_MATCHES]) or "none of them yours"
+        more = "" if complete else ", and more"
         raise InvalidInput(f"{prefix!r} is the start of more than one request ({listed}{more}):"
                            " give more of the id")
 

@@ -218,6 +218,16 @@ def test_a_prefix_that_is_not_unique_or_unknown(bench: Bench,
     assert code == 1 and "more than one request" in err and err.count("tk-") >= 3
     code, _, err = run_main(bench, "olga", capsys, "show", "tk-zzzz")
     assert code == 1 and "no request" in err and "tk-zzzz" in err
+    # A requester's one request among many others' never stands for a short prefix: more
+    # of its own may match beyond the ids read, and the others' are not listed.
+    held(bench, "bot", *[f"VOLT 0.{i},(@1)" for i in range(1, 10)])
+    _, [only] = held(bench, "bot2", "VOLT 0.3,(@2)")
+    with bench.http("bot2") as h:
+        r = h.get("/v1/takeover/tk-")
+        assert r.status_code == 422 and "give more of the id" in r.json()["reason"]
+        assert set(re.findall(r"tk-[0-9a-f-]{36}", r.json()["reason"])) <= {
+            t["id"] for t in h.get("/v1/takeover").json()}
+        assert h.get(f"/v1/takeover/{only[:13]}").json()["id"] == only
 
 
 def test_wait_on_a_terminal_shows_a_status_line(
