@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +25,11 @@ from hypothesis import strategies as st
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Status
+from bench_gate.profile_check import Level, check_profile
 from bench_gate.scpi import ProfileError, ScpiError, applied, classify, get_profile
 from bench_gate.scpi._excitation import ExcitationSpec
 from sim_instruments import SimBenchThread
-from tests.test_proxy import doors, in_thread, next_pending, open_client, rm, until
-
-__all__ = ["doors", "open_client", "rm"]  # the socket door's fixtures
+from tests.test_proxy import in_thread, next_pending, until
 
 NO_ERROR = '+0,"No error"'
 EVERY = [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE, ApprovalKind.STATE]
@@ -319,3 +319,21 @@ def test_an_excitation_section_is_checked(tmp_path: Any, section: str, wanted: s
         "  - header: FUNCtion\n    query: {effect: read}\n", encoding="utf-8")
     with pytest.raises(ProfileError, match=wanted):
         get_profile(str(path))
+
+
+def test_profile_check_finds_a_meter_trigger_without_the_rule(tmp_path: Any) -> None:
+    """A meter profile whose READ?, INIT or *TRG is not ``measures: true`` would pass them
+    while the function drives the DUT: ``bench-gate profile check`` says so, as an error."""
+    text = (Path(__file__).parent.parent / "bench_gate/profiles/34465a.yaml").read_text(
+        encoding="utf-8")
+    head, _, rest = text.partition("\nexcitation:\n")
+    text = head + "\ncommands:" + rest.partition("\ncommands:")[2]
+    text = text.replace(", measures: true", "").replace("name: 34465a", "name: bare-meter")
+    path = tmp_path / "bare-meter.yaml"
+    path.write_text(text, encoding="utf-8")
+    report = check_profile(str(path))
+    flagged = sorted(f.header for f in report.findings
+                     if f.level is Level.ERROR and "measures: true" in f.message)
+    assert flagged == ["*TRG", "INITiate[:IMMediate]", "READ"]
+    assert not report.ok
+    assert check_profile(str(Path(__file__).parent.parent / "bench_gate/profiles/34465a.yaml")).ok
