@@ -67,7 +67,7 @@ class Decisions(Part):
                                   outcome="expired: no decision before "
                                           f"{req.expires_at.isoformat()}; nothing was written"):
                 count += 1
-                self.runs.after_denial(req, "expired")
+                self._suspended(req, self.runs.after_denial(req, "expired"))
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
             if req.on_resend and req.expires_at <= now:  # approved, never resent in time
                 count += self.requests.expire_unsent(req)
@@ -241,11 +241,14 @@ class Decisions(Part):
                                   outcome=f"denied by {approver.name}: {notes}", notes=notes):
             raise TransitionError(req.id, req.status.value, "deny")
         self._record_decision(req)
-        suspended = self.runs.after_denial(req, f"denied by {approver.name}")
-        if suspended:  # the denial that suspends its run says so, through every door
-            req.outcome = f"{req.outcome}; run {req.run_id} {suspended}"
-            self.store.save_request(req, req.version, [])
+        self._suspended(req, self.runs.after_denial(req, f"denied by {approver.name}"))
         return req
+
+    def _suspended(self, req: TakeoverRequest, why: str | None) -> None:
+        """The denial (or expiry) that suspended its run says so, through every door."""
+        if why:
+            req.outcome = f"{req.outcome}; run {req.run_id} {why}"
+            self.store.save_request(req, req.version, [])
 
     async def cancel(self, request_id: str, who: Principal, reason: str = "withdrawn"
                      ) -> TakeoverRequest:

@@ -285,3 +285,18 @@ def test_an_energize_shows_the_setpoint_approval_it_stands_on(
     code, out, _ = run_main(bench, "olga", capsys, "show", bare)
     assert re.search(r"setpoint\s+CH2 has no approved setpoint in force: this request needs "
                      r"a setpoint approval too", out), out
+
+
+def test_an_expiry_that_suspends_the_run_says_so(bench: Bench,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    run, [first, second] = held(bench, "bot", "VOLT 0.4,(@1)", "VOLT 0.5,(@1)")
+    bench.clock.advance(minutes=31)  # an expiry counts as a denial
+    code, out, _ = run_main(bench, "bot", capsys, "wait", second, "--timeout", "20")
+    assert code == 4, out
+    code, out, _ = run_main(bench, "bot", capsys, "wait", first, "--timeout", "20")
+    outcomes = {first: "", second: ""}
+    for tk in outcomes:
+        code, out, _ = run_main(bench, "bot", capsys, "show", tk, "--json")
+        outcomes[tk] = json.loads(out)["outcome"]
+    assert [o.count(f"run {run} suspended after 2 denials in a row")
+            for o in outcomes.values()].count(1) == 1, outcomes
