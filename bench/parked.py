@@ -39,13 +39,18 @@ async def main(count: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         gw = Gateway(config, SqliteStore(Path(tmp) / "parked.db"))
         await gw.start()
-        run = gw.create_run(Principal(name="sweep", role=Role.REQUESTER), "script")
-        await gw.submit(run.id, "psu", "*IDN?")  # opens the lane's thread
+        # The default quota lets one requester park 200 requests (limits.pending_requests),
+        # so 10,000 parked requests come from 50 scripts, each with its own run.
+        per_script = config.limits.pending_requests
+        runs = [gw.create_run(Principal(name=f"script-{n}", role=Role.REQUESTER), "script")
+                for n in range(-(-count // per_script))]
+        await gw.submit(runs[0].id, "psu", "*IDN?")  # opens the lane's thread
         threads_before = threading.active_count()
         rss_before = rss_mib()
         t0 = time.perf_counter()
         ids = []
         for i in range(count):
+            run = runs[i // per_script]
             result = await gw.submit(run.id, "psu", f"VOLT {(i % 600) / 100},(@1)")
             assert result.request is not None
             ids.append(result.request.id)

@@ -132,19 +132,27 @@ class Requests(Part):
             earlier.extend(self.store.list_requests(status=status, run_id=run.id,
                                                     instrument=inst.config.name, limit=100))
         values = dict(live.values)
-        shown: list[dict[str, Any]] = []
+        setter: dict[str, str] = {}  # field -> the last earlier request that sets it
+        order: list[str] = []
         skip = supersedes.id if supersedes is not None else None
         for r in sorted(earlier, key=lambda r: r.created_at):
             if r.id == skip or any(a.unpredictable for a in r.actions):
                 continue
-            changes = {}
             for a in r.actions:
                 key = snapshot_key(a.channel, a.field) if a.field is not None else ""
                 if a.new is not None and key in values and values[key] != a.new:
-                    values[key] = changes[key] = a.new
+                    values[key] = a.new
+                    setter[key] = r.id
+                    order.append(r.id)
+        # Only the request each field's value comes from is shown: a long queue of
+        # setpoints on one field names its last one, not all of them (the handoff stays
+        # small however many requests wait before it).
+        shown: list[dict[str, Any]] = []
+        for rid in dict.fromkeys(order):
+            changes = {k: values[k] for k, who in setter.items() if who == rid}
             if changes:
-                shown.append({"request": r.id, "changes": changes,
-                              "words": f"after {r.id} executes: " + ", ".join(
+                shown.append({"request": rid, "changes": changes,
+                              "words": f"after {rid} executes: " + ", ".join(
                                   f"{k} {v}" for k, v in changes.items())})
         if not shown:
             return live, []
@@ -262,5 +270,8 @@ class Requests(Part):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return req
+                # A parked waiter keeps only the id: the request itself lives in the store
+                # (a whole TakeoverRequest per waiter was most of a parked request's memory).
+                del req
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=min(remaining, WAKE_SECONDS))

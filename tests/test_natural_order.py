@@ -63,3 +63,23 @@ async def test_an_outside_change_still_goes_stale(gateway: Gateway, script: Prin
     final = await approve(gateway, curr, olga)
     assert final.status is Status.STALE
     assert float(front_panel.query("CURR? (@1)")) == 1.0
+
+
+async def test_a_queue_on_one_field_names_only_the_request_its_value_comes_from(
+        gateway: Gateway, script: Principal, clock: Clock) -> None:
+    """However many earlier setpoints wait, the handoff names per field the one whose value
+    the request is judged against (it stays small: a parked request costs little)."""
+    run = gateway.create_run(script, "script")
+    volts = []
+    for n in range(6):
+        volts.append(await held(gateway, run.id, f"VOLT {n + 1},(@1)"))
+        clock.advance(seconds=1)
+    curr = await held(gateway, run.id, "CURR 0.2,(@1)")
+    clock.advance(seconds=1)
+    on = await held(gateway, run.id, "OUTP ON,(@1)")
+    shown = on.handoff["after_earlier"]
+    assert [e["request"] for e in shown] == [volts[-1].id, curr.id]
+    assert shown[0]["changes"] == {"ch1.voltage": "6.0"}
+    assert shown[0]["words"] == f"after {volts[-1].id} executes: ch1.voltage 6.0"
+    assert on.snapshot.values["ch1.voltage"] == "6.0"
+    assert on.snapshot.values["ch1.current"] == "0.2"
