@@ -1,4 +1,5 @@
-"""The CLI as a subprocess against a real server, and `bench-gate serve` itself."""
+"""The CLI against a real server (in-process through ``main(argv)``, and as the real
+executable with its token in BENCH_GATE_TOKEN), and `bench-gate serve` itself."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ._cli import cli as run_cli
 from ._http_bench import Bench, start_bench
 
 
@@ -22,13 +24,22 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     yield from start_bench(tmp_path_factory.mktemp("cli"))
 
 
-def cli(bench: Bench, who: str | None, *args: str, timeout: float = 60
+def cli(bench: Bench, who: str | None, *args: str, real: bool = False
         ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "BENCH_GATE_TOKEN"}
-    if who:
-        env["BENCH_GATE_TOKEN"] = bench.tokens[who]
-    return subprocess.run([sys.executable, "-m", "bench_gate.cli", "--url", bench.url, *args],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    """``bench-gate --url URL ARGS`` as ``who`` (None: no token). ``real``: the executable,
+    its token in BENCH_GATE_TOKEN; else in-process, the token as ``--token``."""
+    if real:
+        env = {k: v for k, v in os.environ.items() if k != "BENCH_GATE_TOKEN"}
+        if who:
+            env["BENCH_GATE_TOKEN"] = bench.tokens[who]
+        return run_cli("--url", bench.url, *args, real=True, env=env)
+    token = ["--token", bench.tokens[who]] if who else []
+    saved = os.environ.pop("BENCH_GATE_TOKEN", None)  # None means no token at all
+    try:
+        return run_cli("--url", bench.url, *token, *args)
+    finally:
+        if saved is not None:
+            os.environ["BENCH_GATE_TOKEN"] = saved
 
 
 def held(bench: Bench, command: str) -> tuple[str, str]:
@@ -58,9 +69,9 @@ def test_pending_show_approve(bench: Bench) -> None:
 
 def test_deny_and_wait_exit_code(bench: Bench) -> None:
     _, tk = held(bench, "VOLT 2.2,(@1)")
-    d = cli(bench, "olga", "deny", tk, "--notes", "not today")
+    d = cli(bench, "olga", "deny", tk, "--notes", "not today", real=True)
     assert d.returncode == 0 and "denied" in d.stdout
-    w = cli(bench, "bot", "wait", tk)
+    w = cli(bench, "bot", "wait", tk, real=True)  # the exit code as a shell sees it
     assert w.returncode == 3 and "not today" in w.stdout
 
 
@@ -127,16 +138,15 @@ def test_serve_and_token_commands(tmp_path: Path) -> None:
         url = re.search(r"http://127\.0\.0\.1:\d+", out)
         token = re.search(r"BENCH_GATE_TOKEN=(bg_\S+)", out)
         assert url and token and "psu" in out and "e36312a" in out
-        made = subprocess.run([sys.executable, "-m", "bench_gate.cli", "token", "create",
-                               "--name", "alice", "--role", "operator", "--db", str(db)],
-                              capture_output=True, text=True, timeout=30)
+        # The token commands in-process (tests/test_token_names.py runs the executable).
+        made = run_cli("token", "create", "--name", "alice", "--role", "operator", "--db",
+                       str(db))
         alice = made.stdout.strip().splitlines()[-1]
         assert alice.startswith("bg_")
         r = httpx.get(url.group(0) + "/v1/takeover", headers={
             "Authorization": f"Bearer {alice}"})
         assert r.status_code == 200
-        listed = subprocess.run([sys.executable, "-m", "bench_gate.cli", "token", "list",
-                                 "--db", str(db)], capture_output=True, text=True, timeout=30)
+        listed = run_cli("token", "list", "--db", str(db))
         assert "alice" in listed.stdout and "admin" in listed.stdout and "bg_" not in \
             listed.stdout
     finally:
