@@ -1,0 +1,104 @@
+"""From the last grant to the instrument write: how long an approved write waits.
+
+    python bench/grant_write.py [--requests 200]
+
+The simulated bench is served on 127.0.0.1 (a LAN instrument, as in `bench-gate serve`) and
+the gateway runs in this process on its own SQLite store. Each round holds one setpoint
+write, then an operator grants it; the link to the supply records when the write leaves
+for the instrument. Reported: grant call -> the write on the wire (p50, p99, max), and
+grant call -> the grant returning with the request executed (the live recheck before the
+write, the read-back after it). The goal (issue: speed) is a p50 under 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_gate.config import default_config
+from bench_gate.gateway import Gateway
+from bench_gate.instruments import AsyncLink, Link, open_link
+from bench_gate.models import Principal, Role, Status
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread
+
+
+class Stamped:
+    """The supply's own link, noting when each write of a watched command leaves."""
+
+    def __init__(self, inner: Link | AsyncLink) -> None:
+        self.inner = inner
+        self.watch: str | None = None
+        self.sent_at: float | None = None
+
+    def __getattr__(self, name: str) -> object:  # opens, connected, ... as the link has them
+        return getattr(self.inner, name)
+
+    async def write(self, command: str) -> None:
+        if command == self.watch and self.sent_at is None:
+            self.sent_at = time.perf_counter()
+        result = self.inner.write(command)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def query(self, command: str) -> str:
+        result = self.inner.query(command)
+        return await result if asyncio.iscoroutine(result) else result  # type: ignore[return-value]
+
+    async def close(self) -> None:
+        result = self.inner.close()
+        if asyncio.iscoroutine(result):
+            await result
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main(rounds: int) -> None:
+    with SimBenchThread() as sim, tempfile.TemporaryDirectory() as tmp:
+        config = default_config(sim.psu_port, sim.dmm_port)
+        psu = next(i for i in config.instruments if i.name == "psu")
+        link = Stamped(open_link(psu))
+        gw = Gateway(config, SqliteStore(Path(tmp) / "grant.db"),
+                     links={"psu": link})  # type: ignore[dict-item]
+        await gw.start()
+        script = Principal(name="script", role=Role.REQUESTER)
+        olga = Principal(name="olga", role=Role.OPERATOR)
+        run = gw.create_run(script, "script")
+        to_wire: list[float] = []
+        to_done: list[float] = []
+        for i in range(rounds):
+            volts = f"{1 + (i % 40) / 10:.1f}"
+            held = (await gw.submit(run.id, "psu", f"VOLT {volts},(@2)")).request
+            assert held is not None and held.status is Status.PENDING
+            link.watch, link.sent_at = held.actions[0].canonical, None
+            t0 = time.perf_counter()
+            done = (await gw.grant(held.id, olga, ["setpoint"],
+                                   proposal_hash=held.proposal_hash)).request
+            t1 = time.perf_counter()
+            assert done.status is Status.EXECUTED, done.outcome
+            assert link.sent_at is not None, "the write never left"
+            to_wire.append((link.sent_at - t0) * 1000)
+            to_done.append((t1 - t0) * 1000)
+        await gw.close()
+        gw.store.close()
+    print(f"rounds                        {rounds}")
+    for name, xs in (("grant -> write on the wire", to_wire),
+                     ("grant -> executed (read back)", to_done)):
+        print(f"{name:<30}p50 {statistics.median(xs):6.2f} ms   p99 {pct(xs, 0.99):6.2f} ms"
+              f"   max {max(xs):6.2f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200)
+    asyncio.run(main(parser.parse_args().requests))
