@@ -38,6 +38,7 @@ from bench_gate.models import (
 from bench_gate.store import (
     GENESIS,
     MIGRATIONS,
+    PostgresStore,
     Problem,
     SqliteStore,
     archive,
@@ -48,7 +49,6 @@ from bench_gate.store import (
 )
 from bench_gate.store._chain import canonical_at, link
 from bench_gate.store._postgres import MIGRATIONS as PG_MIGRATIONS
-from bench_gate.store._postgres import PostgresStore
 from tests import pg
 
 from ._cli import cli

@@ -26,8 +26,7 @@ from bench_gate.models import (
     Status,
     TakeoverRequest,
 )
-from bench_gate.store import RequestSort, SqliteStore, open_store
-from bench_gate.store._postgres import PostgresStore
+from bench_gate.store import PostgresStore, RequestSort, SqliteStore, open_store
 from tests import pg
 
 from ._flood import flood, hold

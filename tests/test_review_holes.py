@@ -28,7 +28,7 @@ from bench_gate.confidence import stated_confidence, verbalized
 from bench_gate.errors import IdempotencyKeyReused, InvalidInput, PermissionDenied
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, RunKind
-from bench_gate.proxy._gate import parse_gate
+from bench_gate.proxy import parse_gate
 from bench_gate.scpi import ScpiError
 
 from ._http_bench import Bench, start_bench

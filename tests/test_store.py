@@ -27,9 +27,8 @@ from bench_gate.models import (
     Status,
     TakeoverRequest,
 )
-from bench_gate.store import MIGRATIONS, SqliteStore, open_store
+from bench_gate.store import MIGRATIONS, PostgresStore, SqliteStore, open_store
 from bench_gate.store._postgres import MIGRATIONS as PG_MIGRATIONS
-from bench_gate.store._postgres import PostgresStore
 from tests import pg
 
 pg_cluster = pg.pg_cluster
