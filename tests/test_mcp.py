@@ -3,6 +3,7 @@ subprocess against a real server) and over streamable HTTP (``/mcp`` on a Server
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -80,6 +81,8 @@ async def test_session_query_write_grant_deny_ask(bench: Bench, transport: str) 
     async with SESSIONS[transport](bench) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == TOOLS
+        decisions = {t for t in tools if re.search(r"grant|approve|deny|decide", t)}
+        assert not decisions, f"MCP must offer no decision tools: {decisions}"
         for name in ("scpi_query", "get_state", "list_instruments", "wait_for_decision"):
             ann = tools[name].annotations
             assert ann is not None and ann.read_only_hint is True

@@ -267,10 +267,7 @@ def test_mcp_door_needs_a_live_token(bench: Bench, errors: list[str]) -> None:
         assert r.status_code == 401, (who, r.status_code)
         assert r.headers["www-authenticate"].startswith("Bearer")
         errors.append(r.text)
-    from bench_gate.mcp import _server
-    source = open(_server.__file__).read()
-    tools = set(re.findall(r"async def (\w+)\(", source))
-    assert not {t for t in tools if re.search(r"grant|approve|deny|decide", t)}, tools
+    # No decision tools: tests/test_mcp.py lists them over both transports.
 
 
 # --- the console ---------------------------------------------------------------------------
