@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,39 +21,12 @@ from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status, TakeoverRequest
-from bench_gate.proxy import Doors, start_doors
+from bench_gate.proxy import start_doors
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 from tests.test_proxy import in_thread, next_pending
 
 NO_ERROR = '+0,"No error"'
-
-
-@pytest.fixture
-async def doors(gateway: Gateway, config: BenchConfig) -> AsyncIterator[Doors]:
-    for ic in config.instruments:
-        ic.socket_port = 0
-    d = await start_doors(gateway, Tokens(gateway.store), config)
-    yield d
-    await d.close()
-
-
-@pytest.fixture
-def open_client(doors: Doors) -> Iterator[Callable[..., Any]]:
-    rm = pyvisa.ResourceManager("@py")
-    opened: list[Any] = []
-
-    def open_(instrument: str = "psu", timeout: int = 5000) -> Any:
-        host, port = doors.addresses[instrument]
-        res = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
-                               write_termination="\n", timeout=timeout)
-        opened.append(res)
-        return res
-
-    yield open_
-    for res in opened:
-        res.close()
-    rm.close()
 
 
 @pytest.mark.parametrize("attempt", range(8))
