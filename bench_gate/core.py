@@ -53,7 +53,7 @@ class Core:
         for ic in config.instruments:
             link = (links or {}).get(ic.name) or open_link(ic)
             profile = get_profile(ic.profile)
-            lane = Lane(ic.name, link)
+            lane = Lane(ic.name, link, profile.wire if profile.addressing else None)
             # Taken by the lane before its first job on each connection (issue 17 §2).
             lane.lock = InstrumentLock(ic.name, profile.model.lock,
                                        journaled(lambda: self.store, config.bench, ic.name))

@@ -265,8 +265,12 @@ class Lane:
     caller's task.
     """
 
-    def __init__(self, name: str, link: Link | AsyncLink) -> None:
+    def __init__(self, name: str, link: Link | AsyncLink,
+                 wire: Callable[[str], tuple[str, ...] | None] | None = None) -> None:
         self.name = name
+        #: How a canonical text reaches the instrument (``Profile.wire``), for an instrument
+        #: that addresses channels by selection; None: every text as it is.
+        self._jobs_link: AsyncLink | None = _Addressed(self, wire) if wire is not None else None
         self.link: AsyncLink = (cast(AsyncLink, link)
                                 if inspect.iscoroutinefunction(link.query)
                                 else _Threaded(name, cast(Link, link)))
@@ -334,7 +338,7 @@ class Lane:
         try:
             if self.lock is not None and self.lock.due(self.link):
                 await self.lock.take(self.link)  # never raises: shown, not fatal
-            return await job(self.link)
+            return await job(self._jobs_link or self.link)
         except InstrumentError:
             self.io_errors += 1
             raise
@@ -342,6 +346,38 @@ class Lane:
     async def close(self) -> None:
         self.lock = None  # closing needs no lock (the instrument frees it with the connection)
         await self.run(lambda link: link.close())
+
+
+class _Addressed:
+    """The lane's link for an instrument that addresses channels by selection: each text is
+    sent as ``Profile.wire`` renders it, the select command first, within the same call and
+    so the same lane turn: no other job can move the selection in between."""
+
+    def __init__(self, lane: Lane, wire: Callable[[str], tuple[str, ...] | None]) -> None:
+        self._lane = lane
+        self._wire = wire
+
+    def _texts(self, command: str) -> tuple[str, ...]:
+        texts = self._wire(command)
+        if not texts:
+            raise InstrumentError(f"{self._lane.name}: {command.split(' ', 1)[0]} names "
+                                  "channels this instrument cannot be sent by selection")
+        return texts
+
+    async def write(self, command: str) -> None:
+        *selects, text = self._texts(command)
+        for select in selects:
+            await self._lane.link.write(select)
+        await self._lane.link.write(text)
+
+    async def query(self, command: str) -> str:
+        *selects, text = self._texts(command)
+        for select in selects:
+            await self._lane.link.write(select)
+        return await self._lane.link.query(text)
+
+    async def close(self) -> None:
+        await self._lane.link.close()
 
 
 @dataclass

@@ -97,7 +97,9 @@ def _known(profile: Profile, header: str, query: bool) -> bool:
 
 
 def _check_mandatory(profile: Profile, report: Report) -> None:
-    missing = [h + ("?" if q else "") for h, q in MANDATORY if not _known(profile, h, q)]
+    lacks = set(profile.model.lacks)  # the manual says the instrument has none of these
+    missing = [h + ("?" if q else "") for h, q in MANDATORY
+               if not _known(profile, h, q) and h + ("?" if q else "") not in lacks]
     if missing:
         level = Level.ERROR if profile.complete else Level.WARNING
         report.add(level, "", "missing the IEEE 488.2 and SCPI-99 mandatory "
@@ -131,11 +133,15 @@ def _check_forms(profile: Profile, report: Report) -> None:
                                    f"which has no range on channel(s) "
                                    f"{', '.join(map(str, lacking))}: MIN, MAX and the bench's "
                                    "limits cannot be judged")
-            if form.channel == "list" and profile.channels and not profile.model.select_query:
+            if form.channel == "list" and profile.channels and not profile.model.select_query \
+                    and profile.addressing is None:  # addressing: a connection's default
                 report.add(Level.WARNING, head, "channel: list without a select_query: a "
                            "message with no (@...) cannot learn the selected channel")
         if cmd is not None and query is not None:
-            if cmd.channel != query.channel and "none" not in (cmd.channel, query.channel):
+            # Under addressing, a selection is set by name or number and read per connection.
+            by_selection = cmd.effect is Effect.SELECT and profile.addressing is not None
+            if cmd.channel != query.channel and "none" not in (cmd.channel, query.channel) \
+                    and not by_selection:
                 report.add(Level.ERROR, head, f"the command names its channel by "
                            f"{cmd.channel}, the query by {query.channel}")
             if query.effect not in PASSING and query.effect is not Effect.FORBIDDEN:

@@ -151,9 +151,16 @@ class Snapshots(Part):
         never the message again under the run's selection now: that may have moved, or been
         lost with a restart, and would aim the fresh request at another channel."""
         units: list[Unit] = []
+        skip = 0
         for a in req.actions:
-            units.extend(dataclasses.replace(u, source=a.source, text=a.text)
-                         for u in classify(a.canonical, inst.profile.name).units)
+            if skip:  # one text of a form that switches every channel at once (channel: every)
+                skip -= 1
+                continue
+            again = classify(a.canonical, inst.profile.name).units
+            form = inst.profile.form_of(a.canonical)
+            if form is not None and form.channel == "every":
+                skip = len(again) - 1  # its units are the actions that follow it
+            units.extend(dataclasses.replace(u, source=a.source, text=a.text) for u in again)
         return Classification(req.message, inst.profile.name, tuple(units), None)
 
     async def live_state(self, instrument: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import threading
 from types import TracebackType
 
 from ._dmm6500 import SimDmm6500
+from ._e3631a import SimE3631a
 from ._model import SimInstrument
 from ._resources import cached_definition, open_fresh_resource_manager
 from ._server import MAX_LINE, STOP_TIMEOUT, _converse, socket_resource_name
@@ -28,6 +29,7 @@ __all__ = ["EXTRA", "SimServed", "SimServedThread", "extra_for_profile", "extra_
 EXTRA: dict[str, tuple[type[SimInstrument], str]] = {
     "smu": (SimSmu, "k2450.yaml"),
     "dmm6500": (SimDmm6500, "dmm6500.yaml"),
+    "e3631a": (SimE3631a, "e3631a.yaml"),
 }
 
 

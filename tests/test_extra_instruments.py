@@ -1,8 +1,8 @@
-"""Every instrument simulated on its own (sim_instruments.EXTRA: the Keithley 2450 and
-DMM6500): its profile checks clean, its simulator answers every query the profile passes
-(``bench-gate profile test --sim``, over LAN) and takes every command and query the profile
-knows, held ones too (once approved they run), and its pyvisa-sim definition holds every
-setting of the profile.
+"""Every instrument simulated on its own (sim_instruments.EXTRA: the Keithley 2450, the
+DMM6500 and the Keysight E3631A): its profile checks clean, its simulator answers every
+query the profile passes (``bench-gate profile test --sim``, over LAN) and takes every
+command and query the profile knows, held ones too (once approved they run), and its
+pyvisa-sim definition holds every setting of the profile.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sim_instruments._settings import update_bench_yaml
 
 #: Each extra simulated instrument and the profile it plays.
 PLAYS = {name: model.profile for name, (model, _) in EXTRA.items()}
-#: The 2450 and the DMM6500 answer an empty error queue without the '+'.
+#: The 2450 and the DMM6500 answer an empty error queue without the '+', the E3631A with it.
 NO_ERROR = '0,"No error"'
 
 
@@ -40,14 +40,14 @@ def test_the_simulator_takes_every_command_and_query_the_profile_knows(name: str
     known = get_profile(PLAYS[name])
     every = frozenset(Effect) - {Effect.FORBIDDEN}
     examples = command_examples(known, every) + query_examples(known, every)
-    assert len(examples) > 150
+    assert len(examples) > 100
     refused = []
     with SimServedThread(name) as served:
         instrument = served.instrument
         for example in examples:
             answer = instrument.handle_message(example.message)
             error = instrument.handle_message("SYST:ERR?")
-            if error != NO_ERROR or (example.query and not answer):
+            if (error or "").lstrip("+") != NO_ERROR or (example.query and not answer):
                 refused.append((example.message, answer, error))
             instrument.handle_message("*RST")
     assert refused == []

@@ -49,6 +49,8 @@ class _Resolver(ParamReader):
 
     def __init__(self, message: str, profile: Profile, selected: int | None) -> None:
         super().__init__(message, profile)
+        if selected is None and profile.addressing is not None:
+            selected = profile.addressing.default  # never the instrument's own selection
         self.selected = selected
         self.path: tuple[str, ...] = ()
         #: The canonical header of the unit being resolved when a '#' keeps its number.
@@ -197,6 +199,8 @@ class _Resolver(ParamReader):
             else:
                 channels = [self.selected]
                 self.check_channel(self.selected, raw.start)
+        elif form.channel == "every":  # one unit per channel: each is judged as its own
+            channels = list(self.profile.channels) or [None]
         elif form.channel == "suffix":
             channels = [suffix_channel if suffix_channel is not None else 1]
             self.check_channel(channels[0], raw.start)

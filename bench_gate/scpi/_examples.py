@@ -155,5 +155,9 @@ def _instances(command: CommandSpec, form: FormSpec, profile: Profile,
             else:
                 params = [*required, *extra, *([channel] if channel is not None else [])]
             text = header + ("?" if query else "") + (" " + ",".join(params) if params else "")
+            if profile.addressing is not None and form.channel == "list" and channel:
+                # As the instrument's own clients write it: select, then the bare unit.
+                text = profile.addressing.select.format(ch=channel[2:-1]) + ";:" + text[
+                    : -len(channel)].rstrip(" ,")
             out.append(Example(text, command.header, query, form.effect))
     return out

@@ -21,10 +21,13 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from ._errors import ScpiError
 from ._excitation import check_excitation
+from ._lexer import ChannelList, lex
 from ._lock import check_lock
 from ._patterns import Node, parse_pattern, pattern_canonical, pattern_spellings, spellings
 from ._schema import (
+    AddressingSpec,
     CommandSpec,
     Effect,
     FieldSpec,
@@ -85,6 +88,30 @@ class Profile:
     @property
     def kind(self) -> InstrumentKind:
         return self.model.kind
+
+    @property
+    def addressing(self) -> AddressingSpec | None:
+        return self.model.addressing
+
+    def wire(self, canonical: str) -> tuple[str, ...] | None:
+        """What reaches the instrument for one canonical text the gateway rendered: the
+        text itself; or, on a profile with ``addressing``, for a known header whose last
+        datum names one channel, the select command and the text without its list (sent
+        in that order on one lane turn). None: a list this instrument cannot be sent."""
+        spec = self.model.addressing
+        if spec is None or "(@" not in canonical:
+            return (canonical,)
+        try:
+            units = lex(canonical)
+        except ScpiError:
+            return None
+        listed = units[0].params[-1] if len(units) == 1 and units[0].params else None
+        if not isinstance(listed, ChannelList):
+            return (canonical,)  # the list is inside string or block data
+        if len(listed.channels) != 1 or self.form_of(canonical) is None:
+            return None
+        bare = canonical[: listed.pos].rstrip().rstrip(",").rstrip()
+        return (spec.select.format(ch=listed.channels[0]), bare)
 
     def string_choice(self, spec: ParamSpec, text: str) -> str | None:
         """The canonical header a quoted choice names (``"volt:dc"`` -> ``VOLT``), or None."""
@@ -162,11 +189,28 @@ def check_model(model: ProfileModel) -> None:
         for form in (command.set, command.query):
             if form is not None:
                 _check_form(model, command, form)
+    _check_addressing(model)
     safe = model.safe_action
     if safe is not None and (safe.field not in model.fields
                              or model.fields[safe.field].type != "boolean"):
         raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
                            "boolean field")
+
+
+def _check_addressing(model: ProfileModel) -> None:
+    spec = model.addressing
+    if spec is None:
+        return
+    if spec.default not in model.channels or "{ch}" not in spec.select:
+        raise ProfileError(f"{model.name}: addressing needs a select command with {{ch}} "
+                           "and a default that is one of the channels")
+    for ch in model.channels:
+        try:
+            one = len(lex(spec.select.format(ch=ch))) == 1
+        except ScpiError:
+            one = False
+        if not one:
+            raise ProfileError(f"{model.name}: addressing.select must be one SCPI unit")
 
 
 def _check_form(model: ProfileModel, command: CommandSpec, form: FormSpec) -> None:

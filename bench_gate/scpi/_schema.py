@@ -20,6 +20,7 @@ from ._excitation import ExcitationSpec
 from ._lock import LockSpec
 
 __all__ = [
+    "AddressingSpec",
     "ChannelMode",
     "ChannelSpec",
     "CommandSpec",
@@ -66,7 +67,10 @@ TimingRole = Literal["nplc", "aperture", "samples", "triggers", "trigger_delay",
 #: What kind of instrument a profile describes: the handoff's words follow it (a meter has
 #: no outputs).
 InstrumentKind = Literal["supply", "meter", "load", "smu", "other"]
-ChannelMode = Literal["none", "list", "param", "suffix", "all"]
+#: ``all``: the form reaches every channel (one unit, no channel). ``every``: one command
+#: switches every channel at once (the E3631A's ``OUTPut``): one unit per channel, each
+#: judged, approved and read back as its channel's; no channel list is taken.
+ChannelMode = Literal["none", "list", "param", "suffix", "all", "every"]
 
 
 class ParamSpec(BaseModel):
@@ -179,6 +183,22 @@ class SafeActionSpec(BaseModel):
     command: str
 
 
+class AddressingSpec(BaseModel):
+    """An instrument that addresses channels by selection, not by channel list (the
+    E3631A: ``INSTrument:NSELect``, then ``VOLTage`` acts on the selected output). The
+    gateway keeps its canonical units with their channel lists; on the wire each unit that
+    names a channel is sent as the select command, then the unit without its list, in the
+    same lane turn. The instrument's own selection is never trusted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The command that selects a channel; ``{ch}`` is its number (``INST:NSEL {ch}``).
+    select: str
+    #: The channel a connection has selected before it selects one (the instrument's
+    #: power-on selection), never asked of the instrument.
+    default: int
+
+
 class ProfileModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -196,6 +216,12 @@ class ProfileModel(BaseModel):
     channels: dict[int, ChannelSpec] = Field(default_factory=dict)
     fields: dict[str, FieldSpec] = Field(default_factory=dict)
     select_query: str | None = None
+    #: IEEE 488.2 / SCPI-99 mandatory headers the instrument's manual does not have
+    #: (``STAT:OPER?``): ``profile check`` does not ask for them; a complete profile
+    #: refuses them (-113), as the instrument does.
+    lacks: tuple[str, ...] = ()
+    #: Channels addressed by selection (AddressingSpec); None: by channel list or suffix.
+    addressing: AddressingSpec | None = None
     #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
     safe_action: SafeActionSpec | None = None
     #: How the instrument is locked to the gateway (scpi/_lock.py); None: not lockable.

@@ -1,0 +1,68 @@
+"""The simulated Keysight E3631A triple-output supply, as its User's Guide (chapter 4,
+"Remote interface reference") describes it: no channel lists; ``INSTrument:SELect`` /
+``INSTrument:NSELect`` choose an output, and ``VOLTage``, ``CURRent`` and ``MEASure`` act on
+the selected one; ``OUTPut`` switches all three at once; ``APPLy`` names its output.
+
+The model keeps its own selected output (``INST:NSEL?``), shared by every interface like the
+instrument's, and classifies each message under it; a message with a channel list is
+refused as the E3631A refuses it. Each output drives a resistive DUT (``SIM:LOAD<n>``):
+while the outputs are on it regulates to its voltage unless the DUT would draw more than
+its current limit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from ._model import PANEL, Session, SimInstrument
+
+__all__ = ["E3631A_PROFILE", "E3631A_RESOURCE", "SimE3631a"]
+
+E3631A_RESOURCE = "TCPIP0::sim-e3631a::5025::SOCKET"
+E3631A_PROFILE = "e3631a"
+
+#: A selection query, rendered with the output it was asked under.
+_SELECTION = re.compile(r"INST:(N?)SEL\? \(@(\d)\)")
+_MEASURE = re.compile(r"MEAS:(VOLT|CURR)\? \(@(\d)\)")
+_NAMES = {1: "P6V", 2: "P25V", 3: "N25V"}
+
+
+class SimE3631a(SimInstrument):
+    """Keysight E3631A in its SCPI command set; ``SIM:LOAD<n>`` is output n's DUT."""
+
+    profile = E3631A_PROFILE
+    resource_name = E3631A_RESOURCE
+    rst_keeps: ClassVar[frozenset[str]] = frozenset(
+        {"ese", "sre", "saved_slot", "recalled_slot", "ch1_load", "ch2_load", "ch3_load"})
+
+    def handle_message(self, message: str, session: Session = PANEL) -> str | None:
+        if "(@" in message:  # chapter 4: outputs are selected, never listed
+            self.push_error(-101, "Invalid character; the E3631A takes no channel list")
+            return None
+        return super().handle_message(message, session)
+
+    def terminals(self, channel: int) -> tuple[float, float]:
+        """(volts, amps) at output ``channel``'s terminals now: what the DUT sees."""
+        with self._lock:
+            return self._terminals(channel)
+
+    def _terminals(self, channel: int) -> tuple[float, float]:
+        if not int(self._get("output")):
+            return 0.0, 0.0
+        volts = float(self._get(f"ch{channel}_voltage"))
+        load = float(self._get(f"ch{channel}_load"))
+        amps = min(abs(volts) / load, float(self._get(f"ch{channel}_current")))
+        return (amps * load if volts >= 0 else -amps * load), amps
+
+    def _selected(self) -> int:
+        return int(self._get("selected"))
+
+    def _model_answer(self, canonical: str) -> str | None:
+        if m := _SELECTION.fullmatch(canonical):
+            channel = int(m[2])
+            return str(channel) if m[1] else _NAMES[channel]
+        if m := _MEASURE.fullmatch(canonical):
+            volts, amps = self._terminals(int(m[2]))
+            return f"{volts if m[1] == 'VOLT' else amps:+.8E}"
+        return None
