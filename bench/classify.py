@@ -150,6 +150,13 @@ MUST_HOLD: dict[str, re.Pattern[str]] = {
         r":(ILIM|VLIM|RANG|PROT|HIGH)\w*(:\w+)*)\s|OUTP\w*(:STAT\w*)?\s|OUTP\w*:\w+:SMOD\w*\s|"
         r"ROUT\w*:TERM\w*\s|INIT|TRIG\w*:LOAD|ABOR|DIG\w*:LINE\d*:(STAT|MODE)\w*\s|"
         r"(SENS\w*:)?FUNC\w*(:ON)?\s+['\"]RES|MEAS\w*:RES)", re.IGNORECASE),
+    # The E3631A (User's Guide, chapter 4): a level on the selected output or by APPLy,
+    # OUTPut (every output at once), tracking, a trigger armed or fired, reset, recall,
+    # self-test. A selection alone (INST:NSEL 1) changes nothing.
+    "e3631a": re.compile(
+        r"^:?(\*(RST|RCL|TRG|TST\?)|(SOUR\w*:)?(VOLT|CURR)\w*(:\w+)*\s|OUTP\w*(:STAT\w*)?\s|"
+        r"APPL\w*\s|OUTP\w*:TRAC\w*(:STAT\w*)?\s|INIT|TRIG\w*(:SEQ\w*)?:\w+\s)",
+        re.IGNORECASE),
     "dmm6500": re.compile(
         r"^:?(\*(RST|RCL|TST\?|LANG\s)|"
         r"(CONF\w*|MEAS\w*)(:SCAL\w*)?:(RES|FRES|CAP|CONT|DIOD|TEMP)|"

@@ -16,7 +16,10 @@ send is recorded as they sent it:
   read, every source and measure method, the output on and off, and ``reset``;
 - PyMeasure ``KeithleyDMM6500`` (simulated on its own, no scanner card): every property it
   answers in its default function read, every ``measure_*`` method, filters, ranges,
-  relative, autozero, the beeper, and ``reset``.
+  relative, autozero, the beeper, and ``reset``;
+- PyMeasure ``KeysightE3631A`` (simulated on its own, outputs by selection): every property
+  of the instrument and its three outputs read (not *OPT?), each output's setpoints and
+  output set, tracking, and ``reset``.
 
 Each line: ``profile<TAB>driver<TAB>message``, in the order sent.
 """
@@ -190,6 +193,28 @@ def pymeasure_dmm6500(resource: str) -> None:
         meter.adapter.close()
 
 
+def pymeasure_e3631a(resource: str) -> None:
+    from pymeasure.instruments.keysight import KeysightE3631A
+
+    supply = KeysightE3631A(resource, visa_library="@py", read_termination="\n",
+                            write_termination="\n", timeout=5000)
+    try:
+        for name in _properties(supply):
+            if name != "options":  # *OPT? is no E3631A command (User's Guide, chapter 4)
+                getattr(supply, name)
+        for number, channel in enumerate((supply.ch_1, supply.ch_2, supply.ch_3), 1):
+            _read_all(channel)
+            channel.voltage_setpoint = -1.0 if number == 3 else 1.0
+            channel.current_limit = 0.1
+            channel.output_enabled = True  # OUTPut 1, (@n): no E3631A takes that list
+        supply.output_enabled = True
+        supply.output_enabled = False
+        supply.tracking_enabled = False
+        supply.reset()
+    finally:
+        supply.adapter.close()
+
+
 def _qcodes_parameters(instrument: Any) -> Iterator[Any]:
     skip = {"IDN", "timeout", "volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res",
             "timetrace", "time_axis"}
@@ -206,6 +231,7 @@ DRIVERS: list[tuple[str, str, str, Callable[[str], None]]] = [
     ("34465a", "dmm", "qcodes Keysight34465A", qcodes_34465a),
     ("k2450", "smu", "pymeasure Keithley2450", pymeasure_k2450),
     ("dmm6500", "dmm6500", "pymeasure KeithleyDMM6500", pymeasure_dmm6500),
+    ("e3631a", "e3631a", "pymeasure KeysightE3631A", pymeasure_e3631a),
 ]
 
 
@@ -219,11 +245,12 @@ def _settle(sent: list[str], quiet: float = 0.5) -> None:
 def build() -> list[tuple[str, str, str]]:
     corpus: list[tuple[str, str, str]] = []
     with SimBenchThread() as bench, SimServedThread("smu") as smu, \
-            SimServedThread("dmm6500") as dmm6500:
+            SimServedThread("dmm6500") as dmm6500, SimServedThread("e3631a") as e3631a:
         served = {"psu": (bench.psu, bench.psu_resource_name),
                   "dmm": (bench.dmm, bench.dmm_resource_name),
                   "smu": (smu.instrument, smu.resource_name),
-                  "dmm6500": (dmm6500.instrument, dmm6500.resource_name)}
+                  "dmm6500": (dmm6500.instrument, dmm6500.resource_name),
+                  "e3631a": (e3631a.instrument, e3631a.resource_name)}
         for profile, which, driver, run in DRIVERS:
             instrument, resource = served[which]
             sent: list[str] = []

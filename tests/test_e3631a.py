@@ -283,3 +283,14 @@ async def test_pymeasure_keysight_e3631a_reads_every_property(
     assert outputs[1]["voltage_setpoint"] == 3.5 and outputs[1]["current_limit"] == 0.2
     assert outputs[0]["voltage_setpoint"] == 0 and outputs[2]["voltage_setpoint"] == 0
     assert panel.query("SYST:ERR?").lstrip("+") == NO_ERROR
+
+
+def test_the_driver_corpus_has_no_false_hold_and_no_unsafe_pass(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures in docs/scpi.md: PyMeasure's KeysightE3631A, 34 messages."""
+    from bench.classify import CORPUS, corpus_report
+
+    assert corpus_report(CORPUS) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith(f"{PROFILE}:"))
+    assert "false holds 0, false refusals 0" in line and line.endswith("unsafe passes 0")
