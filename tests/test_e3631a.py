@@ -17,12 +17,15 @@ from typing import Any
 
 import pytest
 import pyvisa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
 from bench_gate.proxy import Doors
-from bench_gate.scpi import get_profile
+from bench_gate.scpi import Effect, classify, get_profile, lex
+from bench_gate.scpi._examples import command_examples, query_examples
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.test_drivers import _read_properties
 from tests.test_proxy import in_thread, next_pending
@@ -92,6 +95,28 @@ def test_a_channel_unit_reaches_the_wire_as_its_selection_then_the_bare_unit() -
     assert profile.wire('DISP:TEXT "(@1)"') == ('DISP:TEXT "(@1)"',)  # data, not a list
     assert profile.wire("VOLT 5.0,(@1,2)") is None  # never half a list
     assert get_profile("e36312a").wire("VOLT 5.0,(@1)") == ("VOLT 5.0,(@1)",)
+
+
+_PROFILE = get_profile(PROFILE)
+_EVERY = frozenset(Effect) - {Effect.FORBIDDEN}
+EXAMPLES = [e.message for e in command_examples(_PROFILE, _EVERY)
+            + query_examples(_PROFILE, _EVERY)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(message=st.sampled_from(EXAMPLES), selected=st.sampled_from([None, 1, 2, 3]))
+def test_every_unit_reaches_the_wire_selected_and_without_a_list(
+        message: str, selected: int | None) -> None:
+    """For every command and query the profile knows, under any selection: each unit that
+    names an output goes out as that output's select command, then one bare unit."""
+    for unit in classify(message, PROFILE, selected=selected).units:
+        texts = _PROFILE.wire(unit.canonical)
+        assert texts is not None, unit.canonical
+        assert all("(@" not in t and len(lex(t)) == 1 for t in texts), texts
+        if unit.channel is not None and "(@" in unit.canonical:
+            assert texts[0] == f"INST:NSEL {unit.channel}" and len(texts) == 2
+        else:
+            assert texts == (unit.canonical,)
 
 
 # ------------------------------------------------------------------ through the socket door
