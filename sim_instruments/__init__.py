@@ -1,7 +1,8 @@
 """A simulated bench for bench-gate: a Keysight E36312A supply and a 34465A meter, and more
 instruments served one by one (``SimServedThread("smu")``: a Keithley 2450 SourceMeter;
 ``SimServedThread("dmm6500")``: a Keithley DMM6500 multimeter;
-``SimServedThread("e3631a")``: a Keysight E3631A supply, outputs by selection).
+``SimServedThread("e3631a")``: a Keysight E3631A supply, outputs by selection;
+``SimServedThread("dl3021")``: a Rigol DL3021 electronic load).
 
 pyvisa-sim holds the instruments' state (``bench.yaml``); the classes here add what pyvisa-sim
 cannot model and serve each instrument on its own raw-socket port, like a LAN instrument::

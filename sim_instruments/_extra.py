@@ -16,6 +16,7 @@ import pathlib
 import threading
 from types import TracebackType
 
+from ._dl3021 import SimDl3021
 from ._dmm6500 import SimDmm6500
 from ._e3631a import SimE3631a
 from ._model import SimInstrument
@@ -30,6 +31,7 @@ EXTRA: dict[str, tuple[type[SimInstrument], str]] = {
     "smu": (SimSmu, "k2450.yaml"),
     "dmm6500": (SimDmm6500, "dmm6500.yaml"),
     "e3631a": (SimE3631a, "e3631a.yaml"),
+    "dl3021": (SimDl3021, "dl3021.yaml"),
 }
 
 

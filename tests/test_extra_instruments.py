@@ -1,8 +1,8 @@
 """Every instrument simulated on its own (sim_instruments.EXTRA: the Keithley 2450, the
-DMM6500 and the Keysight E3631A): its profile checks clean, its simulator answers every
-query the profile passes (``bench-gate profile test --sim``, over LAN) and takes every
-command and query the profile knows, held ones too (once approved they run), and its
-pyvisa-sim definition holds every setting of the profile.
+DMM6500, the Keysight E3631A and the Rigol DL3021): its profile checks clean, its simulator
+answers every query the profile passes (``bench-gate profile test --sim``, over LAN) and
+takes every command and query the profile knows, held ones too (once approved they run),
+and its pyvisa-sim definition holds every setting of the profile.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_the_simulator_takes_every_command_and_query_the_profile_knows(name: str
     known = get_profile(PLAYS[name])
     every = frozenset(Effect) - {Effect.FORBIDDEN}
     examples = command_examples(known, every) + query_examples(known, every)
-    assert len(examples) > 100
+    assert len(examples) >= len(known.model.commands) > 40  # at least one per header
     refused = []
     with SimServedThread(name) as served:
         instrument = served.instrument

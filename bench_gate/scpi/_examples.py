@@ -155,9 +155,11 @@ def _instances(command: CommandSpec, form: FormSpec, profile: Profile,
             else:
                 params = [*required, *extra, *([channel] if channel is not None else [])]
             text = header + ("?" if query else "") + (" " + ",".join(params) if params else "")
+            select = profile.addressing.select if profile.addressing else None
             if profile.addressing is not None and form.channel == "list" and channel:
                 # As the instrument's own clients write it: select, then the bare unit.
-                text = profile.addressing.select.format(ch=channel[2:-1]) + ";:" + text[
-                    : -len(channel)].rstrip(" ,")
+                text = text[: -len(channel)].rstrip(" ,")
+                if select is not None:
+                    text = select.format(ch=channel[2:-1]) + ";:" + text
             out.append(Example(text, command.header, query, form.effect))
     return out

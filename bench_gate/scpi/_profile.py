@@ -111,6 +111,8 @@ class Profile:
         if len(listed.channels) != 1 or self.form_of(canonical) is None:
             return None
         bare = canonical[: listed.pos].rstrip().rstrip(",").rstrip()
+        if spec.select is None:  # the instrument's one channel
+            return (bare,)
         return (spec.select.format(ch=listed.channels[0]), bare)
 
     def string_choice(self, spec: ParamSpec, text: str) -> str | None:
@@ -200,6 +202,11 @@ def check_model(model: ProfileModel) -> None:
 def _check_addressing(model: ProfileModel) -> None:
     spec = model.addressing
     if spec is None:
+        return
+    if spec.select is None:
+        if list(model.channels) != [spec.default]:
+            raise ProfileError(f"{model.name}: addressing without a select command is for "
+                               "one channel, the default")
         return
     if spec.default not in model.channels or "{ch}" not in spec.select:
         raise ProfileError(f"{model.name}: addressing needs a select command with {{ch}} "

@@ -193,7 +193,9 @@ class AddressingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: The command that selects a channel; ``{ch}`` is its number (``INST:NSEL {ch}``).
-    select: str
+    #: None: a single-channel instrument (the DL3021 load): its one channel's units go out
+    #: without a list, and nothing selects it.
+    select: str | None = None
     #: The channel a connection has selected before it selects one (the instrument's
     #: power-on selection), never asked of the instrument.
     default: int

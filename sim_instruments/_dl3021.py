@@ -1,0 +1,55 @@
+"""The simulated Rigol DL3021 DC electronic load, as the DL3000 Series Programming Guide
+(chapter 2) describes it: one input, no channel list and no suffix; ``:INP ON`` draws from
+the DUT; in the CC function the load draws its CC level, in the others nothing is modelled.
+
+The DUT is a source of ``SIM:SOURCE`` volts (12 V). A message with a channel list is refused
+as the DL3021 refuses it, so a test proves the gateway sends its units bare.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from ._model import PANEL, Session, SimInstrument
+
+__all__ = ["DL3021_PROFILE", "DL3021_RESOURCE", "SimDl3021"]
+
+DL3021_RESOURCE = "TCPIP0::sim-dl3021::5025::SOCKET"
+DL3021_PROFILE = "dl3021"
+
+_MEASURE = re.compile(r"MEAS:(VOLT|CURR|POW|RES)\?(?: \(@1\))?")
+
+
+class SimDl3021(SimInstrument):
+    """Rigol DL3021 in its SCPI command set; ``SIM:SOURCE`` is the DUT's voltage."""
+
+    profile = DL3021_PROFILE
+    resource_name = DL3021_RESOURCE
+    rst_keeps: ClassVar[frozenset[str]] = frozenset(
+        {"ese", "sre", "saved_slot", "recalled_slot", "source"})
+
+    def handle_message(self, message: str, session: Session = PANEL) -> str | None:
+        if "(@" in message:  # one input: no channel list
+            self.push_error(-101, "Invalid character; the DL3021 takes no channel list")
+            return None
+        return super().handle_message(message, session)
+
+    def drawn(self) -> tuple[float, float]:
+        """(volts, amps) at the input now: what the DUT sees."""
+        with self._lock:
+            return self._drawn()
+
+    def _drawn(self) -> tuple[float, float]:
+        volts = float(self._get("source"))
+        if not int(self._get("ch1_input")) or str(self._get("set_func")) != "CURR":
+            return volts, 0.0
+        return volts, float(self._get("ch1_current"))
+
+    def _model_answer(self, canonical: str) -> str | None:
+        if m := _MEASURE.fullmatch(canonical):
+            volts, amps = self._drawn()
+            value = {"VOLT": volts, "CURR": amps, "POW": volts * amps,
+                     "RES": volts / amps if amps else 9.9e37}[m[1]]
+            return f"{value:f}"
+        return None
