@@ -34,6 +34,7 @@ from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
 from .takeover import Requests
+from .wire import rfc3339
 
 __all__ = ["Decisions", "GrantResult"]
 
@@ -65,7 +66,7 @@ class Decisions(Part):
             if self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
                                   {"expires_at": req.expires_at.isoformat()},
                                   outcome="expired: no decision before "
-                                          f"{req.expires_at.isoformat()}; nothing was written"):
+                                          f"{rfc3339(req.expires_at)}; nothing was written"):
                 count += 1
                 self._suspended(req, self.runs.after_denial(req, "expired"))
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
@@ -154,7 +155,7 @@ class Decisions(Part):
         self._record_decision(req)
         if req.on_resend:  # the socket door's on_hold = refuse: its requester resends it
             return GrantResult(req, [], "approved; it runs when its requester resends the "
-                               f"same command before {req.expires_at.isoformat()}")
+                               f"same command before {rfc3339(req.expires_at)}")
         if not self.core.owns(req):
             # Another bench owns the instrument: it rechecks and executes (told through the
             # store). While it is alive, wait a little for its outcome so the approver sees

@@ -42,6 +42,7 @@ from .snapshots import Snapshots
 from .states import PLANS, TERMINAL, PlanEvent
 from .states import Event as Move
 from .takeover import Requests
+from .wire import rfc3339
 
 __all__ = ["PlanDesk"]
 
@@ -190,7 +191,7 @@ class PlanDesk(Part):
                                        "expires_at": plan.expires_at.isoformat(),
                                        "scope": plan.scope.model_dump(mode="json")})])
         self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, {"plan_id": plan.id},
-                           outcome=f"plan {plan.id} active until {plan.expires_at.isoformat()}")
+                           outcome=f"plan {plan.id} active until {rfc3339(plan.expires_at)}")
         return req
 
     def revoke(self, plan_id: str, operator: Principal) -> Plan:

@@ -32,6 +32,7 @@ from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
 from .models import Event, EventType, Principal, RunStatus
 from .states import QUESTIONS, QuestionEvent, QuestionStatus
 from .store import Store
+from .wire import rfc3339
 
 __all__ = [
     "TABLE",
@@ -111,10 +112,10 @@ class QuestionSet(BaseModel):
                 parts.append(f"{q.text} → {said}")
             return f"answered by {self.answered_by}: " + " | ".join(parts)
         if self.status is QuestionStatus.EXPIRED:
-            return f"no answer: the question expired at {self.expires_at.isoformat()}"
+            return f"no answer: the question expired at {rfc3339(self.expires_at)}"
         if self.status is QuestionStatus.CANCELLED:
             return "no answer: the question was cancelled (the run closed)"
-        return f"waiting for the operator until {self.expires_at.isoformat()}"
+        return f"waiting for the operator until {rfc3339(self.expires_at)}"
 
 
 def _problems(exc: ValidationError) -> str:

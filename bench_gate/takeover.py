@@ -35,6 +35,7 @@ from .snapshots import Snapshots
 from .states import TERMINAL, target
 from .states import Event as Move
 from .store import RequestPage
+from .wire import rfc3339
 
 #: How many requests an ambiguous id prefix lists.
 PREFIX_MATCHES = 10
@@ -229,7 +230,7 @@ class Requests(Part):
         return int(self.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
                              {"expires_at": req.expires_at.isoformat()},
                              outcome="expired: approved, but not resent before "
-                                     f"{req.expires_at.isoformat()}; nothing was written"))
+                                     f"{rfc3339(req.expires_at)}; nothing was written"))
 
     def missing_message(self, req: TakeoverRequest) -> str:
         missing = req.missing()

@@ -306,6 +306,7 @@ async def test_a_request_that_runs_on_resend_never_runs_at_a_restart_nor_twice(
         assert gw.get_request(late.id).status is Status.EXPIRED
         gone = await gw.resend(run.id, late.id, "VOLT 3,(@3)")
         assert gone is not None and gone.status is Status.EXPIRED
+        assert gone.outcome is not None and "+00:00" not in gone.outcome, gone.outcome
     finally:
         await _stopped(gw)
     gw = await _started(config, db_path, clock)  # a second restart runs nothing

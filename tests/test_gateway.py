@@ -306,7 +306,12 @@ async def test_expiry_is_a_denial(gateway: Gateway, script: Principal, olga: Pri
     clock.advance(minutes=2)
     with pytest.raises(TransitionError, match="expired"):
         await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
-    assert gateway.get_request(req.id).status is Status.EXPIRED
+    expired = gateway.get_request(req.id)
+    assert expired.status is Status.EXPIRED
+    # A sentence for people names its time in RFC 3339 with Z on every door (the socket
+    # door's SYST:ERR? and GATE:STAT? pass it on verbatim).
+    assert expired.outcome is not None and "+00:00" not in expired.outcome
+    assert expired.outcome.endswith("Z; nothing was written"), expired.outcome
     assert live(front_panel, "VOLT? (@1)") == 0
     assert "takeover_expired" in events(gateway, run.id)
     with pytest.raises(InvalidInput):
