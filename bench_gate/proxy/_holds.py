@@ -89,9 +89,10 @@ async def resent(conn: Connection, text: str) -> bool:
     """A resend of a write refused under ``refuse``: never a second request. Still pending:
     -203 again. Approved: run now, once, if it is the identical canonical command (the core
     checks it, the run and the expiry), and answered like a write that ran at once; gone
-    stale at the recheck: -203 naming its fresh request. Executed: answered from its
-    receipt, never run twice. Denied, expired, cancelled, or not this request's command:
-    forgotten, and the resend is submitted afresh. True if the resend was dealt with."""
+    stale at the recheck: -203 naming its fresh request. Executed by this resend (or
+    failed at it): answered from its receipt, and forgotten, so the next resend is a new
+    request. Denied, expired, cancelled, or not this request's command: forgotten, and the
+    resend is submitted afresh. True if the resend was dealt with."""
     keys = [k for k in (_canonical(conn, text), ("", text.strip())) if k is not None]
     request_id = next((conn.refused[k] for k in keys if k in conn.refused), None)
     if request_id is None or conn.run_id is None:
