@@ -7,6 +7,7 @@ own policy, just before it executes (a decision made elsewhere never skips them)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .auth import normalize_name
@@ -14,7 +15,7 @@ from .config import PolicyConfig
 from .errors import PermissionDenied
 from .models import ApprovalKind, Principal, Run, RunKind, TakeoverRequest
 
-__all__ = ["Grant", "person", "require_operator", "violation"]
+__all__ = ["Grant", "cover_for", "person", "require_operator", "violation"]
 
 
 def require_operator(who: Principal) -> None:
@@ -78,3 +79,16 @@ def violation(req: TakeoverRequest, run: Run, policy: PolicyConfig, grants: list
                     "also enable its output: this bench requires a second person (two "
                     "different people for the setpoint and the output enable)")
     return None
+
+
+def cover_for(req: TakeoverRequest, may_open: Callable[[str], bool]) -> TakeoverRequest:
+    """``req`` as someone who may not see every run is shown it: the setpoint cover keeps
+    its values, approvers and times, but names no request they may not open (its id would
+    only lead to a refusal that names another requester)."""
+    cover = req.handoff.get("setpoint_cover")
+    if not cover:
+        return req
+    shown = [{**entry, "fields": [
+        f if not f.get("request") or may_open(f["request"]) else {**f, "request": None}
+        for f in entry.get("fields", [])]} for entry in cover]
+    return req.model_copy(update={"handoff": {**req.handoff, "setpoint_cover": shown}})

@@ -516,3 +516,26 @@ async def test_tokens_and_gate_commands_never_reach_the_journal_or_an_instrument
     assert gateway.list_requests(run_id=run.id) == []
     journal = str([e.data for e in gateway.store.journal(run.id, limit=100)])
     assert "abcdefghijklmnopqrstuvwxyz0123" not in journal
+
+
+async def test_a_requester_sees_the_cover_but_not_another_runs_request(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """The setpoint approval behind an output enable is shown to everyone who may see the
+    request; the id of a request in someone else's run only to those who may open it."""
+    other = Principal(name="bot2", role=script.role)
+    theirs = gateway.create_run(other, "script")
+    front_panel.write("CURR 0.4,(@3)")
+    first = (await gateway.submit(theirs.id, "psu", "VOLT 2,(@3)")).request
+    assert first is not None
+    await gateway.grant(first.id, olga, ["setpoint"], proposal_hash=first.proposal_hash)
+    mine = gateway.create_run(script, "script")
+    on = (await gateway.submit(mine.id, "psu", "OUTP ON,(@3)")).request
+    assert on is not None and on.required == [ApprovalKind.OUTPUT_ENABLE]
+    for who, named in ((olga, first.id), (script, None)):
+        [cover] = gateway.find_request(who, on.id[:12]).handoff["setpoint_cover"]
+        voltage = next(f for f in cover["fields"] if f["field"] == "voltage")
+        assert voltage["value"] == "2.0" and voltage["by"] == ["olga"]
+        assert voltage["request"] == named
+    # The stored request keeps the whole cover (the copy shown is not saved back).
+    stored = gateway.get_request(on.id).handoff["setpoint_cover"][0]["fields"]
+    assert any(f["request"] == first.id for f in stored)
