@@ -1,6 +1,13 @@
 """10,000 pending takeover requests, each with a parked waiter: threads, memory, list time.
 
     python bench/parked.py [--count 10000]
+    python bench/parked.py --count 10000 --list-only   # listing only, in seconds
+
+``--list-only`` holds 200 real requests, then files copies of them (new ids, the same
+handoffs) straight into the store up to ``--count``: the listing figures at full size
+without minutes of live snapshots (no waiters, so no memory or thread figures).
+Listing times are the median of three; the whole-document read (what internal callers
+that change requests use) is timed beside them for comparison.
 
 A pending request holds no thread and no task of its own: waiters await an event keyed by
 request id, and expiry is one sweeper comparing times. The instrument here is pyvisa-sim
@@ -12,16 +19,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
+import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from bench_gate.config import BenchConfig, InstrumentConfig
+from bench_gate.core import new_id
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Role, Status
+from bench_gate.models import Principal, Role, Run, Status
 from bench_gate.store import SqliteStore
 from sim_instruments import PSU_RESOURCE, bench_yaml_path
+
+T = TypeVar("T")
 
 
 def rss_mib() -> float:
@@ -32,18 +45,64 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def main(count: int) -> None:
+def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[float, T]:
+    """The median of three calls, in ms, and the last result."""
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        result = fn(*args, **kwargs)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times), result
+
+
+def report_listing(gw: Gateway, count: int) -> None:
+    listed_ms, pending = timed(gw.list_requests, status=Status.PENDING, limit=count)
+    page_ms, first_page = timed(gw.list_requests, status=Status.PENDING, limit=50)
+    whole_ms, _ = timed(gw.store.list_requests, status=Status.PENDING, limit=count)
+    print(f"pending requests         {len(pending)} (first page {len(first_page)})")
+    print(f"time to list all pending {listed_ms:.0f} ms ({listed_ms * 1000 / count:.0f} us "
+          f"each); first page of 50 {page_ms:.1f} ms")
+    print(f"whole documents (internal callers) {whole_ms:.0f} ms "
+          f"({whole_ms * 1000 / count:.0f} us each)")
+
+
+async def opened(tmp: str, count: int) -> tuple[Gateway, list[Run]]:
+    """A gateway on the in-process pyvisa-sim supply, and the runs ``count`` requests need:
+    the default quota lets one requester park 200 (limits.pending_requests), so 10,000
+    parked requests come from 50 scripts, each with its own run."""
     config = BenchConfig(instruments=[InstrumentConfig(
         name="psu", resource=PSU_RESOURCE, profile="e36312a",
         backend=f"{bench_yaml_path()}@sim")])
-    with tempfile.TemporaryDirectory() as tmp:
-        gw = Gateway(config, SqliteStore(Path(tmp) / "parked.db"))
-        await gw.start()
-        # The default quota lets one requester park 200 requests (limits.pending_requests),
-        # so 10,000 parked requests come from 50 scripts, each with its own run.
-        per_script = config.limits.pending_requests
-        runs = [gw.create_run(Principal(name=f"script-{n}", role=Role.REQUESTER), "script")
+    gw = Gateway(config, SqliteStore(Path(tmp) / "parked.db"))
+    await gw.start()
+    per_script = config.limits.pending_requests
+    return gw, [gw.create_run(Principal(name=f"script-{n}", role=Role.REQUESTER), "script")
                 for n in range(-(-count // per_script))]
+
+
+async def list_only(count: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        gw, runs = await opened(tmp, count)
+        per_script = gw.config.limits.pending_requests
+        real = []
+        for i in range(min(count, per_script)):
+            held = (await gw.submit(runs[0].id, "psu", f"VOLT {(i % 600) / 100},(@1)")).request
+            assert held is not None
+            real.append(held)
+        gw.store.pending_check = None  # copies, not filings: the quota counted the real ones
+        for i in range(len(real), count):
+            copy = real[i % len(real)].model_copy(update={
+                "id": new_id("tk"), "run_id": runs[i // per_script].id})
+            gw.store.create_request(copy, [])
+        report_listing(gw, count)
+        await gw.close()
+        gw.store.close()
+
+
+async def main(count: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        gw, runs = await opened(tmp, count)
+        per_script = gw.config.limits.pending_requests
         await gw.submit(runs[0].id, "psu", "*IDN?")  # opens the lane's thread
         threads_before = threading.active_count()
         rss_before = rss_mib()
@@ -59,18 +118,12 @@ async def main(count: int) -> None:
         await asyncio.sleep(0.5)
         threads_after = threading.active_count()
         rss_after = rss_mib()
-        t1 = time.perf_counter()
-        pending = gw.list_requests(status=Status.PENDING, limit=count)
-        listed = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        first_page = gw.list_requests(status=Status.PENDING, limit=50)
-        page = time.perf_counter() - t2
+        report_listing(gw, count)
         for w in waiters:
             w.cancel()
         await asyncio.gather(*waiters, return_exceptions=True)
         await gw.close()
         gw.store.close()
-    print(f"pending requests         {len(pending)} (first page {len(first_page)})")
     print(f"parked waiters           {len(waiters)}")
     print(f"threads before / after   {threads_before} / {threads_after}  "
           f"(added {threads_after - threads_before})")
@@ -78,12 +131,13 @@ async def main(count: int) -> None:
           f"({(rss_after - rss_before) * 1024 / count:.2f} KiB per parked request)")
     print(f"time to create           {created:.1f} s ({count / created:.0f} requests/s, "
           "each with a live snapshot)")
-    print(f"time to list all pending {listed * 1000:.0f} ms; first page of 50 "
-          f"{page * 1000:.1f} ms")
     assert threads_after == threads_before, "parked requests must not add threads"
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000)
-    asyncio.run(main(parser.parse_args().count))
+    parser.add_argument("--list-only", action="store_true",
+                        help="the listing figures only, from copies of 200 held requests")
+    args = parser.parse_args()
+    asyncio.run(list_only(args.count) if args.list_only else main(args.count))

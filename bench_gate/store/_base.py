@@ -11,12 +11,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import field_validator
+
 from ..models import Event, Run, Status, TakeoverRequest
 
 if TYPE_CHECKING:
     from ._chain import Segment
 
-__all__ = ["PendingCheck", "RequestPage", "RequestSort", "Store"]
+__all__ = ["LISTED_HANDOFF", "ListedRequest", "PendingCheck", "RequestPage", "RequestSort",
+           "Store"]
 
 
 class RequestSort(enum.StrEnum):
@@ -24,6 +27,25 @@ class RequestSort(enum.StrEnum):
 
     NEWEST = "newest"  # created last, first
     EXPIRY = "expiry"  # expiring soonest, first (what a reviewer must decide before it is lost)
+
+
+#: The handoff keys a listed request keeps: who asked (``run``), a standing ``plan``, a
+#: resubmission after a change (``stale_diff``), what the console's queue shows. The rest
+#: (the run's history, snapshots, proposed state) is most of a request's size and is read
+#: with the request itself (``get_request``).
+LISTED_HANDOFF = ("run", "plan", "stale_diff")
+
+
+class ListedRequest(TakeoverRequest):
+    """A request as a page lists it: its handoff holds only ``LISTED_HANDOFF``. The store
+    refuses to save one, since that would erase the rest of its handoff: a caller that
+    changes a request gets it whole first."""
+
+    @field_validator("handoff")
+    @classmethod
+    def _listed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # The store writes it cut already; a request saved before that is cut here.
+        return {k: value[k] for k in LISTED_HANDOFF if value.get(k) is not None}
 
 
 class RequestPage(list[TakeoverRequest]):
@@ -81,7 +103,8 @@ class Store(Protocol):
                       sort: RequestSort | str = RequestSort.NEWEST,
                       requester: str | None = None) -> RequestPage:
         """One page, sorted in SQL, with the total that match (counted in the same read).
-        ``requester`` keeps the requests of that principal's runs."""
+        ``requester`` keeps the requests of that principal's runs. The items are
+        :class:`ListedRequest`: a list's handoff (``LISTED_HANDOFF``), never saved back."""
         ...
 
     def pending_of(self, principal: str) -> tuple[int, datetime | None]:

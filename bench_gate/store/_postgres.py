@@ -128,6 +128,11 @@ MIGRATIONS: tuple[str, ...] = (
         archived_at TIMESTAMPTZ NOT NULL
     );
     """,
+    # 5: each request's list document beside it (store._sql._listed), so a page parses a
+    # fraction of each request; a request saved before it is listed from its data.
+    """
+    ALTER TABLE requests ADD COLUMN listed TEXT;
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error

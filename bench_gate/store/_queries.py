@@ -12,7 +12,8 @@ from ._base import RequestSort
 
 __all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "DUE", "FIRST_LIVE",
            "KV_DELETE", "KV_GET", "KV_ITEMS", "KV_LIST", "KV_PUT", "LAST_CHAINED",
-           "LAST_SEGMENT", "LINK_UNCHAINED", "OPEN_RUNS_OF", "PENDING_OF", "REQUEST",
+           "LAST_SEGMENT", "LINK_UNCHAINED", "LISTED", "OPEN_RUNS_OF",
+           "PENDING_OF", "REQUEST",
            "REQUEST_BY_KEY", "REQUEST_IDS", "REQUEST_INSERT", "REQUEST_SAVE", "RUN", "RUN_EVENTS",
            "RUN_INSERT", "RUN_PRINCIPAL", "RUN_RECENT", "RUN_SAVE", "SEGMENTS",
            "SEGMENT_INSERT", "SETPOINT_GET", "SETPOINT_PUT", "UNCHAINED", "UNFINISHED", "page",
@@ -38,14 +39,18 @@ REQUEST_BY_KEY = "SELECT data FROM requests WHERE run_id = ? AND idempotency_key
 #: Returns no row when (run, idempotency key) is taken; PostgreSQL first waits for a
 #: concurrent insert of the same key to commit.
 REQUEST_INSERT = ("INSERT INTO requests (id, run_id, instrument, status, created_at, "
-                  "expires_at, idempotency_key, version, requester, data) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                  "expires_at, idempotency_key, version, requester, data, listed) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                   "ON CONFLICT (run_id, idempotency_key) DO NOTHING RETURNING id")
 #: Compare-and-swap on the version.
-REQUEST_SAVE = ("UPDATE requests SET status = ?, version = ?, data = ? "
+REQUEST_SAVE = ("UPDATE requests SET status = ?, version = ?, data = ?, listed = ? "
                 "WHERE id = ? AND version = ?")
 DUE = "SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?"
 UNFINISHED = "SELECT data FROM requests WHERE status IN ('approved', 'executing')"
+#: What a page reads: each request's list document (``ListedRequest``: its handoff cut to
+#: ``LISTED_HANDOFF``, written beside it at every save), or, for a request saved before
+#: that column existed, the whole document (cut when it is parsed).
+LISTED = "coalesce(listed, data)"
 
 # -- approved setpoints and the small keyed tables
 SETPOINT_GET = "SELECT data FROM setpoints WHERE instrument = ? AND channel = ?"
@@ -67,9 +72,10 @@ def runs(principal: str | None, limit: int, offset: int) -> tuple[str, tuple[Any
 
 
 def page(status: Status | None, run_id: str | None, instrument: str | None,
-         requester: str | None, sort: RequestSort | str, limit: int, offset: int
-         ) -> tuple[str, tuple[Any, ...], str, tuple[Any, ...]]:
-    """(the page's SELECT, its arguments, the COUNT of every match, its arguments)."""
+         requester: str | None, sort: RequestSort | str, limit: int, offset: int,
+         what: str = "data") -> tuple[str, tuple[Any, ...], str, tuple[Any, ...]]:
+    """(the page's SELECT of ``what``, its arguments, the COUNT of every match, its
+    arguments)."""
     order = _ORDER[RequestSort(sort)]
     where: list[str] = []
     args: list[Any] = []
@@ -82,7 +88,7 @@ def page(status: Status | None, run_id: str | None, instrument: str | None,
         where.append("requester = ?")
         args.append(requester)
     clause = (" WHERE " + " AND ".join(where)) if where else ""
-    select = f"SELECT data FROM requests{clause} ORDER BY {order} LIMIT ? OFFSET ?"
+    select = f"SELECT {what} FROM requests{clause} ORDER BY {order} LIMIT ? OFFSET ?"
     count = f"SELECT count(*) FROM requests{clause}"
     return select, (*args, limit, offset), count, tuple(args)
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ..errors import StoreError
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
-from ._base import PendingCheck, RequestPage, RequestSort
+from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort
 from ._chain import Segment, row_event, row_segment, with_meanings
 
 __all__ = ["Cursor", "SqlStore", "Tx"]
@@ -41,6 +41,20 @@ class Tx(Protocol):
 
 def _request(row: Any) -> TakeoverRequest:
     return TakeoverRequest.model_validate_json(row[0])
+
+
+def _whole(req: TakeoverRequest) -> None:
+    """A listed request lacks most of its handoff: storing it would erase the rest."""
+    if isinstance(req, ListedRequest):
+        raise StoreError(f"request {req.id} was read from a list, with only part of its "
+                         "handoff; read it whole (get_request) before saving it")
+
+
+def _listed(req: TakeoverRequest) -> str:
+    """The document a page reads: the request with only a list's handoff (a fraction of
+    its size, so listing 10,000 never parses their histories and snapshots)."""
+    handoff = {k: req.handoff[k] for k in LISTED_HANDOFF if req.handoff.get(k) is not None}
+    return req.model_copy(update={"handoff": handoff}).model_dump_json()
 
 
 def _when(value: Any) -> datetime | None:
@@ -106,6 +120,7 @@ class SqlStore(abc.ABC):
 
     # -- requests
     def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
+        _whole(req)
         key = (req.run_id, req.idempotency_key)
         with self._tx() as cx:
             if req.idempotency_key is not None:  # a retry gets its request, quota or not
@@ -118,7 +133,7 @@ class SqlStore(abc.ABC):
             added = cx.execute(q.REQUEST_INSERT, (
                 req.id, req.run_id, req.instrument, req.status.value,
                 self._time(req.created_at), self._time(req.expires_at), req.idempotency_key,
-                req.version, requester, req.model_dump_json())).fetchall()
+                req.version, requester, req.model_dump_json(), _listed(req))).fetchall()
             if not added:  # a concurrent insert of the same key won
                 found = cx.execute(q.REQUEST_BY_KEY, key).fetchall()
                 if not found:  # pragma: no cover - the conflicting row cannot vanish
@@ -143,12 +158,13 @@ class SqlStore(abc.ABC):
 
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:
+        _whole(req)
         req.version = expected_version + 1
         try:
             with self._tx() as cx:
                 cur = cx.execute(q.REQUEST_SAVE, (req.status.value, req.version,
-                                                  req.model_dump_json(), req.id,
-                                                  expected_version))
+                                                  req.model_dump_json(), _listed(req),
+                                                  req.id, expected_version))
                 if cur.rowcount != 1:
                     req.version = expected_version
                     return False
@@ -183,9 +199,10 @@ class SqlStore(abc.ABC):
                       requester: str | None = None) -> RequestPage:
         sort = RequestSort(sort)
         sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
-                                                  sort, limit, offset)
+                                                  sort, limit, offset, q.LISTED)
         rows, counted = self._read_together((sql, args), (count_sql, count_args))
-        return RequestPage((_request(r) for r in rows), int(counted[0][0]) if counted else 0,
+        listed = (ListedRequest.model_validate_json(r[0]) for r in rows)
+        return RequestPage(listed, int(counted[0][0]) if counted else 0,
                            limit=limit, offset=offset, order=sort)
 
     def pending_of(self, principal: str) -> tuple[int, datetime | None]:
