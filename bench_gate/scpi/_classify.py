@@ -236,22 +236,24 @@ class _Resolver(ParamReader):
             if more:
                 last = specs[-1]
                 points = [values[last.name], *(self.convert(last, d, channel) for d in more)]
+                reach = self.reach(form, {**values, last.name: max(points, key=_magnitude)})
                 values[last.name] = ",".join(render_param(last, v) for v in points)
-                reach = self.reach(form, {last.name: max(points, key=_magnitude)}) or reach
             units = self.emit(raw, command, form, channel, values)
             out.extend(dataclasses.replace(u, reach=reach) if reach else u for u in units)
         return out
 
     @staticmethod
-    def reach(form: FormSpec, values: dict[str, Value]) -> tuple[str, Decimal] | None:
-        """A level this command stores for a later trigger: a number naming a field the
-        form does not set now (``LIST:VOLT``'s points, ``VOLT:TRIG``)."""
+    def reach(form: FormSpec, values: dict[str, Value]) -> tuple[tuple[str, Decimal], ...]:
+        """The levels this command stores for a later trigger: for each field its numbers
+        name that the form does not set now (``LIST:VOLT``'s points, ``VOLT:TRIG``, a
+        sweep's start and stop), the largest magnitude among them."""
+        found: dict[str, Decimal] = {}
         for spec in form.params:
             value = values.get(spec.name)
             if spec.field is not None and spec.field != form.field and isinstance(
                     value, Decimal) and not form.expand:
-                return spec.field, abs(value)
-        return None
+                found[spec.field] = max(found.get(spec.field, Decimal(0)), abs(value))
+        return tuple(found.items())
 
     @staticmethod
     def excitation(form: FormSpec, values: dict[str, Value]) -> str | None:

@@ -144,6 +144,11 @@ class Profile:
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
 
+    def limit_of(self, field_name: str) -> str:
+        """The envelope key that bounds ``field_name``: its ``envelope``, else its name."""
+        spec = self.model.fields.get(field_name)
+        return spec.envelope if spec is not None and spec.envelope else field_name
+
     def lookup(self, common: bool, mnemonics: tuple[str, ...]) -> Entry | None:
         return self.table.get((common, mnemonics))
 

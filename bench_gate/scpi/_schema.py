@@ -170,6 +170,10 @@ class FieldSpec(BaseModel):
     #: A condition register read as bits: bit number -> the word shown while it is set
     #: (a supply's CV/CC mode). Shown, never compared as a number.
     flags: dict[int, str] = Field(default_factory=dict)
+    #: The bench limit (an envelope key) that bounds this field's magnitude, for a field
+    #: that bounds what reaches the DUT under another name: an SMU's current level and its
+    #: voltage limit. A field named like the key (voltage, current, ovp) is bounded by it.
+    envelope: Literal["voltage", "current", "ovp"] | None = None
 
 
 class SafeActionSpec(BaseModel):
