@@ -48,8 +48,8 @@ class Stamped:
         if asyncio.iscoroutine(result):
             await result
 
-    async def query(self, command: str) -> str:
-        result = self.inner.query(command)
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        result = self.inner.query(command, extra_seconds)
         return await result if asyncio.iscoroutine(result) else result  # type: ignore[return-value]
 
     async def close(self) -> None:

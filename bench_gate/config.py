@@ -41,6 +41,10 @@ class InstrumentConfig(_Strict):
     #: pyvisa backend: "@py" (pyvisa-py), "@ivi", or "<path>@sim".
     backend: str = "@py"
     timeout_ms: int = Field(default=2000, ge=50, le=120_000)
+    #: The longest one reading may take, in seconds: a query that takes a reading waits
+    #: ``timeout_ms`` plus what its settings need, never more than this, and a setting that
+    #: would make every reading longer is refused (scpi._timing).
+    max_reading_s: float = Field(default=60.0, gt=0, le=3600)
     read_termination: str = "\n"
     write_termination: str = "\n"
     #: How the gateway talks to it: "auto" reaches a raw-socket resource (``::SOCKET``) with

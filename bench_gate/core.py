@@ -19,7 +19,7 @@ from .instruments import AsyncLink, Lane, Link, open_link
 from .locking import InstrumentLock, journaled
 from .models import TakeoverRequest
 from .notify import Notifier
-from .scpi import Profile, ProfileError, get_profile
+from .scpi import Profile, ProfileError, Timing, Unit, get_profile
 from .store import Store
 
 __all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id"]
@@ -34,11 +34,34 @@ def new_id(prefix: str) -> str:
 
 @dataclass(slots=True)
 class Instrument:
-    """One instrument of this bench: its configuration, its profile and its lane."""
+    """One instrument of this bench: its configuration, its profile, its lane, and the
+    timing settings it was told (how long a reading may take, scpi._timing)."""
 
     config: InstrumentConfig
     profile: Profile
     lane: Lane
+    timing: Timing
+    #: The link's connection count the timing settings were kept on.
+    opens: int | None = None
+
+    def _same_connection(self) -> None:
+        # A reconnect: the instrument may have restarted or been changed meanwhile, so a
+        # reading may take up to the cap until a *RST.
+        link = self.lane.link
+        opens = getattr(link, "opens", None)
+        if self.opens and (opens != self.opens or not getattr(link, "connected", True)):
+            self.timing.reset(known=False)
+        self.opens = opens
+
+    def extra_seconds(self, unit: Unit | str) -> float:
+        """How much longer than the link's timeout the instrument may take over ``unit``."""
+        self._same_connection()
+        return self.timing.seconds(unit)
+
+    def ran(self, unit: Unit | str) -> None:
+        """A unit the gateway sent that succeeded: keep what it set."""
+        self._same_connection()
+        self.timing.note(unit)
 
 
 class Core:
@@ -57,7 +80,8 @@ class Core:
             # Taken by the lane before its first job on each connection (issue 17 §2).
             lane.lock = InstrumentLock(ic.name, profile.model.lock,
                                        journaled(lambda: self.store, config.bench, ic.name))
-            self.instruments[ic.name] = Instrument(ic, profile, lane)
+            self.instruments[ic.name] = Instrument(
+                ic, profile, lane, Timing(profile, cap=ic.max_reading_s))
         #: This gateway's claim on its bench name, and the other benches' published rules.
         self.registry = Registry(store, config)
         self.notifier = Notifier(store, config.bench)

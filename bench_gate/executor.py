@@ -251,9 +251,11 @@ class Executor(Part):
                     if a.effect == "select":
                         continue
                     if a.canonical.split(" ")[0].endswith("?"):
-                        out.answers[i] = await link.query(a.canonical)
+                        out.answers[i] = await link.query(a.canonical,
+                                                          inst.extra_seconds(a.canonical))
                     else:
                         await link.write(a.canonical)
+                    inst.ran(a.canonical)  # a reading's timeout follows what it set
             except InstrumentError as exc:
                 out.error = exc.message
             # Read back whatever happened; never retry the write blindly. Only the instrument

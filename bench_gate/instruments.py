@@ -41,15 +41,17 @@ class Link(Protocol):
     """A blocking link (pyvisa, or an in-memory simulator); a lane runs it on its thread."""
 
     def write(self, command: str) -> None: ...
-    def query(self, command: str) -> str: ...
+    def query(self, command: str, extra_seconds: float = 0.0) -> str: ...
     def close(self) -> None: ...
 
 
 class AsyncLink(Protocol):
-    """The link a lane's jobs drive: one coroutine per direction."""
+    """The link a lane's jobs drive: one coroutine per direction. A query waits for its
+    answer the link's own timeout plus ``extra_seconds``: what the instrument was told makes
+    that one slow (a reading at NPLC 100, ``*TST?``; scpi._timing)."""
 
     async def write(self, command: str) -> None: ...
-    async def query(self, command: str) -> str: ...
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str: ...
     async def close(self) -> None: ...
 
 
@@ -100,10 +102,16 @@ class PyvisaLink:
         except (pyvisa.errors.Error, OSError) as exc:
             raise self._fail(f"write {command!r}", exc) from exc
 
-    def query(self, command: str) -> str:
+    def query(self, command: str, extra_seconds: float = 0.0) -> str:
         res = self._open()
         try:
-            return str(res.query(command)).strip()
+            if extra_seconds > 0:
+                res.timeout = self.config.timeout_ms + int(extra_seconds * 1000)
+            try:
+                return str(res.query(command)).strip()
+            finally:
+                if extra_seconds > 0 and self._res is res:
+                    res.timeout = self.config.timeout_ms
         except (pyvisa.errors.Error, OSError, UnicodeDecodeError) as exc:
             raise self._fail(f"query {command!r}", exc) from exc
 
@@ -171,14 +179,16 @@ class SocketLink:
     async def write(self, command: str) -> None:
         await self._exchange("write", command, answer=False)
 
-    async def query(self, command: str) -> str:
-        return await self._exchange("query", command, answer=True)
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        return await self._exchange("query", command, answer=True, extra=extra_seconds)
 
-    async def _exchange(self, what: str, command: str, *, answer: bool) -> str:
-        """Send one command and, for a query, read its answer, all within the timeout."""
+    async def _exchange(self, what: str, command: str, *, answer: bool,
+                        extra: float = 0.0) -> str:
+        """Send one command and, for a query, read its answer, all within the timeout
+        (plus ``extra`` seconds for a unit the instrument takes long over)."""
         reader, writer = await self._open()
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout + max(extra, 0.0)):
                 writer.write((command + self._wterm).encode("ascii"))
                 await writer.drain()
                 if not answer:
@@ -235,8 +245,8 @@ class _Threaded:
     async def write(self, command: str) -> None:
         await self._call(self.inner.write, command)
 
-    async def query(self, command: str) -> str:
-        return await self._call(self.inner.query, command)
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        return await self._call(self.inner.query, command, extra_seconds)
 
     async def close(self) -> None:
         try:
@@ -370,11 +380,11 @@ class _Addressed:
             await self._lane.link.write(select)
         await self._lane.link.write(text)
 
-    async def query(self, command: str) -> str:
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         *selects, text = self._texts(command)
         for select in selects:
             await self._lane.link.write(select)
-        return await self._lane.link.query(text)
+        return await self._lane.link.query(text, extra_seconds)
 
     async def close(self) -> None:
         await self._lane.link.close()

@@ -162,6 +162,9 @@ class Intake(Part):
             c = await self._classify(run_id, inst, message)
             if excites is not None:
                 c = as_exciting(c, excites)
+            too_long = inst.timing.refusal(c.units)  # a reading that would park the lane
+            if too_long is not None:
+                raise ScpiError(-222, too_long)
         except ScpiError as exc:
             self.store.append([received, Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
@@ -348,8 +351,9 @@ class Intake(Part):
                     answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
                     continue
                 if unit.query:
-                    answers[i] = await link.query(unit.canonical)
+                    answers[i] = await link.query(unit.canonical, inst.extra_seconds(unit))
                 else:
                     await link.write(unit.canonical)
+                inst.ran(unit)  # what it set decides how long the next reading may take
             return answers
         return join_answers(units, await inst.lane.run(job, whole=not read_only))

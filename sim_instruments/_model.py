@@ -176,6 +176,9 @@ class SimInstrument:
         self._owner: Session | None = None
         self._lock_count = 0
         self._numbers = itertools.count(1)
+        #: Seconds the last message keeps the instrument busy before it answers (a
+        #: reading's integration); the LAN server waits that long.
+        self.busy = 0.0
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -207,6 +210,7 @@ class SimInstrument:
         """Run one program message as the instrument would; the response line, or None.
         ``session`` is the interface it came in on (default: the front panel)."""
         with self._lock:
+            self.busy = 0.0
             try:
                 classified = classify(message, self.profile, selected=self._selected())
             except ScpiError as exc:
@@ -625,8 +629,27 @@ class SimDmm(SimInstrument):
     def _read(self, *, fresh: bool, labelled: bool = False) -> str:
         if fresh:
             self._refresh()
+            self.busy += self._reading_seconds()
         value = f"{float(self._get('reading')):+.8E}"
         return f"{value} {self._function().unit}" if labelled else value
+
+    def _reading_seconds(self) -> float:
+        """How long READ? takes on the real meter (34465A guide, NPLC, APERture, ZERO:AUTO,
+        SAMPle:COUNt, TRIGger:COUNt/DELay): each trigger waits its delay then takes its
+        samples, each integrating NPLC line cycles (or the aperture), twice with autozero."""
+        prefix = self._function().name.split(":")[0]
+
+        def number(query: str, default: float) -> float:
+            return float(self._ask(query)) if query in self._answerable else default
+
+        per_sample = number(f"{prefix}:NPLC?", 0.0) / number("SYST:LFR?", 50.0)
+        if number(f"{prefix}:APER:ENAB?", 0.0):
+            per_sample = number(f"{prefix}:APER?", per_sample)
+        per_sample *= 2 if number(f"{prefix}:ZERO:AUTO?", 0.0) else 1
+        triggers = number("TRIG:COUN?", 1.0)
+        triggers = triggers if triggers < 1e30 else 1.0  # INFinity: each READ? takes one
+        seconds = triggers * (number("TRIG:DEL?", 0.0) + number("SAMP:COUN?", 1.0) * per_sample)
+        return min(seconds, 86400.0)
 
     def _refresh(self) -> None:
         function = self._function()

@@ -237,10 +237,13 @@ async def _converse(
             # In memory and quick, so answered on the loop, as an instrument answers at once;
             # the instrument's lock serializes this with callers in other threads.
             answer = instrument.handle_message(message, session)
+            busy = instrument.busy
         except Exception:
             logger.exception("simulator fault on %r", message)
             instrument.push_error(-200, "Execution error; simulator fault")
             continue
+        if busy > 0:  # a reading takes as long as the real instrument's would
+            await asyncio.sleep(busy)
         if answer is not None:
             writer.write(answer.encode("ascii", errors="replace") + b"\n")
             await writer.drain()

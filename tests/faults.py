@@ -65,7 +65,8 @@ class SimLink:
     def write(self, command: str) -> None:
         self.instrument.handle_message(command, self.session)
 
-    def query(self, command: str) -> str:
+    def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        # In memory: answered at once, however long the instrument would take.
         answer = self.instrument.handle_message(command, self.session)
         if answer is None:
             raise InstrumentError(f"{self.name}: query {command!r} timed out: no answer")
@@ -152,7 +153,7 @@ class FaultLink:
             self._impostor = True
         raise self._drop(f"write {command!r}")
 
-    def query(self, command: str) -> str:
+    def query(self, command: str, extra_seconds: float = 0.0) -> str:
         self.calls.append(command)
         if command.upper().startswith("SYST:ERR") and self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
@@ -174,7 +175,7 @@ class FaultLink:
             raise self._drop(f"query {command!r}")
         if self._impostor and command.strip().upper() == "*IDN?":
             return OTHER_IDN
-        return self.inner.query(command)
+        return self.inner.query(command, extra_seconds)
 
     def close(self) -> None:
         self.inner.close()

@@ -61,7 +61,7 @@ class SlowLink:
     def write(self, command: str) -> None:
         self.query(command)
 
-    def query(self, command: str) -> str:
+    def query(self, command: str, extra_seconds: float = 0.0) -> str:
         with self.lock:
             self.inside += 1
             self.overlap |= self.inside > 1
