@@ -206,7 +206,7 @@ class Decisions(Part):
                 if len(c.units) != 1:
                     raise InvalidInput(f"edit {key}={raw_value!r} is not one value")
                 unit = c.units[0]
-                breach = envelope_breach(unit, limits)
+                breach = envelope_breach(unit, limits, profile)
                 if breach:
                     raise InvalidInput(f"edit {key}={raw_value!r}: {breach}")
                 a.canonical = unit.canonical

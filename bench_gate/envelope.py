@@ -16,8 +16,12 @@ from .config import ChannelLimits
 from .models import Action
 from .scpi import Profile, classify, format_number
 
-__all__ = ["Breach", "action_breaches", "breaches", "enveloped_fields", "no_worse",
-           "safe_commands", "summary"]
+__all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
+           "enveloped_fields", "no_worse", "safe_commands", "setpoint_fields", "summary"]
+
+
+#: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
+SETPOINT_KEYS = ("voltage", "current")
 
 
 def _key(channel: int, field: str) -> str:
@@ -51,6 +55,24 @@ def _limits_of(limits: ChannelLimits) -> dict[str, Decimal]:
             if isinstance(value, Decimal)}
 
 
+def bounded(profile: Profile, limits: ChannelLimits) -> dict[str, Decimal]:
+    """Every field of the profile that bounds what reaches the DUT, with the limit that
+    applies to it: a field named like an envelope key, or one that names its key
+    (``envelope: voltage`` on an SMU's voltage limit while it sources current). Each is
+    judged whatever the instrument's function: the function can change without a write
+    the gateway predicts (the front panel, another client)."""
+    keys = _limits_of(limits)
+    return {name: keys[key] for name, spec in profile.fields.items()
+            if not spec.measured and (key := profile.limit_of(name)) in keys}
+
+
+def setpoint_fields(profile: Profile) -> tuple[str, ...]:
+    """A channel's setpoint on this instrument: every field the envelope's voltage or
+    current bounds (an SMU's level and limit in both source functions), else those two."""
+    return tuple(f for f, spec in profile.fields.items() if not spec.measured
+                 and profile.limit_of(f) in SETPOINT_KEYS) or SETPOINT_KEYS
+
+
 def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
                      ) -> list[tuple[int, str]]:
     """Every field a read-back must cover to judge the envelope: on each limited channel,
@@ -60,8 +82,8 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
     for channel in sorted(limits):
         if channel not in profile.channels:
             continue
-        names = ([safe.field] if safe is not None else []) + [
-            f for f in _limits_of(limits[channel]) if f in profile.fields]
+        names = ([safe.field] if safe is not None else []) + list(
+            bounded(profile, limits[channel]))
         out.extend((channel, f) for f in dict.fromkeys(names))
     return out
 
@@ -92,9 +114,7 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
             continue
         if not _energized(profile, state, channel):
             continue
-        for field, limit in _limits_of(limits[channel]).items():
-            if field not in profile.fields:
-                continue
+        for field, limit in bounded(profile, limits[channel]).items():
             raw = state.get(_key(channel, field))
             try:
                 value = Decimal(raw) if raw is not None else None
@@ -115,7 +135,7 @@ def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],
     for a in actions:
         if a.channel is None or a.field is None or a.new is None or a.channel not in limits:
             continue
-        limit = _limits_of(limits[a.channel]).get(a.field)
+        limit = _limits_of(limits[a.channel]).get(profile.limit_of(a.field))
         try:
             value = Decimal(a.new)
         except InvalidOperation:

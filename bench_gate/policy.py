@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from .config import ChannelLimits, PolicyConfig
 from .models import ApprovalKind
-from .scpi import Classification, Effect, Unit, format_number
+from .scpi import Classification, Effect, Profile, Unit, format_number, get_profile
 
 __all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach", "required_for",
            "unpredictable"]
@@ -70,32 +70,36 @@ def required_for(kinds: list[ApprovalKind | None], any_unpredictable: bool
     return tuple(k for k in EVERY_APPROVAL if k in wanted)
 
 
-def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits]) -> str | None:
+def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
+                    profile: Profile | None = None) -> str | None:
     """Why ``unit`` breaks the bench's hard limits, or None.
 
     A unit whose channel is not known is held to the strictest limit of any channel. A
-    level stored for a later trigger (a list's points, a triggered level) is judged like a
-    setpoint: the trigger that applies it is no place to find out.
+    level stored for a later trigger (a list's points, a sweep's start and stop, a
+    triggered level) is judged like a setpoint: the trigger that applies it is no place to
+    find out. ``profile`` says which limit bounds a field (``Profile.limit_of``: an SMU's
+    voltage limit by the voltage limit); without it, the limit of the field's name.
     """
-    if unit.reach is not None:
-        field, level = unit.reach
+    for field, level in unit.reach:
         later = envelope_breach(dataclasses.replace(unit, field=field, value=level,
-                                                    reach=None), limits)
+                                                    reach=()), limits, profile)
         if later:
             return f"{later} (a level {unit.header} stores for a later trigger)"
     if unit.field is None or not isinstance(unit.value, Decimal):
         return None
+    key = profile.limit_of(unit.field) if profile is not None else unit.field
     if unit.channel is None:
         found = [v for c in limits.values()
-                 if isinstance(v := getattr(c, unit.field, None), Decimal)]
+                 if isinstance(v := getattr(c, key, None), Decimal)]
         limit = min(found) if found else None
     else:
         channel = limits.get(unit.channel)
-        limit = getattr(channel, unit.field, None) if channel is not None else None
+        limit = getattr(channel, key, None) if channel is not None else None
     if isinstance(limit, Decimal) and abs(unit.value) > limit:  # a magnitude: bipolar sources
-        unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(unit.field, "")
+        unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(key, "")
         where = f"CH{unit.channel}" if unit.channel is not None else "the selected channel's"
-        return (f"{where} {unit.field} {format_number(unit.value)} {unit_name} is above "
+        name = unit.field if key == unit.field else f"{unit.field} (bounded by the {key} limit)"
+        return (f"{where} {name} {format_number(unit.value)} {unit_name} is above "
                 f"the bench limit of {format_number(limit)} {unit_name}")
     return None
 
@@ -104,11 +108,12 @@ def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyCo
            selected_unknown: bool = False) -> Decision:
     kinds: list[ApprovalKind | None] = []
     blind = False
+    profile = get_profile(c.profile)
     for unit in c.units:
         if unit.effect is Effect.FORBIDDEN:
             return Decision(Verdict.REFUSE, code=-203,
                             reason=f"{unit.header} is forbidden through the gateway")
-        breach = envelope_breach(unit, limits)
+        breach = envelope_breach(unit, limits, profile)
         if breach:
             return Decision(Verdict.REFUSE, code=-222, reason=breach)
         kinds.append(approval_for(unit, policy))

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .config import ChannelLimits
 from .scpi import Effect, Profile, ProfileError, ScpiError, classify, get_profile
 from .scpi._examples import PASSING, Example, query_examples
 from .scpi._patterns import canonical_header
@@ -78,6 +79,7 @@ def check_profile(path: str) -> Report:
     _check_mandatory(profile, report)
     _check_forms(profile, report)
     _check_kind(profile, report)
+    _check_envelope(profile, report)
     if not profile.model.identity:
         report.add(Level.WARNING, "", "no identity: the start of the instrument's *IDN? "
                    "answer, which tells a wrong instrument on the resource")
@@ -184,6 +186,25 @@ def _check_kind(profile: Profile, report: Report) -> None:
                     report.add(Level.ERROR, command.header, f"{canonical} measures with the "
                                "function configured now, but is not measures: true: it would "
                                "pass while that function drives current into the DUT")
+
+
+def _check_envelope(profile: Profile, report: Report) -> None:
+    """A setpoint bounds what reaches the DUT (a level, a limit), so a bench limit must
+    apply to its field: its name is an envelope key, or its ``envelope`` names one. A field
+    outside every key would let the output leave the envelope through it (an SMU's current
+    level and voltage limit while it sources current)."""
+    keys = set(ChannelLimits.model_fields)
+    for command in profile.model.commands:
+        form = command.set
+        if form is None or form.effect is not Effect.SETPOINT:
+            continue
+        names = {form.field, *(p.field for p in form.params)} - {None}
+        for name in sorted(n for n in names if n is not None):
+            spec = profile.fields.get(name)
+            if spec is not None and spec.type == "number" and profile.limit_of(name) not in keys:
+                report.add(Level.ERROR, command.header, f"sets {name!r}, which bounds what "
+                           "reaches the DUT, but no envelope limit applies to it: give the "
+                           f"field envelope: one of {', '.join(sorted(keys))}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from .core import Core, Instrument, Part
+from .envelope import setpoint_fields
 from .handoff import snapshot_key
 from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
 
 __all__ = ["SETPOINT_FIELDS", "Setpoints"]
 
-#: The fields of a channel's setpoint: what an approved setpoint remembers.
+#: The fields of a channel's setpoint, what an approved setpoint remembers: those the
+#: envelope's voltage and current bound (envelope.setpoint_fields).
 SETPOINT_FIELDS = ("voltage", "current")
 
 
@@ -43,7 +45,7 @@ class Setpoints(Part):
         if stored is None:
             return False
         return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
-                   for f in SETPOINT_FIELDS)
+                   for f in setpoint_fields(inst.profile))
 
     def people_in_force(self, req: TakeoverRequest) -> dict[int, list[str]]:
         """For each channel this request switches on: who approved the setpoint fields in
@@ -52,16 +54,18 @@ class Setpoints(Part):
         out: dict[int, list[str]] = {}
         key = f"{req.bench or self.config.bench}/{req.instrument}"
         snap = req.snapshot.values
+        inst = self.core.instruments.get(req.instrument)
+        fields = setpoint_fields(inst.profile) if inst is not None else SETPOINT_FIELDS
         for a in req.actions:
             if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
                 continue
             ch = a.channel
             stored = self.store.get_setpoint(key, ch) or {}
-            if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS):
+            if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in fields):
                 continue  # not in force: the request needs (and shows) its own setpoint
             mine = {b.field for b in req.actions if b.channel == ch and b.effect == "setpoint"}
             by_field = stored.get("by_field") or {}
-            people = {str(p) for f in SETPOINT_FIELDS if f not in mine
+            people = {str(p) for f in fields if f not in mine
                       for p in (by_field.get(f) or stored.get("people")
                                 or ([stored["by"]] if stored.get("by") else []))}
             out[ch] = sorted(people)
@@ -75,6 +79,7 @@ class Setpoints(Part):
         it. A channel with no setpoint in force needs (and shows) its own setpoint."""
         out: list[dict[str, Any]] = []
         key = self.core.qualified(inst.config.name)
+        fields = setpoint_fields(inst.profile)
         for a in actions:
             if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
                 continue
@@ -82,20 +87,20 @@ class Setpoints(Part):
             mine = {b.field for b in actions if b.channel == ch and b.effect == "setpoint"}
             stored = self.store.get_setpoint(key, ch)
             if stored is None or any(stored.get(f) != snap.values.get(snapshot_key(ch, f))
-                                     for f in SETPOINT_FIELDS):
+                                     for f in fields):
                 continue
-            fields = []
-            for f in SETPOINT_FIELDS:
+            shown = []
+            for f in fields:
                 if f in mine:
                     continue
                 source = (stored.get("source") or {}).get(f) or {}
-                fields.append({
+                shown.append({
                     "field": f, "value": stored.get(f),
                     "by": (stored.get("by_field") or {}).get(f) or stored.get("people") or [],
                     "at": source.get("at") or stored.get("at"),
                     "request": source.get("request") or stored.get("request")})
-            if fields:
-                out.append({"channel": ch, "fields": fields})
+            if shown:
+                out.append({"channel": ch, "fields": shown})
         return out
 
     def remember(self, req: TakeoverRequest, inst: Instrument,
@@ -117,13 +122,14 @@ class Setpoints(Part):
         # Channels switched on with no approved setpoint in force: this request's setpoint
         # approval approved their present setpoint as it was.
         needed_on = {int(n["channel"]) for n in req.handoff.get("setpoint_needed") or []}
+        fields = setpoint_fields(inst.profile)
         for ch in channels:
             mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
             needed = ch in needed_on
             prior = self.store.get_setpoint(key, ch) or {}
             by_field: dict[str, list[str]] = {}
             source: dict[str, dict[str, str]] = {}
-            for f in SETPOINT_FIELDS:
+            for f in fields:
                 value = after.get(snapshot_key(ch, f))
                 kept = (prior.get("by_field") or {}).get(f) or prior.get("people") or []
                 if f in mine or needed or prior.get(f) != value or not kept:
@@ -134,7 +140,8 @@ class Setpoints(Part):
                     source[f] = (prior.get("source") or {}).get(f) or {
                         "request": prior.get("request", ""), "at": prior.get("at", "")}
             self.store.put_setpoint(key, ch, {
-                **{f: after.get(snapshot_key(ch, f)) for f in SETPOINT_FIELDS},
+                **{f: after.get(snapshot_key(ch, f)) for f in fields},
                 "request": req.id, "by": by, "by_field": by_field, "source": source,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})
+

@@ -29,6 +29,8 @@ def normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
     text = raw.strip().strip('"')
     if spec is None or spec.type == "text":
         return text
+    if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
+        return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
     try:
         number = Decimal(text)
     except InvalidOperation:

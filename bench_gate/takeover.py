@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from .core import MAX_RETRIES, Core, Instrument, Part, new_id
+from .envelope import setpoint_fields
 from .errors import InvalidInput, NotFound, Refused
 from .handoff import build_handoff, snapshot_key
 from .models import (
@@ -107,9 +108,9 @@ class Requests(Part):
             req.handoff["after_earlier"] = earlier
             req.handoff["live"] = live.values
         if energize:
-            req.handoff["setpoint_needed"] = [
-                {"channel": ch, "voltage": snap.values.get(snapshot_key(ch, "voltage")),
-                 "current": snap.values.get(snapshot_key(ch, "current"))} for ch in energize]
+            req.handoff["setpoint_needed"] = [  # every field under the envelope (an SMU's too)
+                {"channel": ch, **{f: snap.values.get(snapshot_key(ch, f))
+                                   for f in setpoint_fields(inst.profile)}} for ch in energize]
         cover = self.setpoints.cover(inst, actions, snap)
         if cover:  # the setpoint approval an output enable stands on (setpointCover)
             req.handoff["setpoint_cover"] = cover

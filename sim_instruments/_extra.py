@@ -18,6 +18,7 @@ from types import TracebackType
 
 from ._dl3021 import SimDl3021
 from ._dmm6500 import SimDmm6500
+from ._dp832 import SimDp832
 from ._e3631a import SimE3631a
 from ._model import SimInstrument
 from ._resources import cached_definition, open_fresh_resource_manager
@@ -32,6 +33,7 @@ EXTRA: dict[str, tuple[type[SimInstrument], str]] = {
     "dmm6500": (SimDmm6500, "dmm6500.yaml"),
     "e3631a": (SimE3631a, "e3631a.yaml"),
     "dl3021": (SimDl3021, "dl3021.yaml"),
+    "dp832": (SimDp832, "dp832.yaml"),
 }
 
 

@@ -112,7 +112,7 @@ def setting_properties(profile: Profile) -> dict[str, dict[str, Any]]:
         if spec is not None and spec.type == "string":
             get_fmt, set_fmt = '"{:s}"', '"{:s}"'
         channels: list[int | None] = [None]
-        if cmd.channel in ("list", "suffix") and profile.channels:
+        if cmd.channel in ("list", "suffix", "param") and profile.channels:
             channels = list(profile.channels)
         elif command.suffixes:
             channels = list(command.suffixes)
@@ -125,6 +125,9 @@ def setting_properties(profile: Profile) -> dict[str, dict[str, Any]]:
             where = f"(@{ch})" if cmd.channel == "list" and ch is not None else ""
             getter = f"{get_head}?" + (f" {where}" if where else "")
             setter = f"{set_head} {set_fmt}" + (f",{where}" if where else "")
+            if cmd.channel == "param" and ch is not None:  # OUTP:OVP CH1,ON (DP800 guide)
+                getter = f"{get_head}? {profile.channel_word(ch)}"
+                setter = f"{set_head} {profile.channel_word(ch)},{set_fmt}"
             prop: dict[str, Any] = {
                 "default": _default(spec, kind, cmd, profile),
                 "getter": {"q": getter, "r": get_fmt},
@@ -272,7 +275,8 @@ def resolve_keywords(profile: Profile, canonical: str) -> str:
             if spec.keywords and datum.text in {_short(k) for k in spec.keywords}:
                 value = _number(spec, datum.text)
                 text = _render(value, spec) if value is not None else text
-            elif spec.type == "choice" and {c.upper() for c in spec.choices} <= ON_OFF:
+            elif spec.type == "boolean" or (
+                    spec.type == "choice" and {c.upper() for c in spec.choices} <= ON_OFF):
                 text = "1" if datum.text == "ON" else "0"
         texts.append(text)
     return canonical.split(" ", 1)[0] + (" " + ",".join(texts) if texts else "")

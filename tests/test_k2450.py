@@ -119,10 +119,16 @@ async def test_a_source_level_and_a_limit_are_held_as_setpoints(
 
 async def test_output_on_needs_the_setpoint_and_the_output_enable(
         smu: Any, gateway: Gateway, olga: Principal, panel: Any) -> None:
+    # The other function's voltage limit is under the envelope too (its default is 21 V).
+    panel.write(":SOUR:CURR:VLIM 5")
     task = asyncio.ensure_future(in_thread(smu.write, "OUTPUT ON"))
     req = await next_pending(gateway)
     assert [(a.effect, a.channel) for a in req.actions] == [("output", 1)]
     assert set(req.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
+    # The approver sees every field the envelope bounds, in both source functions.
+    assert req.handoff["setpoint_needed"] == [{
+        "channel": 1, "voltage": "0.0", "current": "0.000105", "current_level": "0.0",
+        "vlim": "5.0"}]
     assert panel.query(":OUTP?") == "0"
     result = await gateway.grant(req.id, olga, list(req.required),
                                  proposal_hash=req.proposal_hash)

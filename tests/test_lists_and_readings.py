@@ -136,7 +136,7 @@ def test_list_points_are_typed_and_bounded() -> None:
     c = classify("LIST:VOLT 1,MAX,2.5,(@2)", "e36312a")
     (unit,) = c.units
     assert unit.canonical == "LIST:VOLT 1.0,25.0,2.5,(@2)"
-    assert unit.reach == ("voltage", Decimal(25))
+    assert unit.reach == (("voltage", Decimal(25)),)
     assert unit.field is None  # nothing is set now: the setpoint stays as it is
     for bad, code in [("LIST:VOLT 1,30,(@2)", -222), ("LIST:VOLT 1,FOO,(@1)", -224),
                       ("LIST:VOLT " + ",".join(["1"] * 513) + ",(@1)", -223),

@@ -14,11 +14,20 @@ import re
 from decimal import Decimal
 
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._lexer import CACHE_MAX_MESSAGE, Block, ChannelList, Data, QuotedString, RawUnit, lex
+from ._lexer import (
+    CACHE_MAX_MESSAGE,
+    Block,
+    ChannelList,
+    CharData,
+    Data,
+    QuotedString,
+    RawUnit,
+    lex,
+)
 from ._params import ParamReader
 from ._patterns import canonical_header, canonical_with_suffix
 from ._profile import Profile, get_profile
-from ._schema import CommandSpec, Effect, FormSpec, ProfileError
+from ._schema import CommandSpec, Effect, FormSpec, ParamSpec, ProfileError
 from ._units import Classification, Unit, Value, render_data, render_param
 
 __all__ = ["classify", "is_read_only"]
@@ -202,11 +211,18 @@ class _Resolver(ParamReader):
         elif form.channel == "every":  # one unit per channel: each is judged as its own
             channels = list(self.profile.channels) or [None]
         elif form.channel == "suffix":
-            channels = [suffix_channel if suffix_channel is not None else 1]
+            # SCPI-99 Vol. 1 §6.2.5: no suffix is suffix 1; an instrument that addresses by
+            # selection (DP800 guide, :SOURce[<n>]) means its selected channel instead.
+            bare = self.selected if self.profile.addressing is not None else 1
+            channels = [suffix_channel if suffix_channel is not None else bare]
             self.check_channel(channels[0], raw.start)
         else:
             channels = [None]
         specs = form.params
+        if specs and specs[0].optional and specs[0].name == form.channel_param and not (
+                params and isinstance(params[0], CharData)
+                and params[0].text in self.profile.channel_names):
+            specs = specs[1:]  # [CH1|CH2|CH3,]ON|OFF: the channel left out (DP800 guide)
         more: list[Data] = []  # a repeating last parameter's further values (a list's points)
         if specs and specs[-1].repeat and len(params) > len(specs):
             params, more = params[: len(specs)], params[len(specs) :]
@@ -232,26 +248,40 @@ class _Resolver(ParamReader):
                     channel = int(values[spec.name])
             if form.channel == "param" and form.channel_param not in values:
                 channel = self.selected  # APPL? alone: the selected channel's
+                if channel is not None and form.channel_param is not None:
+                    values[form.channel_param] = channel  # written out, never the panel's
             reach = self.reach(form, values)
             if more:
                 last = specs[-1]
                 points = [values[last.name], *(self.convert(last, d, channel) for d in more)]
+                reach = self.reach(form, {**values, last.name: max(points, key=_magnitude)})
                 values[last.name] = ",".join(render_param(last, v) for v in points)
-                reach = self.reach(form, {last.name: max(points, key=_magnitude)}) or reach
             units = self.emit(raw, command, form, channel, values)
             out.extend(dataclasses.replace(u, reach=reach) if reach else u for u in units)
         return out
 
+    def render(self, spec: ParamSpec, value: Value) -> str:
+        """A parameter as this instrument spells it: a channel by its name (``CH1``), a
+        boolean in the profile's words (``ON``); anything else as render_param does."""
+        if spec.type == "channel_name" and isinstance(value, int) and self.profile.model.channels:
+            return self.profile.channel_word(value)
+        words = self.profile.model.booleans
+        if spec.type == "boolean" and isinstance(value, bool) and words is not None:
+            return words[1] if value else words[0]
+        return render_param(spec, value)
+
     @staticmethod
-    def reach(form: FormSpec, values: dict[str, Value]) -> tuple[str, Decimal] | None:
-        """A level this command stores for a later trigger: a number naming a field the
-        form does not set now (``LIST:VOLT``'s points, ``VOLT:TRIG``)."""
+    def reach(form: FormSpec, values: dict[str, Value]) -> tuple[tuple[str, Decimal], ...]:
+        """The levels this command stores for a later trigger: for each field its numbers
+        name that the form does not set now (``LIST:VOLT``'s points, ``VOLT:TRIG``, a
+        sweep's start and stop), the largest magnitude among them."""
+        found: dict[str, Decimal] = {}
         for spec in form.params:
             value = values.get(spec.name)
             if spec.field is not None and spec.field != form.field and isinstance(
                     value, Decimal) and not form.expand:
-                return spec.field, abs(value)
-        return None
+                found[spec.field] = max(found.get(spec.field, Decimal(0)), abs(value))
+        return tuple(found.items())
 
     @staticmethod
     def excitation(form: FormSpec, values: dict[str, Value]) -> str | None:
@@ -275,7 +305,7 @@ class _Resolver(ParamReader):
     ) -> list[Unit]:
         if form.expand:
             specs = {s.name: s for s in form.params}
-            rendered = {k: render_param(specs[k], v) for k, v in values.items()}
+            rendered = {k: self.render(specs[k], v) for k, v in values.items()}
             units: list[Unit] = []
             for template in form.expand:
                 names = set(RE_PLACEHOLDER.findall(template)) - {"ch"}
@@ -297,7 +327,7 @@ class _Resolver(ParamReader):
             header = canonical_with_suffix(command, channel)  # STAT:QUES:INST:ISUM2:COND
         if raw.query:
             header += "?"
-        args = [render_param(s, values[s.name]) for s in form.params if s.name in values]
+        args = [self.render(s, values[s.name]) for s in form.params if s.name in values]
         if form.channel == "list" and channel is not None:
             args.append(f"(@{channel})")
         canonical = header + (" " + ",".join(args) if args else "")

@@ -141,8 +141,24 @@ class Profile:
             return self.model.channels[channel].ranges.get(field_name)
         return None
 
+    def channel_word(self, channel: int) -> str:
+        """How a channel-name parameter is written: the channel's first name (``CH1``)."""
+        spec = self.model.channels.get(channel)
+        return spec.names[0] if spec is not None and spec.names else str(channel)
+
+    def boolean(self, text: str) -> bool | None:
+        """An answer in the profile's boolean words (``ON`` -> True), or None."""
+        words = self.model.booleans
+        word = text.strip().strip('"').upper()
+        return None if words is None or word not in words else word == words[1].upper()
+
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
+
+    def limit_of(self, field_name: str) -> str:
+        """The envelope key that bounds ``field_name``: its ``envelope``, else its name."""
+        spec = self.model.fields.get(field_name)
+        return spec.envelope if spec is not None and spec.envelope else field_name
 
     def lookup(self, common: bool, mnemonics: tuple[str, ...]) -> Entry | None:
         return self.table.get((common, mnemonics))

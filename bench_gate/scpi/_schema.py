@@ -153,6 +153,8 @@ class CommandSpec(BaseModel):
 class ChannelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: The words that name the channel in a parameter (``CH1``); the first is how the
+    #: gateway writes it (``OUTP CH1,ON``).
     names: tuple[str, ...] = ()
     ranges: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
 
@@ -170,6 +172,10 @@ class FieldSpec(BaseModel):
     #: A condition register read as bits: bit number -> the word shown while it is set
     #: (a supply's CV/CC mode). Shown, never compared as a number.
     flags: dict[int, str] = Field(default_factory=dict)
+    #: The bench limit (an envelope key) that bounds this field's magnitude, for a field
+    #: that bounds what reaches the DUT under another name: an SMU's current level and its
+    #: voltage limit. A field named like the key (voltage, current, ovp) is bounded by it.
+    envelope: Literal["voltage", "current", "ovp"] | None = None
 
 
 class SafeActionSpec(BaseModel):
@@ -226,6 +232,10 @@ class ProfileModel(BaseModel):
     addressing: AddressingSpec | None = None
     #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
     safe_action: SafeActionSpec | None = None
+    #: The words the instrument writes and answers for a boolean, false then true (the
+    #: DP832's ``OFF``, ``ON``): booleans are rendered in them and their answers read back
+    #: from them. None: 0 and 1 (SCPI-99 Vol. 1 §7.3).
+    booleans: tuple[str, str] | None = None
     #: How the instrument is locked to the gateway (scpi/_lock.py); None: not lockable.
     lock: LockSpec | None = None
     #: How to ask a meter which function it measures now, and which functions drive the DUT

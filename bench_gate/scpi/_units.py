@@ -43,9 +43,9 @@ class Unit:
     #: Makes a meter measure with the function configured now (scpi/_excitation.py).
     measures: bool = False
     #: For a command that stores levels a later trigger applies (a list's points, a
-    #: triggered level): the field and the largest magnitude it names, judged against the
-    #: envelope like a setpoint, though the unit sets no field now.
-    reach: tuple[str, Decimal] | None = None
+    #: triggered level, a sweep): each field and the largest magnitude it names, judged
+    #: against the envelope like a setpoint, though the unit sets no field now.
+    reach: tuple[tuple[str, Decimal], ...] = ()
 
     @property
     def writes(self) -> bool:

@@ -1,0 +1,104 @@
+"""The simulated Rigol DP832 triple-output supply, as the DP800 Series Programming Guide
+(chapter 2) describes it: channels named as a parameter word (``:OUTPut CH1,ON``,
+``:MEASure:VOLTage? CH2``, ``:APPLy CH3,5,1``) or by a ``:SOURce<n>`` suffix; left out, both
+mean the instrument's own selected channel (``:INSTrument CH2``, ``:INST:NSEL 2``); booleans
+answered ``ON``/``OFF``. Each output drives a resistive DUT (``SIM:LOAD<n>``).
+
+The model keeps its own selection, shared by every interface like the instrument's, and
+classifies each message under it; a message with a channel list is refused (the DP832 takes
+none), so a test proves the gateway writes every channel out in the DP832's own spelling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pyvisa.resources import MessageBasedResource
+
+from ._model import PANEL, Session, SimInstrument
+
+__all__ = ["DP832_PROFILE", "DP832_RESOURCE", "SimDp832"]
+
+DP832_RESOURCE = "TCPIP0::sim-dp832::5025::SOCKET"
+DP832_PROFILE = "dp832"
+
+#: A selection query, rendered with the channel it was asked under.
+_SELECTION = re.compile(r"INST:(N?)SEL\? \(@(\d)\)")
+_MEASURE = re.compile(r"MEAS:(VOLT|CURR|POWE|ALL)\? CH(\d)")
+_APPLIED = re.compile(r"APPL\? CH(\d)")
+_MODE = re.compile(r"OUTP:MODE\? CH(\d)")
+_OUTPUT = re.compile(r"OUTP\? CH(\d)")
+#: :OUTPut:TRACk[:STATe] [CH1|CH2,]ON|OFF: kept by the model, one state per channel.
+_TRACK = re.compile(r"OUTP:TRAC(\?)? CH(\d)(?:,(ON|OFF))?")
+#: Clearing a protection that never trips here: taken, nothing to clear.
+_CLEAR = re.compile(r"(?:SOUR\d:(?:VOLT|CURR):PROT|OUTP:O[VC]P):CLE(?: CH\d)?")
+#: The rating each channel's APPL? names (DP800 guide: ``CH1:30V/3A,5.000,1.0000``).
+_RATING = {1: "30V/3A", 2: "30V/3A", 3: "5V/3A"}
+
+
+class SimDp832(SimInstrument):
+    """Rigol DP832 in its SCPI command set; ``SIM:LOAD<n>`` is output n's DUT in ohms."""
+
+    profile = DP832_PROFILE
+    resource_name = DP832_RESOURCE
+    rst_keeps: ClassVar[frozenset[str]] = frozenset(
+        {"ese", "sre", "saved_slot", "recalled_slot", "ch1_load", "ch2_load", "ch3_load"})
+
+    def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
+        super().__init__(resource, definition)
+        self._track = {1: "OFF", 2: "OFF", 3: "OFF"}
+
+    def handle_message(self, message: str, session: Session = PANEL) -> str | None:
+        if "(@" in message:  # the DP832 names channels CH1..CH3, never in a list
+            self.push_error(-101, "Invalid character; the DP832 takes no channel list")
+            return None
+        return super().handle_message(message, session)
+
+    def terminals(self, channel: int) -> tuple[float, float]:
+        """(volts, amps) at output ``channel``'s terminals now: what the DUT sees."""
+        with self._lock:
+            return self._terminals(channel)
+
+    def _terminals(self, channel: int) -> tuple[float, float]:
+        if not int(self._get(f"ch{channel}_output")):
+            return 0.0, 0.0
+        volts = float(self._get(f"ch{channel}_voltage"))
+        load = float(self._get(f"ch{channel}_load"))
+        amps = min(volts / load, float(self._get(f"ch{channel}_current")))
+        return amps * load, amps
+
+    def _selected(self) -> int:
+        return int(self._get("selected"))
+
+    def _model_write(self, canonical: str) -> bool:
+        if (m := _TRACK.fullmatch(canonical)) and m[3]:
+            self._track[int(m[2])] = m[3]
+            return True
+        if canonical == "*RST":
+            self._track = {1: "OFF", 2: "OFF", 3: "OFF"}
+        return bool(_CLEAR.fullmatch(canonical))
+
+    def _model_answer(self, canonical: str) -> str | None:
+        if m := _SELECTION.fullmatch(canonical):
+            channel = int(m[2])
+            return str(channel) if m[1] else f"CH{channel}"
+        if m := _MEASURE.fullmatch(canonical):
+            volts, amps = self._terminals(int(m[2]))
+            values = {"VOLT": [volts], "CURR": [amps], "POWE": [volts * amps],
+                      "ALL": [volts, amps, volts * amps]}[m[1]]
+            return ",".join(f"{v:.4f}" for v in values)
+        if m := _APPLIED.fullmatch(canonical):
+            ch = int(m[1])
+            return (f"CH{ch}:{_RATING[ch]},{float(self._get(f'ch{ch}_voltage')):.3f},"
+                    f"{float(self._get(f'ch{ch}_current')):.4f}")
+        if m := _OUTPUT.fullmatch(canonical):  # DP800 guide: answered ON or OFF
+            return "ON" if int(self._get(f"ch{m[1]}_output")) else "OFF"
+        if m := _MODE.fullmatch(canonical):
+            volts, amps = self._terminals(int(m[1]))
+            limited = amps > 0 and amps >= float(self._get(f"ch{m[1]}_current"))
+            return "CC" if limited else "CV"
+        if (m := _TRACK.fullmatch(canonical)) and m[1]:
+            return self._track[int(m[2])]
+        return None
