@@ -36,12 +36,19 @@ from .readback import Judgement, judge_readback
 from .readback import Verdict as Judged
 from .runs import Runs
 from .safety import Safed, Safety, Written
+from .scpi import as_exciting, excitation_now
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .states import Event as Move
 from .takeover import Requests
 
 __all__ = ["Executor"]
+
+
+def _measures(inst: Instrument, canonical: str) -> bool:
+    """The unit makes the meter measure with the function configured now (READ?, INIT)."""
+    form = inst.profile.form_of(canonical)
+    return form is not None and form.measures
 
 
 class Executor(Part):
@@ -148,10 +155,66 @@ class Executor(Part):
         async with lock:
             return await self._recheck_and_write(req)
 
+    def may_run_granted(self, req: TakeoverRequest) -> bool:
+        """``req``, with its last approval, may go :meth:`run_granted`'s short way: nothing
+        refuses it, and its instrument is free (a grant while another write runs is
+        recorded at once, as before). Else it is recorded approved and goes the long way."""
+        lock = self._executing.get(req.instrument)
+        if (req.on_resend or not self.core.owns(req) or req.id in self._in_flight
+                or (lock is not None and lock.locked()) or req.expires_at <= self.clock()
+                or (req.plan_id is not None and all(a.effect == "plan" for a in req.actions))):
+            return False
+        try:
+            self.interlocks.check(req.instrument)
+            return not (self._unfit_to_run(req) or self._policy_refusal(req))
+        except Refused:
+            return False
+
+    async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
+                          ) -> TakeoverRequest | None:
+        """The last approval (``events``) and the start in one transaction, then the live
+        recheck (a change: ``executing`` -> ``stale``) and the write: one durable commit
+        before the write, not two. None, nothing recorded, if ``req`` moved since
+        ``version``. Awaited right after ``may_run_granted``: the free lock is taken at once.
+        A crash after the commit leaves it ``executing``: a restart judges it from a
+        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
+        self._in_flight.add(req.id)
+        try:
+            async with self._executing.setdefault(req.instrument, asyncio.Lock()):
+                req.status = Status.EXECUTING  # approve, then start: both in states.py
+                extra = {"plan_id": req.plan_id} if req.plan_id else {}
+                started = Event(run_id=req.run_id, request_id=req.id,
+                                type=EventType.STEP_STARTED,
+                                data={"commands": [a.canonical for a in req.actions],
+                                      "status": req.status.value, **extra})
+                if not self.store.save_request(req, version, [*events, started]):
+                    return None
+                self.core.notifier.request_changed(req)
+                for listener in self.requests.listeners:
+                    listener(req, req.status)
+                checked = await self._recheck(req)
+                if checked is None:
+                    return self.requests.get(req.id)
+                return await self._write(req, *checked)
+        finally:
+            self._in_flight.discard(req.id)
+
     async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
         req = self.requests.get(req.id)  # it may have moved while this waited for the lock
         if req.status is not Status.APPROVED:
             return req
+        checked = await self._recheck(req)
+        if checked is None:
+            return self.requests.get(req.id)
+        if not self.requests.move(req, Move.START, EventType.STEP_STARTED,
+                                  {"commands": [a.canonical for a in req.actions]}):
+            return self.requests.get(req.id)
+        return await self._write(req, *checked)
+
+    async def _recheck(self, req: TakeoverRequest
+                       ) -> tuple[Instrument, list[tuple[int | None, str]]] | None:
+        """The live state against what the approver saw, and the envelope on it: None if it
+        ended here (failed or stale, nothing written), else what the write needs."""
         inst = self.core.instrument(req.instrument)
         fields = self.snaps.fields(inst, req.actions)
         try:
@@ -160,7 +223,7 @@ class Executor(Part):
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
                                outcome=f"failed: could not re-read the instrument before writing "
                                        f"({exc.message}); nothing was written")
-            return req
+            return None
         diff = req.snapshot.diff(live)
         if not diff:
             stuck = [a.channel for a in req.actions
@@ -170,17 +233,15 @@ class Executor(Part):
             if stuck:
                 diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
         if diff:
-            return await self._go_stale(req, inst, diff)
+            await self._go_stale(req, inst, diff)
+            return None
         try:  # the envelope as it is configured now, on the live state
             self.snaps.check_envelope(inst, req.actions, live)
         except Refused as exc:
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
                                outcome=f"failed: refused at the live recheck: {exc.message}")
-            return req
-        if not self.requests.move(req, Move.START, EventType.STEP_STARTED,
-                                  {"commands": [a.canonical for a in req.actions]}):
-            return self.requests.get(req.id)
-        return await self._write(req, inst, fields)
+            return None
+        return inst, fields
 
     @staticmethod
     def _unfit_to_run(req: TakeoverRequest) -> str | None:
@@ -196,7 +257,8 @@ class Executor(Part):
         return None
 
     async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
-                        diff: dict[str, tuple[str | None, str | None]]) -> TakeoverRequest:
+                        diff: dict[str, tuple[str | None, str | None]],
+                        excites: str | None = None) -> TakeoverRequest:
         run = self.runs.get(req.run_id)
         shown = {k: {"shown": v[0], "live": v[1]} for k, v in diff.items()}
         summary = ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in diff.items())
@@ -206,6 +268,13 @@ class Executor(Part):
                         "was written, sent back for fresh review"):
             return self.requests.get(req.id)
         c = self.snaps.same_units(inst, req)
+        # A reading the approver saw as exciting, or found exciting at the write, stays so:
+        # its canonical text alone reclassifies as a plain reading (scpi/_excitation.py).
+        applies = excites or next((a.applies for a in req.actions
+                                   if a.effect == "excites" and a.applies
+                                   and _measures(inst, a.canonical)), None)
+        if applies:
+            c = as_exciting(c, applies)
         fresh_required = list(required_for([a.approval for a in req.actions],
                                            any(a.unpredictable for a in req.actions))
                               ) or [ApprovalKind.STATE]
@@ -240,9 +309,20 @@ class Executor(Part):
         # Read back every field the write touched, and every enveloped field of every
         # channel: the effect of a command may reach further than the profile predicts.
         readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
+        # A reading approved without the words "excites" measures with the function set now:
+        # asked on this turn (the panel may have changed it since); exciting, nothing runs.
+        spec = profile.model.excitation
+        unshown = spec is not None and any(a.effect != "excites" and _measures(inst, a.canonical)
+                                           for a in req.actions)
+        found: list[str] = []
 
         async def job(link: AsyncLink) -> Written:
             out = Written()
+            if spec is not None and unshown:
+                applies = await excitation_now(spec, link.query)
+                if applies is not None:
+                    found.append(applies)
+                    return out  # nothing written, nothing to read back
             try:
                 for i, a in enumerate(req.actions):
                     if inst.lane.halted:  # an emergency stop: not one more command
@@ -267,6 +347,9 @@ class Executor(Part):
             return out
 
         w = await inst.lane.run(job)
+        if found:
+            return await self._go_stale(req, inst, {"measure function": (
+                "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])
         receipt = Receipt(sent=commands, before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=started,
                           finished_at=self.clock(),

@@ -31,10 +31,11 @@ from .scpi import (
     Excites,
     ScpiError,
     Unit,
-    applied,
     as_exciting,
     classify,
+    excitation_now,
     lex,
+    unanswered,
 )
 from .states import UNDECIDED, Outcome
 from .takeover import Requests
@@ -236,6 +237,14 @@ class Intake(Part):
                 on_resend=on_resend)
         if run is None:  # pragma: no cover - a held message always loaded its run above
             run = self.runs.get(run_id)
+        if excites is None:  # held for another reason: its readings are asked about too
+            found = await self._excites_now(inst, c)
+            if found is not None:  # shown to the approver as excites, needing its approval
+                return await self.submit(
+                    run_id, instrument, message, rationale=rationale, confidence=confidence,
+                    step_id=step_id, idempotency_key=idempotency_key,
+                    timeout_minutes=timeout_minutes, origin=origin, excites=found,
+                    on_resend=on_resend)
         required = list(decision.required) or [ApprovalKind.STATE]
         gate_note: dict[str, Any] | None = None
         unjournaled = [received]
@@ -324,6 +333,23 @@ class Intake(Part):
                             code=0 if req.status is Status.EXECUTED or req.status in UNDECIDED
                             else -203, reason=reason)
 
+    @staticmethod
+    async def _excites_now(inst: Instrument, c: Classification) -> str | None:
+        """What a held message's readings would drive into the DUT with the function
+        configured now, asked on a lane turn of its own; None when none measures unshown."""
+        excitation = inst.profile.model.excitation
+        if excitation is None or not any(u.measures and u.effect is not Effect.EXCITES
+                                         for u in c.units):
+            return None
+        spec = excitation
+
+        async def job(link: AsyncLink) -> str | None:
+            return await excitation_now(spec, link.query)
+        try:
+            return await inst.lane.run(job, whole=False)
+        except InstrumentError as exc:  # the lane's link is down: unknown counts as exciting
+            return unanswered(spec, exc.message)
+
     async def _run_units(self, inst: Instrument, units: list[Unit],
                          selected: int | None = None, *, read_only: bool = False) -> str:
         """Send canonical units in order on the lane; selections are per run, never sent,
@@ -334,7 +360,7 @@ class Intake(Part):
 
         async def job(link: AsyncLink) -> dict[int, str]:
             if excitation is not None:  # asked on this turn: no cache, the panel may change it
-                found = await applied(excitation, link.query)
+                found = await excitation_now(excitation, link.query)
                 if found is not None:
                     raise Excites(found)
             current = selected

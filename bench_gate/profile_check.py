@@ -62,9 +62,14 @@ MANDATORY = (("*CLS", False), ("*ESE", False), ("*ESE", True), ("*ESR", True), (
              ("STAT:PRES", False))
 #: Meter functions that drive current or voltage into the DUT (docs/scpi.md, "Meters").
 EXCITING = re.compile(r"^(CONF|MEAS)(:SCAL)?:(RES|FRES|CONT|DIOD|CAP)$")
-#: Headers that make a meter measure with the function configured now (READ?, INIT, *TRG,
-#: MEAS? with no function): they excite whenever that function does (scpi/_excitation.py).
-TRIGGERS = re.compile(r"^(READ|INIT(:IMM)?|\*TRG|MEAS)$")
+#: Headers that make a meter measure with the function configured now: they excite whenever
+#: that function does (scpi/_excitation.py). Queries: READ?, MEAS? with no function, an
+#: acquire. Commands: *TRG, INIT, TRIG (SCPI-99 Vol. 2 §24.2 TRIGger[:IMMediate]), a
+#: buffer's trigger (DMM6500 :TRACe:TRIGger), any acquire (<function>:RELative:ACQuire,
+#: CALCulate:...:ACQuire), any ONCE (AZERo:ONCE) and auto-zero (its ONCE takes a reading).
+MEASURING_QUERY = re.compile(r"^(READ|MEAS)$|(^|:)ACQ$")
+MEASURING_SET = re.compile(r"^(\*TRG|INIT(:IMM)?|TRIG(:IMM)?|TRAC:TRIG)$"
+                           r"|(^|:)(ACQ|ONCE|ZERO:AUTO)$")
 
 
 def check_profile(path: str) -> Report:
@@ -171,21 +176,23 @@ def _check_kind(profile: Profile, report: Report) -> None:
         if not energizing:
             report.add(Level.ERROR, "", f"a {kind} with no output form: its output (or input) "
                        "on/off must be effect: output")
-    if kind == "meter":
-        if profile.safe_action is not None:
-            report.add(Level.WARNING, "", "a meter with a safe_action: a meter has no outputs")
+    if kind == "meter" and profile.safe_action is not None:
+        report.add(Level.WARNING, "", "a meter with a safe_action: a meter has no outputs")
+    if kind == "meter" or profile.model.excitation is not None:
         for command in profile.model.commands:
-            for form in (command.set, command.query):
+            for form, measuring in ((command.set, MEASURING_SET),
+                                    (command.query, MEASURING_QUERY)):
                 if form is None:
                     continue
                 canonical = form.canonical or canonical_header(command)
                 if EXCITING.match(canonical) and form.effect is not Effect.EXCITES:
                     report.add(Level.ERROR, command.header, f"{canonical} drives current into "
                                f"the DUT, but its effect is {form.effect.value}, not excites")
-                if TRIGGERS.match(canonical) and not form.measures and form.effect in PASSING:
-                    report.add(Level.ERROR, command.header, f"{canonical} measures with the "
-                               "function configured now, but is not measures: true: it would "
-                               "pass while that function drives current into the DUT")
+                if measuring.search(canonical) and not form.measures \
+                        and form.effect in PASSING:
+                    report.add(Level.ERROR, command.header, f"{canonical} takes a measurement "
+                               "with the function configured now, but is not measures: true: "
+                               "it would pass while that function drives current into the DUT")
 
 
 def _check_envelope(profile: Profile, report: Report) -> None:

@@ -261,9 +261,9 @@ async def test_the_function_is_asked_once_per_reading_on_its_own_turn(
     lane = gateway.core.instrument("dmm").lane
     real = lane.link.query
 
-    async def spy(command: str) -> str:
+    async def spy(command: str, *timeout: Any) -> str:
         asked.append(command)
-        return await real(command)
+        return await real(command, *timeout)
 
     lane.link.query = spy  # type: ignore[method-assign]
     try:
@@ -286,24 +286,62 @@ def _meter(answers: dict[str, str]) -> Callable[[str], Any]:
     return query
 
 
-@given(st.text(max_size=20))
+def _dressed(word: str, case: str, pad: str, quoted: bool) -> str:
+    """A function's name as a meter might answer it: any case, padded, quoted or not."""
+    word = {"lower": word.lower(), "upper": word, "title": word.title()}[case]
+    return pad + (f'"{pad}{word}{pad}"' if quoted else word) + pad
+
+
+ANSWERS = st.one_of(
+    st.text(max_size=20),
+    st.builds(_dressed, st.sampled_from([*(METER.passive if METER else ()), "RES", "TEMP"]),
+              st.sampled_from(["lower", "upper", "title"]), st.sampled_from(["", " ", "\t"]),
+              st.booleans()),
+    st.builds(lambda a, sep, b: f'"{a}{sep}{b}"', st.sampled_from(["VOLT", "CURR", "RES"]),
+              st.sampled_from([" ", ";", ",", '" "', "\n"]), st.sampled_from(["RES", "VOLT"])))
+
+
+@given(ANSWERS)
 def test_only_a_function_the_profile_knows_as_passive_passes(answer: str) -> None:
+    """Fail closed (default deny): only an answer that is exactly one passive function (its
+    case, spaces and one pair of quotes aside) passes; several words never do."""
     assert METER is not None
-    found = asyncio.run(applied(METER, _meter({"FUNC?": answer, "TEMP:TRAN:TYPE?": "TC"})))
-    word = answer.strip().strip('"').strip().split(maxsplit=1)[0].upper() \
-        if answer.strip().strip('"').strip() else ""
-    assert (found is None) == (word in METER.passive or word == "TEMP")
-    if word in METER.excites:
-        assert found == METER.excites[word]
+    found = asyncio.run(applied(METER, _meter({"FUNC?": answer, "TEMP:TRAN:TYPE?": "TC",
+                                               "TEMP:TRAN:TC:CHEC?": "0"})))
+    text = answer.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].strip()
+    one = text.upper() if text.isascii() and text and not any(
+        c in text for c in ' \t\n\r\x0b\x0c",;') else None
+    assert (found is None) == (one is not None and (one in METER.passive or one == "TEMP"))
+    if one is not None and one in METER.excites:
+        assert found == METER.excites[one]
+
+
+@pytest.mark.parametrize("answer", ['"VOLT RES"', '"VOLT;RES"', '"VOLT","RES"', "VOLT RES",
+                                    '""', "", "  ", '"', "\x00", "VOLT\x00", '"RES"'])
+def test_an_answer_naming_no_single_passive_function_is_held(answer: str) -> None:
+    assert METER is not None
+    assert asyncio.run(applied(METER, _meter({"FUNC?": answer}))) is not None
+
+
+def test_a_thermocouple_with_its_check_on_excites() -> None:
+    assert METER is not None
+    answers = {"FUNC?": '"TEMP"', "TEMP:TRAN:TYPE?": "TC", "TEMP:TRAN:TC:CHEC?": "1"}
+    assert "thermocouple check" in str(asyncio.run(applied(METER, _meter(answers))))
+    answers["TEMP:TRAN:TC:CHEC?"] = "0"
+    assert asyncio.run(applied(METER, _meter(answers))) is None
 
 
 def test_an_unknown_function_is_held_with_words_that_say_so() -> None:
     assert METER is not None
     found = asyncio.run(applied(METER, _meter({"FUNC?": '"NEWFUNC"'})))
-    assert found is not None and "does not know it as passive" in found
+    assert found is not None and "does not know it as one passive function" in found
     spec = ExcitationSpec(query="FUNC?", passive=("volt",))
     assert spec.passive == ("VOLT",)
-    assert asyncio.run(applied(spec, _meter({"FUNC?": '"VOLT +1.0E+01,+3.0E-06"'}))) is None
+    assert asyncio.run(applied(spec, _meter({"FUNC?": '"volt"'}))) is None
+    # A CONF?-style answer names more than the function: it is not one passive function.
+    assert asyncio.run(applied(spec, _meter({"FUNC?": '"VOLT +1.0E+01,+3.0E-06"'}))) is not None
 
 
 @pytest.mark.parametrize(("section", "wanted"), [
@@ -334,6 +372,8 @@ def test_profile_check_finds_a_meter_trigger_without_the_rule(tmp_path: Any) -> 
     report = check_profile(str(path))
     flagged = sorted(f.header for f in report.findings
                      if f.level is Level.ERROR and "measures: true" in f.message)
-    assert flagged == ["*TRG", "INITiate[:IMMediate]", "READ"]
+    assert flagged == ["*TRG", "INITiate[:IMMediate]", "READ", "[SENSe:]CURRent[:DC]:ZERO:AUTO",
+                       "[SENSe:]RESistance:ZERO:AUTO", "[SENSe:]TEMPerature:ZERO:AUTO",
+                       "[SENSe:]VOLTage[:DC]:ZERO:AUTO"]
     assert not report.ok
     assert check_profile(str(Path(__file__).parent.parent / "bench_gate/profiles/34465a.yaml")).ok

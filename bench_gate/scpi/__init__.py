@@ -10,7 +10,7 @@ False
 
 from ._classify import classify, is_read_only
 from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._excitation import Excites, applied, as_exciting, measuring
+from ._excitation import Excites, applied, as_exciting, excitation_now, measuring, unanswered
 from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
 from ._patterns import canonical_header
 from ._profile import Profile, available_profiles, get_profile
@@ -51,10 +51,12 @@ __all__ = [
     "available_profiles",
     "canonical_header",
     "classify",
+    "excitation_now",
     "format_number",
     "get_profile",
     "is_read_only",
     "lex",
     "measuring",
     "render_value",
+    "unanswered",
 ]

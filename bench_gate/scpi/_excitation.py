@@ -16,8 +16,10 @@ the DUT. Instrument knowledge, all of it::
 
 The gateway asks the instrument on the same lane turn as the reading, before it sends it,
 and keeps no cache: the function can change from the front panel, which no cache of the
-gateway's writes would see. An answer the profile lists neither as passive nor as exciting
-counts as exciting (default deny).
+gateway's writes would see. It fails closed (default deny): only an answer that is exactly
+one function the profile lists as passive passes; anything else (one it lists as exciting,
+one it does not know, several words, an empty answer or garbage, and, in the gateway, no
+answer in time) counts as exciting.
 
     >>> import asyncio
     >>> from bench_gate.scpi import classify, get_profile
@@ -30,6 +32,7 @@ counts as exciting (default deny).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
     from ._units import Classification
 
 __all__ = ["ExcitationSpec", "Excites", "applied", "as_exciting", "check_excitation",
-           "function_word", "measuring"]
+           "excitation_now", "function_word", "measuring", "unanswered"]
 
 #: Asks the instrument one query and returns its answer (the lane's link, in the gateway).
 Query = Callable[[str], Awaitable[str]]
@@ -86,11 +89,24 @@ class Excites(Exception):
         self.applies = applies
 
 
-def function_word(answer: str) -> str:
-    """The function an answer names: ``"VOLT"`` (``FUNC?``) or ``"VOLT +1.0E+01,+3.0E-06"``
-    (``CONF?``) -> ``VOLT``."""
-    text = answer.strip().strip('"').strip()
-    return text.split(maxsplit=1)[0].upper() if text else ""
+#: One function as ``FUNC?`` names it: mnemonics joined by ':' (``VOLT:AC``), nothing else.
+FUNCTION = re.compile(r"[A-Za-z0-9]+(?::[A-Za-z0-9]+)*", re.ASCII)
+
+
+def function_word(answer: str) -> str | None:
+    """The one function an answer names, upper case (``"volt:ac"`` -> ``VOLT:AC``), or None
+    when it names no single function: ``"VOLT RES"``, ``"VOLT;RES"``, ``""``, garbage.
+    Reading only a first word would let ``"VOLT RES"`` pass as VOLT."""
+    text = answer.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':  # IEEE 488.2 §8.7.8 string response
+        text = text[1:-1].strip()
+    return text.upper() if FUNCTION.fullmatch(text) else None  # ASCII: nothing folds into one
+
+
+def unanswered(spec: ExcitationSpec, why: str) -> str:
+    """What a reading applies when the meter did not say which function it measures with."""
+    return (f"whatever the function configured now applies: the meter gave no answer to "
+            f"{spec.query} ({why}), so it may drive current into the DUT")
 
 
 async def applied(spec: ExcitationSpec, query: Query) -> str | None:
@@ -98,14 +114,26 @@ async def applied(spec: ExcitationSpec, query: Query) -> str | None:
     profile's words; for a function the profile does not know, words that say so."""
     answer = await query(spec.query)
     word = function_word(answer)
-    if word in spec.then:
+    if word is not None and word in spec.then:
         return await applied(spec.then[word], query)
-    if word in spec.passive:
+    if word is not None and word in spec.passive:
         return None
-    if word in spec.excites:
+    if word is not None and word in spec.excites:
         return spec.excites[word]
-    return (f"whatever the function {answer.strip()!r} (its answer to {spec.query}) applies: "
-            "the profile does not know it as passive, so it may drive current into the DUT")
+    return (f"whatever the function {answer.strip()[:60]!r} (its answer to {spec.query}) "
+            "applies: the profile does not know it as one passive function, so it may drive "
+            "current into the DUT")
+
+
+async def excitation_now(spec: ExcitationSpec, query: Query) -> str | None:
+    """:func:`applied`, failing closed when the meter gives no answer in time (or the link
+    fails): the function configured now is then unknown, so counted as exciting."""
+    from ..errors import InstrumentError
+
+    try:
+        return await applied(spec, query)
+    except InstrumentError as exc:
+        return unanswered(spec, exc.message)
 
 
 def measuring(c: Classification) -> bool:
