@@ -52,7 +52,7 @@ def test_a_second_spelling_of_a_name_is_refused_over_http(bench: Bench,
     assert "is taken" in r.json()["reason"] and "'olga'" in r.json()["reason"]
     assert r.json()["errors"][0]["loc"] == ["body", "name"]
     with bench.http("ada") as h:
-        names = [t["name"] for t in h.get("/v1/tokens").json() if not t["revoked_at"]]
+        names = [t["name"] for t in h.get("/v1/tokens").json() if not t["revokedAt"]]
     assert names.count("olga") == 1
 
 
