@@ -143,6 +143,13 @@ class Decisions(Part):
                                     data={"kind": kind.value, "by": approver.name,
                                           "notes": notes, "proposal_hash": req.proposal_hash}))
             complete = not req.missing()
+            if complete and self.executor.may_run_granted(req):
+                # The approval and the start in one durable commit, then recheck and write.
+                final = await self.executor.run_granted(req, version, events)
+                if final is None:
+                    continue  # it changed meanwhile: decide on it as it is now
+                self._record_decision(final)
+                return GrantResult(final, [], final.outcome or "")
             if complete:
                 req.status = Status.APPROVED
             if self.store.save_request(req, version, events):

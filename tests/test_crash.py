@@ -9,15 +9,23 @@ same rounds (``--rounds 50``) and prints the counts.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sqlite3
+import threading
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from bench_gate.config import BenchConfig
+from bench_gate.errors import InstrumentError
+from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
-from bench_gate.instruments import PyvisaLink
-from bench_gate.models import Approval, Principal, Status
+from bench_gate.instruments import Link, PyvisaLink
+from bench_gate.models import Approval, ApprovalKind, EventType, Principal, Status
+from bench_gate.states import Event as Move
+from bench_gate.states import target
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 from tests.faults import OTHER_IDN, FaultLink
@@ -153,3 +161,95 @@ def test_a_write_still_inside_the_instrument_is_judged_after_it_lands(tmp_path: 
             assert Decimal(panel.recv(100).decode().strip()) == Decimal("2.5")
     finally:
         bench.close()
+
+
+class _HeldRecheck:
+    """The supply's link: once armed, a query waits where the gateway is caught (after
+    the grant's commit, in the live recheck) and then fails, as a dead process would."""
+
+    def __init__(self, inner: Link) -> None:
+        self.inner = inner
+        self.writes: list[str] = []
+        self.armed = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:  # opens, connected, ... as the link has them
+        return getattr(self.inner, name)
+
+    def write(self, command: str) -> None:
+        self.writes.append(command)
+        self.inner.write(command)
+
+    def query(self, command: str, *args: Any) -> str:
+        if self.armed:
+            self.reached.set()
+            self.go.wait(10)
+            raise InstrumentError("the gateway died here")
+        return self.inner.query(command, *args)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+async def test_a_crash_between_the_grant_and_its_write_never_writes(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The last approval and the start are one commit (executor.run_granted), before the
+    live recheck. The store as a crash leaves it there (every committed transaction: a
+    backup taken while the recheck is held) has the request ``executing`` with its
+    approval; the restart judges it from a read-back, "nothing took effect", and never
+    sends the write; the supply's voltage, read on its own port, never moved."""
+    # pending -approve-> approved -start-> executing, and a changed recheck from there
+    assert target(Status.PENDING, Move.APPROVE) is Status.APPROVED
+    assert target(Status.APPROVED, Move.START) is Status.EXECUTING
+    assert target(Status.EXECUTING, Move.GO_STALE) is Status.STALE
+    psu = config.instrument("psu")
+    assert psu is not None
+    before = Decimal(front_panel.query("VOLT? (@1)"))
+    link = _HeldRecheck(PyvisaLink(psu))
+    crashed = tmp_path / "crashed.db"
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert req is not None and req.status is Status.PENDING
+        link.armed = True
+        grant = asyncio.create_task(gw.grant(req.id, olga, ["setpoint"],
+                                             proposal_hash=req.proposal_hash))
+        assert await asyncio.to_thread(link.reached.wait, 10), "the recheck never started"
+        with closing(sqlite3.connect(db_path)) as src, closing(sqlite3.connect(crashed)) as dst:
+            src.backup(dst)  # what a SIGKILL now would leave
+        link.go.set()
+        await asyncio.wait_for(grant, 10)
+    finally:
+        link.go.set()
+        await gw.close()
+        gw.store.close()
+
+    left = SqliteStore(crashed)
+    try:
+        at_crash = left.get_request(req.id)
+        assert at_crash is not None and at_crash.status is Status.EXECUTING
+        assert at_crash.approved_kinds() == {ApprovalKind.SETPOINT}
+        kinds = [e.type for e in left.journal(run.id, limit=1000) if e.request_id == req.id]
+        assert kinds[-2:] == [EventType.APPROVAL_GRANTED, EventType.STEP_STARTED], kinds
+        # The dead gateway's bench claim (its pid is this test's, so it would look alive).
+        left.kv_delete(TABLE, config.bench)
+    finally:
+        left.close()
+
+    again = _HeldRecheck(PyvisaLink(psu))
+    gw = Gateway(config, SqliteStore(crashed), links={"psu": again}, clock=clock)
+    await gw.start()
+    try:
+        after = gw.get_request(req.id)
+        assert after.status is Status.FAILED, after.outcome
+        assert "nothing took effect" in (after.outcome or "")
+        assert not any(c.startswith("VOLT") for c in again.writes + link.writes), \
+            "the write was never sent, before the crash or after it"
+        assert Decimal(front_panel.query("VOLT? (@1)")) == before
+    finally:
+        await gw.close()
+        gw.store.close()
