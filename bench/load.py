@@ -75,10 +75,10 @@ class SimLog:
         self._lock = threading.Lock()
         inner = instrument.handle_message
 
-        def handle(message: str) -> str | None:
+        def handle(message: str, *session: Any) -> str | None:  # session: who is asking
             with self._lock:
                 self.messages.append(message)
-            result: str | None = inner(message)
+            result: str | None = inner(message, *session)
             return result
 
         instrument.handle_message = handle
