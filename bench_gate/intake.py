@@ -23,7 +23,7 @@ from .journal import ReadJournal
 from .leases import Leases
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
 from .planning import PlanDesk
-from .policy import Verdict, decide
+from .policy import Verdict, decide, unpredictable
 from .runs import Runs
 from .scpi import (
     Classification,
@@ -341,6 +341,12 @@ class Intake(Part):
         if excitation is None or not any(u.measures and u.effect is not Effect.EXCITES
                                          for u in c.units):
             return None
+        for u in c.units:  # a recall or an unknown header first: the function it leaves
+            if u.measures:  # is not the one the meter answers now (default deny)
+                break
+            if unpredictable(u.effect, u.value):
+                return (f"whatever function the meter measures with after {u.canonical}, which "
+                        "the gateway cannot predict: it may drive current into the DUT")
         spec = excitation
 
         async def job(link: AsyncLink) -> str | None:

@@ -90,6 +90,12 @@ def _ids(gateway: Gateway) -> set[str]:
     return {r.id for r in gateway.store.list_requests(limit=1000)}
 
 
+def _front_panel(panel: Any, function: str) -> None:
+    """Select ``function`` at the front panel, and wait until the meter answers it."""
+    panel.write(f':SENS:FUNC "{function}"')
+    assert panel.query(":SENS:FUNC?").strip().strip('"').startswith(function.split(":")[0])
+
+
 def _sent(got: list[str], *units: str) -> list[str]:
     return [g for g in got if g.split(" ")[0].rstrip("?") in units]
 
@@ -114,7 +120,7 @@ ACQUIRING = [
 async def test_every_header_that_acquires_is_held_while_the_function_excites(
         open_client: Callable[..., Any], gateway: Gateway, olga: Principal, panel: Any,
         received: list[str]) -> None:
-    panel.write(':SENS:FUNC "RES"')
+    _front_panel(panel, "RES")
     for message, unit in ACQUIRING:
         meter = open_client("dmm6500", timeout=15000)  # a run each: denials suspend a run
         seen = _ids(gateway)
@@ -136,7 +142,7 @@ async def test_a_passive_function_lets_its_acquires_pass(
         open_client: Callable[..., Any], gateway: Gateway, panel: Any,
         received: list[str]) -> None:
     """With DC volts (passive), the acquires that depend on the function pass at once."""
-    panel.write(':SENS:FUNC "VOLT:DC"')
+    _front_panel(panel, "VOLT:DC")
     meter = open_client("dmm6500")
     for message in ("TRAC:TRIG", "VOLT:REL:ACQ", "AZER:ONCE"):
         received.clear()
@@ -146,7 +152,7 @@ async def test_a_passive_function_lets_its_acquires_pass(
     assert not _ids(gateway)
 
 
-HELD_ELSEWHERE = "SENS:COUN 2;:TRIG:SOUR IMM;:INIT"  # TRIG:SOUR: not in the profile
+HELD_ELSEWHERE = "SENS:COUN 2;:INIT;:TRIG:SOUR IMM"  # TRIG:SOUR: not in the profile
 #: Written: the simulator does not know TRIG:SOUR either (-113), so the read-back cannot
 #: confirm it and a person must check (ambiguous); what it received is asserted.
 WRITTEN = {Status.EXECUTED, Status.AMBIGUOUS}
@@ -157,13 +163,13 @@ async def test_a_message_held_for_another_reason_shows_its_excitation(
         received: list[str]) -> None:
     """Held because TRIG:SOUR is unknown, the message's INIT is still asked about: the
     approver sees that it excites, and only an approval of that runs it."""
-    panel.write(':SENS:FUNC "RES"')
+    _front_panel(panel, "RES")
     meter = open_client("dmm6500", timeout=15000)
     received.clear()
     task = asyncio.ensure_future(in_thread(meter.write, HELD_ELSEWHERE))
     req = await _full(gateway, set())
-    assert [(a.canonical, a.effect) for a in req.actions][-1] == ("INIT", "excites")
-    assert "DC test current" in req.actions[-1].applies
+    assert [(a.canonical, a.effect) for a in req.actions][1] == ("INIT", "excites")
+    assert "DC test current" in req.actions[1].applies
     assert req.handoff["reversibility"].startswith("excites the DUT")
     assert received[0] == "FUNC?"  # asked on its own turn, nothing of the message sent
     assert not _sent(received, "COUN", "TRIG:SOUR", "INIT")
@@ -180,12 +186,12 @@ async def test_an_excitation_set_after_approval_sends_the_write_back(
     panel: at execution the function is asked on the write's own turn, nothing is written,
     and the request goes back for review as stale, its fresh request showing the
     excitation. Approving that one runs it."""
-    panel.write(':SENS:FUNC "VOLT:DC"')
+    _front_panel(panel, "VOLT:DC")
     meter = open_client("dmm6500", timeout=20000)
     task = asyncio.ensure_future(in_thread(meter.write, HELD_ELSEWHERE))
     req = await _full(gateway, set())
-    assert [a.effect for a in req.actions][-1] == "measure-config"  # passive when shown
-    panel.write(':SENS:FUNC "RES"')
+    assert [a.effect for a in req.actions][1] == "measure-config"  # passive when shown
+    _front_panel(panel, "RES")
     received.clear()
     await gateway.grant(req.id, olga, list(req.required), proposal_hash=req.proposal_hash)
     await until(lambda: gateway.get_request(req.id).status is Status.STALE)
@@ -195,7 +201,7 @@ async def test_an_excitation_set_after_approval_sends_the_write_back(
     assert not _sent(received, "COUN", "TRIG:SOUR", "INIT")
     assert stale.superseded_by is not None
     fresh = gateway.get_request(stale.superseded_by)
-    assert [a.effect for a in fresh.actions][-1] == "excites"
+    assert [a.effect for a in fresh.actions][1] == "excites"
     assert fresh.handoff["reversibility"].startswith("excites the DUT")
     await gateway.grant(fresh.id, olga, list(fresh.required),
                         proposal_hash=fresh.proposal_hash)
@@ -203,6 +209,26 @@ async def test_an_excitation_set_after_approval_sends_the_write_back(
     await until(lambda: gateway.get_request(fresh.id).status in WRITTEN)
     assert _sent(received, "INIT") == ["INIT"]
     assert panel.query(":SENS:FUNC?").strip() == '"RES"'
+
+
+async def test_a_reading_after_an_unpredictable_unit_is_shown_as_exciting(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal, panel: Any,
+        received: list[str]) -> None:
+    """The message the review found (``TRIG:SOUR`` unknown, then ``INIT``): what the
+    unknown header leaves configured cannot be asked beforehand, so even while the function
+    is passive its ``INIT`` is shown as exciting (default deny), nothing sent."""
+    _front_panel(panel, "VOLT:DC")
+    meter = open_client("dmm6500", timeout=15000)
+    received.clear()
+    task = asyncio.ensure_future(in_thread(meter.write, "SENS:COUN 2;:TRIG:SOUR IMM;:INIT"))
+    req = await _full(gateway, set())
+    assert [(a.canonical, a.effect) for a in req.actions][-1] == ("INIT", "excites")
+    assert "after TRIG:SOUR IMM" in req.actions[-1].applies
+    assert req.handoff["reversibility"].startswith("excites the DUT")
+    assert not _sent(received, "COUN", "TRIG:SOUR", "INIT")
+    await gateway.deny(req.id, olga, "no", proposal_hash=req.proposal_hash)
+    await task
+    assert not _sent(received, "COUN", "TRIG:SOUR", "INIT")
 
 
 @pytest.mark.parametrize("answer", ['"VOLT RES"', '"VOLT:DC;RES"', '"VOLT:DC","RES"', '""',
