@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 #: Longest line a connection may send; longer ones get -223 and the connection is closed.
 MAX_LINE = 1 << 20
+#: A reading shorter than this answers at once: the simulated bench serves scripts and
+#: tests that read the meter many times a second (the default NPLC 10 takes 0.4 s on the
+#: real meter); what must take real time is a reading that outlasts a link's timeout.
+SLOW_READING = 1.0
 #: How long stop() waits for connection handlers to finish.
 STOP_TIMEOUT = 5.0
 #: A connection whose first line is this acts as the front panel: the remote lock
@@ -242,7 +246,7 @@ async def _converse(
             logger.exception("simulator fault on %r", message)
             instrument.push_error(-200, "Execution error; simulator fault")
             continue
-        if busy > 0:  # a reading takes as long as the real instrument's would
+        if busy >= SLOW_READING:  # a slow reading takes as long as the real one would
             await asyncio.sleep(busy)
         if answer is not None:
             writer.write(answer.encode("ascii", errors="replace") + b"\n")
