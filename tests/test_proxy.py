@@ -46,10 +46,11 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 async def next_pending(gw: Gateway, seen: set[str] | None = None) -> TakeoverRequest:
+    """The next pending request, whole: a listed one carries only a list's handoff."""
     for _ in range(POLLS):
         for req in gw.list_requests(status=Status.PENDING):
             if seen is None or req.id not in seen:
-                return req
+                return gw.get_request(req.id)
         await asyncio.sleep(POLL)
     raise AssertionError("no pending request showed up")
 
