@@ -126,7 +126,7 @@ async def test_output_on_needs_the_setpoint_and_the_output_enable(
     assert [(a.effect, a.channel) for a in req.actions] == [("output", 1)]
     assert set(req.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
     # The approver sees every field the envelope bounds, in both source functions.
-    assert req.handoff["setpoint_needed"] == [{
+    assert gateway.get_request(req.id).handoff["setpoint_needed"] == [{
         "channel": 1, "voltage": "0.0", "current": "0.000105", "current_level": "0.0",
         "vlim": "5.0"}]
     assert panel.query(":OUTP?") == "0"

@@ -129,7 +129,7 @@ async def test_the_live_recheck_judges_a_voltage_limit_moved_after_the_proposal(
     panel.write(":SOUR:CURR:VLIM 5")
     task = asyncio.ensure_future(in_thread(smu.write, ":OUTP ON"))
     req = await next_pending(gateway)
-    assert req.handoff["setpoint_needed"][0]["vlim"] == "5.0"
+    assert gateway.get_request(req.id).handoff["setpoint_needed"][0]["vlim"] == "5.0"
     panel.write(":SOUR:FUNC CURR;:SOUR:CURR:VLIM 150;:SOUR:CURR 0.05")
     result = await gateway.grant(req.id, olga, list(req.required),
                                  proposal_hash=req.proposal_hash)
