@@ -40,9 +40,10 @@ def _setpoints(tk: dict[str, Any], h: dict[str, Any]) -> None:
     """The setpoint approval an energize stands on, or the one it still needs."""
     needed = h.get("setpointNeeded") if "setpoint" in tk["approvalsMissing"] else None
     for need in needed or []:
+        # Every field under the envelope (an SMU's level and limit in both functions too).
+        values = ", ".join(f"{k} {v}" for k, v in need.items() if k != "channel")
         _line("setpoint", f"CH{need['channel']} has no approved setpoint in force: this "
-                          f"request needs a setpoint approval too ({need.get('voltage')} V, "
-                          f"{need.get('current')} A)")
+                          f"request needs a setpoint approval too ({values})")
     for cover in h.get("setpointCover") or []:
         for f in cover.get("fields") or []:
             by = f.get("by")
