@@ -78,6 +78,23 @@ def test_profile_check_flags_an_output_bound_with_no_envelope_limit(tmp_path: Pa
     assert not report.ok
 
 
+def test_the_console_shows_every_bounded_field_against_its_limit() -> None:
+    """The console's panel flags the current-source fields and a negative level by their
+    magnitude, and offers the voltage limit up to the envelope's voltage."""
+    from bench_gate.scpi import get_profile
+    from bench_gate.web._views import limits_of, over_envelope
+
+    profile = get_profile("k2450")
+    limits = {1: test_k2450.LIMITS}
+    over = over_envelope(profile, limits, "1", {
+        "voltage": "-12.0", "current": "0.05", "current_level": "0.5", "vlim": "200.0",
+        "output": "0"})
+    assert set(over) == {"voltage", "current_level", "vlim"}, over
+    assert "10" in over["vlim"] and "0.1" in over["current_level"]
+    assert limits_of(profile, limits, 1, "vlim")[1] == VOLTS
+    assert limits_of(profile, limits, 1, "current_level")[1] == AMPS
+
+
 # ------------------------------------------------------------------ the two reproductions
 
 async def test_the_current_source_function_stays_inside_the_envelope(

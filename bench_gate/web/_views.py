@@ -125,7 +125,8 @@ def limits_of(profile: Profile | None, limits: dict[int, ChannelLimits], channel
     hard = profile.range_of(name, channel) if profile is not None else None
     if hard is not None:
         low, high, note = hard[0], hard[1], f"instrument range {hard[0]}–{hard[1]}"
-    bench = getattr(limits.get(channel), name, None) if channel in limits else None
+    key = profile.limit_of(name) if profile is not None else name  # an SMU's VLIM: voltage
+    bench = getattr(limits.get(channel), key, None) if channel in limits else None
     if isinstance(bench, Decimal) and bench <= high:
         high, note = bench, f"bench envelope ≤ {bench}"
     return low, high, note
@@ -352,12 +353,18 @@ def over_envelope(profile: Profile | None, limits: dict[int, ChannelLimits], cha
     if lim is None:
         return {}
     out = {}
-    for name, bound in lim.model_dump().items():
+    bounds = lim.model_dump()
+    # Every field a bench limit bounds (Profile.limit_of: an SMU's level and limit in both
+    # source functions), by its magnitude, as the envelope judges it.
+    names = list(bounds) if profile is None else [
+        f for f, spec in profile.fields.items() if not spec.measured]
+    for name in names:
+        bound = bounds.get(profile.limit_of(name) if profile is not None else name)
         raw = values.get(name)
         if not isinstance(bound, Decimal) or raw is None:
             continue
         try:
-            above = Decimal(str(raw)) > bound
+            above = abs(Decimal(str(raw))) > bound
         except InvalidOperation:
             continue
         if above:
