@@ -110,7 +110,7 @@ class Interlocks(Part):
                 query = profile.field_query(safe.field, ch)
                 try:
                     out["read_back"][snapshot_key(ch, safe.field)] = normalize(
-                        profile, safe.field, await link.query(query), query)
+                        profile, safe.field, await link.query(query), query, ch)
                 except InstrumentError as exc:
                     out["errors"].append(exc.message)
             return out

@@ -154,8 +154,12 @@ def _check_forms(profile: Profile, report: Report) -> None:
             if query.effect not in PASSING and query.effect is not Effect.FORBIDDEN:
                 report.add(Level.WARNING, head, f"the query is {query.effect.value}: a script "
                            "reading this setting back waits for a person")
+        # A field read from a register's bit is read back by the register (SYST:STAT?).
+        by_bit = cmd is not None and cmd.field is not None and bool(
+            profile.fields[cmd.field].bits)
         if cmd is not None and query is None and cmd.effect in (
-                Effect.SETPOINT, Effect.PROTECTION, Effect.OUTPUT) and cmd.params:
+                Effect.SETPOINT, Effect.PROTECTION, Effect.OUTPUT) and cmd.params \
+                and not by_bit:
             report.add(Level.WARNING, head, f"a {cmd.effect.value} with no query: nobody can "
                        "read it back")
         if query is not None and query.effect is Effect.READ and query.expand:

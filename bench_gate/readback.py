@@ -60,6 +60,10 @@ def judge_readback(*, before: dict[str, str], expected: dict[str, str],
     unexpected = {k: v for k, v in moved.items()
                   if k not in changed or after[k] != expected[k]}
     counted = f"read back {len(took)} of {len(changed)} changes"
+    # A change no query can read (the SPD3303X's CH3 output) is unconfirmed, never "failed".
+    unread = [k for k in changed if k not in after]
+    if unread:
+        counted += f"; no query reads {', '.join(unread)}"
     if blind and unexpected:
         counted += f"; read back {_changes(unexpected)}"
     elif unexpected:
@@ -67,12 +71,12 @@ def judge_readback(*, before: dict[str, str], expected: dict[str, str],
     if not problems:
         if len(took) == len(changed) and (blind or not unexpected):
             return Judgement(Verdict.EXECUTED, counted, unexpected=unexpected)
-        if not moved and not unverifiable and not blind:
+        if not moved and not unverifiable and not blind and not unread:
             return Judgement(Verdict.FAILED, f"nothing took effect ({counted})")
         return Judgement(Verdict.AMBIGUOUS, counted, unexpected=unexpected)
     detail = f"{problems}; {counted}"
     settled = error is not None  # an I/O error, settled by reading the instrument back
-    if not moved and not unverifiable and not blind:
+    if not moved and not unverifiable and not blind and not unread:
         return Judgement(Verdict.FAILED, f"{detail}; nothing took effect", reconciled=settled)
     if unverifiable or blind:
         return Judgement(Verdict.AMBIGUOUS,

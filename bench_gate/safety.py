@@ -106,7 +106,7 @@ class Safety(Part):
                 query = inst.profile.field_query(f, ch)
                 with contextlib.suppress(InstrumentError):
                     after[snapshot_key(ch, f)] = normalize(
-                        inst.profile, f, await link.query(query), query)
+                        inst.profile, f, await link.query(query), query, ch)
             found = envelope.breaches(inst.profile, limits, after,
                                       set(limits) & set(inst.profile.channels))
         else:

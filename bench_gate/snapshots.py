@@ -22,13 +22,20 @@ from .scpi import Classification, Profile, Unit, classify, format_number, render
 __all__ = ["Snapshots", "normalize", "unverifiable"]
 
 
-def normalize(profile: Profile, fld: str, raw: str, where: str = "") -> str:
+def normalize(profile: Profile, fld: str, raw: str, where: str = "",
+              channel: int | None = None) -> str:
     """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``).
-    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value."""
+    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value;
+    so is a bit field with no bit for ``channel`` (it fails closed: maybe energized)."""
     spec = profile.fields.get(fld)
     text = raw.strip().strip('"')
     if spec is None or spec.type == "text":
         return text
+    if spec.bits:
+        try:
+            return "1" if profile.register_bit(fld, channel, text) else "0"
+        except ValueError as exc:
+            raise InstrumentError(f"{where or fld}: answer {raw!r} unreadable: {exc}") from exc
     if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
         return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
     try:
@@ -69,7 +76,8 @@ class Snapshots(Part):
             channels.add(a.channel)
         if everything:
             channels = set(profile.channels) or {None}
-        return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields]
+        return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields
+                if profile.has_field(f, ch)]
 
     @staticmethod
     async def read_state(link: AsyncLink, inst: Instrument,
@@ -81,7 +89,7 @@ class Snapshots(Part):
         for ch, f in fields:
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
-                                                     f"{inst.config.name}: {query!r}")
+                                                     f"{inst.config.name}: {query!r}", ch)
         return Snapshot(idn=idn, values=values)
 
     async def snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
@@ -170,7 +178,7 @@ class Snapshots(Part):
         inst = self.core.instrument(instrument)
         profile = inst.profile
         channels: list[int | None] = list(profile.channels) or [None]
-        fields = [(ch, f) for ch in channels for f in profile.fields]
+        fields = [(ch, f) for ch in channels for f in profile.fields if profile.has_field(f, ch)]
         snap = await self.snapshot(inst, fields)
         out: dict[str, Any] = {"instrument": instrument, "idn": snap.idn,
                                "at": snap.taken_at.isoformat(), "channels": {}}

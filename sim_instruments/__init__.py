@@ -3,7 +3,8 @@ instruments served one by one (``SimServedThread("smu")``: a Keithley 2450 Sourc
 ``SimServedThread("dmm6500")``: a Keithley DMM6500 multimeter;
 ``SimServedThread("e3631a")``: a Keysight E3631A supply, outputs by selection;
 ``SimServedThread("dl3021")``: a Rigol DL3021 electronic load;
-``SimServedThread("dp832")``: a Rigol DP832 supply, channels named CH1..CH3).
+``SimServedThread("dp832")``: a Rigol DP832 supply, channels named CH1..CH3;
+``SimServedThread("spd3303x")``: a Siglent SPD3303X supply, outputs read from status bits).
 
 pyvisa-sim holds the instruments' state (``bench.yaml``); the classes here add what pyvisa-sim
 cannot model and serve each instrument on its own raw-socket port, like a LAN instrument::

@@ -25,13 +25,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--extra", action="append", default=[], metavar="NAME=PORT",
                        help="also serve a simulated NAME on PORT (smu: a Keithley 2450, "
                        "dmm6500: a Keithley DMM6500, e3631a: a Keysight E3631A, "
-                       "dl3021: a Rigol DL3021, dp832: a Rigol DP832)")
+                       "dl3021: a Rigol DL3021, dp832: a Rigol DP832, "
+                       "spd3303x: a Siglent SPD3303X)")
     serve.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     settings = commands.add_parser(
         "settings", help="the bench.yaml blocks a profile's settings and commands need")
     settings.add_argument("profiles", nargs="*",
                           default=["e36312a", "34465a", "k2450", "dmm6500", "e3631a",
-                                   "dl3021", "dp832"],
+                                   "dl3021", "dp832", "spd3303x"],
                           help="shipped profile names (default: the simulated bench's)")
     settings.add_argument("--write", action="store_true",
                           help="rewrite the generated blocks of bench.yaml in place")

@@ -24,6 +24,7 @@ from ._model import SimInstrument
 from ._resources import cached_definition, open_fresh_resource_manager
 from ._server import MAX_LINE, STOP_TIMEOUT, _converse, socket_resource_name
 from ._smu import SimSmu
+from ._spd3303x import SimSpd3303x
 
 __all__ = ["EXTRA", "SimServed", "SimServedThread", "extra_for_profile", "extra_yaml_path"]
 
@@ -34,6 +35,7 @@ EXTRA: dict[str, tuple[type[SimInstrument], str]] = {
     "e3631a": (SimE3631a, "e3631a.yaml"),
     "dl3021": (SimDl3021, "dl3021.yaml"),
     "dp832": (SimDp832, "dp832.yaml"),
+    "spd3303x": (SimSpd3303x, "spd3303x.yaml"),
 }
 
 

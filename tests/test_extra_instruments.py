@@ -40,7 +40,8 @@ def test_the_simulator_takes_every_command_and_query_the_profile_knows(name: str
     known = get_profile(PLAYS[name])
     every = frozenset(Effect) - {Effect.FORBIDDEN}
     examples = command_examples(known, every) + query_examples(known, every)
-    assert len(examples) >= len(known.model.commands) > 40  # at least one per header
+    # At least one per header (the SPD3303X's Programming Guide has fewer than 20 headers).
+    assert len(examples) >= len(known.model.commands) > 15
     refused = []
     with SimServedThread(name) as served:
         instrument = served.instrument

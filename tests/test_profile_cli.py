@@ -15,7 +15,8 @@ from sim_instruments import EXTRA, SimBenchThread
 
 #: The simulated instrument that plays each shipped profile (the generic one: the supply).
 PLAYED_BY = {"e36312a": "psu", "34465a": "dmm", "generic": "psu", "k2450": "smu",
-             "dmm6500": "dmm6500", "e3631a": "e3631a", "dl3021": "dl3021", "dp832": "dp832"}
+             "dmm6500": "dmm6500", "e3631a": "e3631a", "dl3021": "dl3021", "dp832": "dp832",
+             "spd3303x": "spd3303x"}
 
 
 @pytest.fixture(scope="module")

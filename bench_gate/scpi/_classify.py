@@ -216,6 +216,10 @@ class _Resolver(ParamReader):
             bare = self.selected if self.profile.addressing is not None else 1
             channels = [suffix_channel if suffix_channel is not None else bare]
             self.check_channel(channels[0], raw.start)
+            if command.suffixes and channels[0] not in command.suffixes:  # SPD3303X: CH1, CH2
+                raise self.err(ScpiSyntaxError, -114, f"{command.header} takes the suffixes "
+                               f"{', '.join(map(str, command.suffixes))}, not {channels[0]}",
+                               raw.start)
         else:
             channels = [None]
         specs = form.params

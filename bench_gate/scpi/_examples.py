@@ -78,7 +78,7 @@ def _spelled(command: CommandSpec, form: FormSpec, profile: Profile) -> list[str
     text = ":".join(w for w in words if w)
     if "{n}" not in text:
         return [text]
-    numbers = profile.channels if form.channel == "suffix" else command.suffixes or (1,)
+    numbers = command.suffixes or (profile.channels if form.channel == "suffix" else (1,))
     return [text.replace("{n}", str(n)) for n in numbers]
 
 

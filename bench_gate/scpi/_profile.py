@@ -152,6 +152,24 @@ class Profile:
         word = text.strip().strip('"').upper()
         return None if words is None or word not in words else word == words[1].upper()
 
+    def has_field(self, field_name: str, channel: int | None) -> bool:
+        """Whether ``channel`` has the field: its ``channels``, or a bit in ``bits``."""
+        spec = self.model.fields[field_name]
+        if channel is None:
+            return True
+        return (not spec.channels or channel in spec.channels) and (
+            not spec.bits or channel in spec.bits)
+
+    def register_bit(self, field_name: str, channel: int | None, text: str) -> bool:
+        """The bit ``bits`` names for ``channel`` in a register's answer (``0x0010``, hex
+        or decimal). ValueError if the channel has no bit or the answer is no register."""
+        bit = self.model.fields[field_name].bits.get(channel) if channel is not None else None
+        if bit is None:
+            raise ValueError(f"no bit of the register says channel {channel}'s {field_name}")
+        word = text.strip().strip('"').lower()
+        value = int(word, 16) if word.startswith("0x") else int(word)
+        return bool(value >> bit & 1)
+
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
 

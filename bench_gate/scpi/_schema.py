@@ -172,6 +172,14 @@ class FieldSpec(BaseModel):
     #: A condition register read as bits: bit number -> the word shown while it is set
     #: (a supply's CV/CC mode). Shown, never compared as a number.
     flags: dict[int, str] = Field(default_factory=dict)
+    #: A boolean read from a register's bit: channel -> bit number (the SPD3303X's
+    #: ``SYST:STAT?`` bit 4 is CH1's output). A channel with no bit cannot be read: its
+    #: state is unknown, never assumed off.
+    bits: dict[int, int] = Field(default_factory=dict)
+    #: The channels that have this field (the SPD3303X's fixed CH3 has no setpoint); empty:
+    #: every channel. A snapshot does not read it elsewhere, and the envelope counts it
+    #: unreadable there (outside).
+    channels: tuple[int, ...] = ()
     #: The bench limit (an envelope key) that bounds this field's magnitude, for a field
     #: that bounds what reaches the DUT under another name: an SMU's current level and its
     #: voltage limit. A field named like the key (voltage, current, ovp) is bounded by it.
