@@ -324,6 +324,7 @@ class Executor(Part):
                     found.append(applies)
                     return out  # nothing written, nothing to read back
             try:
+                self.interlocks.check(req.instrument)  # a stop since the recheck: no command
                 for i, a in enumerate(req.actions):
                     if inst.lane.halted:  # an emergency stop: not one more command
                         out.error = "an emergency stop was pressed during the write"
@@ -336,7 +337,7 @@ class Executor(Part):
                     else:
                         await link.write(a.canonical)
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
-            except InstrumentError as exc:
+            except (InstrumentError, Refused) as exc:
                 out.error = exc.message
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.

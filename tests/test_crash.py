@@ -171,6 +171,7 @@ class _HeldRecheck:
         self.inner = inner
         self.writes: list[str] = []
         self.armed = False
+        self.dies = True  # a held query then fails; else it is answered
         self.reached = threading.Event()
         self.go = threading.Event()
 
@@ -185,7 +186,8 @@ class _HeldRecheck:
         if self.armed:
             self.reached.set()
             self.go.wait(10)
-            raise InstrumentError("the gateway died here")
+            if self.dies:
+                raise InstrumentError("the gateway died here")
         return self.inner.query(command, *args)
 
     def close(self) -> None:
@@ -251,5 +253,44 @@ async def test_a_crash_between_the_grant_and_its_write_never_writes(
             "the write was never sent, before the crash or after it"
         assert Decimal(front_panel.query("VOLT? (@1)")) == before
     finally:
+        await gw.close()
+        gw.store.close()
+
+
+async def test_an_emergency_stop_during_the_recheck_stops_the_write(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """The request is ``executing`` from its grant's commit on, so the stop's stand-down
+    (which cancels what is pending or approved) does not reach it: the write itself asks
+    for a stop first, on its lane turn, and sends nothing. The supply's voltage, read on
+    its own port, never moved."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    before = Decimal(front_panel.query("VOLT? (@1)"))
+    link = _HeldRecheck(PyvisaLink(psu))
+    link.dies = False
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert req is not None
+        link.armed = True
+        grant = asyncio.create_task(gw.grant(req.id, olga, ["setpoint"],
+                                             proposal_hash=req.proposal_hash))
+        assert await asyncio.to_thread(link.reached.wait, 10), "the recheck never started"
+        assert gw.get_request(req.id).status is Status.EXECUTING
+        stop = asyncio.create_task(gw.emergency_stop(olga, "test", "psu"))
+        await asyncio.sleep(0.2)  # the stop is recorded and its safe action waits its turn
+        link.armed = False
+        link.go.set()
+        await asyncio.wait_for(stop, 10)
+        done = (await asyncio.wait_for(grant, 10)).request
+        assert done.status is Status.FAILED, done.outcome
+        assert "stopped" in (done.outcome or ""), done.outcome
+        assert not any(c.startswith("VOLT") for c in link.writes), link.writes
+        assert Decimal(front_panel.query("VOLT? (@1)")) == before
+    finally:
+        link.go.set()
         await gw.close()
         gw.store.close()
