@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pyvisa
+import yaml
 
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
-from bench_gate.scpi import classify, get_profile
+from bench_gate.scpi import ScpiError, classify, get_profile
 from bench_gate.snapshots import normalize
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.test_proxy import in_thread, next_pending
@@ -233,3 +235,19 @@ async def test_the_live_state_shows_what_can_be_read_and_ch3_as_unknown(
     assert state["channels"]["1"]["output"] == "1" and state["channels"]["2"]["output"] == "0"
     assert state["channels"]["1"]["voltage"] == "2.0"
     assert state["channels"]["3"]["output"] is None and state["channels"]["3"]["voltage"] is None
+
+
+def test_a_profile_whose_expansion_names_itself_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """Found while writing this profile: INST CH{ch} expanding to itself recursed without
+    end. A message that reaches such an expansion gets -100, never a RecursionError."""
+    loop = tmp_path / "looping-spd.yaml"
+    model = get_profile(PROFILE).model.model_copy(update={"name": "looping-spd"})
+    commands = tuple(c.model_copy(update={"set": c.set.model_copy(
+        update={"canonical": None, "expand": ("INST CH{ch}",)})})
+        if c.header == "INSTrument[:SELect]" and c.set is not None else c
+        for c in model.commands)
+    loop.write_text(yaml.safe_dump(model.model_copy(update={"commands": commands})
+                                   .model_dump(mode="json", exclude_defaults=True)))
+    with pytest.raises(ScpiError, match="-100") as caught:
+        classify("INST CH2", str(loop))
+    assert "does not end" in str(caught.value)

@@ -42,6 +42,8 @@ RE_CHANNEL_LIST = re.compile(r",?\s*\(@\{ch\}\)")
 UNIT_BREAKERS = frozenset(";\r\n\x00")
 #: What ``separators_in_data: true`` still refuses inside data: it allows ';' only.
 LINE_BREAKERS = UNIT_BREAKERS - {";"}
+#: Expansions within expansions a profile may nest (APPL -> VOLT is one).
+MAX_EXPANSION = 4
 
 
 def _magnitude(value: Value) -> Decimal:
@@ -56,8 +58,12 @@ def _split_suffix(mnemonic: str) -> tuple[str, int | None]:
 class _Resolver(ParamReader):
     """Classifies one message against one profile; holds the header path and selection."""
 
-    def __init__(self, message: str, profile: Profile, selected: int | None) -> None:
+    def __init__(self, message: str, profile: Profile, selected: int | None,
+                 depth: int = 0) -> None:
         super().__init__(message, profile)
+        #: How many expansions deep this message is: a profile's expansion that names its
+        #: own header again would never end.
+        self.depth = depth
         if selected is None and profile.addressing is not None:
             selected = profile.addressing.default  # never the instrument's own selection
         self.selected = selected
@@ -307,6 +313,9 @@ class _Resolver(ParamReader):
         channel: int | None,
         values: dict[str, Value],
     ) -> list[Unit]:
+        if form.expand and self.depth >= MAX_EXPANSION:
+            raise self.err(ScpiSyntaxError, -100, f"the profile's expansion of "
+                           f"{command.header} does not end", raw.start)
         if form.expand:
             specs = {s.name: s for s in form.params}
             rendered = {k: self.render(specs[k], v) for k, v in values.items()}
@@ -318,7 +327,7 @@ class _Resolver(ParamReader):
                 if channel is None:  # the selection decides: no channel list at all
                     template = RE_CHANNEL_LIST.sub("", template)
                 text = template.format(ch=channel, **rendered)
-                sub = _Resolver(text, self.profile, self.selected).run()
+                sub = _Resolver(text, self.profile, self.selected, self.depth + 1).run()
                 units.extend(dataclasses.replace(u, source=raw.index, position=raw.start,
                                                  text=raw.text) for u in sub.units)
                 self.selected = sub.selected
