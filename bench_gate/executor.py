@@ -36,19 +36,13 @@ from .readback import Judgement, judge_readback
 from .readback import Verdict as Judged
 from .runs import Runs
 from .safety import Safed, Safety, Written
-from .scpi import as_exciting, excitation_now
+from .scpi import as_exciting, excitation_now, measures_now
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .states import Event as Move
 from .takeover import Requests
 
 __all__ = ["Executor"]
-
-
-def _measures(inst: Instrument, canonical: str) -> bool:
-    """The unit makes the meter measure with the function configured now (READ?, INIT)."""
-    form = inst.profile.form_of(canonical)
-    return form is not None and form.measures
 
 
 class Executor(Part):
@@ -272,7 +266,7 @@ class Executor(Part):
         # its canonical text alone reclassifies as a plain reading (scpi/_excitation.py).
         applies = excites or next((a.applies for a in req.actions
                                    if a.effect == "excites" and a.applies
-                                   and _measures(inst, a.canonical)), None)
+                                   and measures_now(inst.profile, a.canonical)), None)
         if applies:
             c = as_exciting(c, applies)
         fresh_required = list(required_for([a.approval for a in req.actions],
@@ -312,8 +306,8 @@ class Executor(Part):
         # A reading approved without the words "excites" measures with the function set now:
         # asked on this turn (the panel may have changed it since); exciting, nothing runs.
         spec = profile.model.excitation
-        unshown = spec is not None and any(a.effect != "excites" and _measures(inst, a.canonical)
-                                           for a in req.actions)
+        unshown = spec is not None and any(a.effect != "excites" and measures_now(
+            profile, a.canonical) for a in req.actions)
         found: list[str] = []
 
         async def job(link: AsyncLink) -> Written:

@@ -10,7 +10,15 @@ False
 
 from ._classify import classify, is_read_only
 from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._excitation import Excites, applied, as_exciting, excitation_now, measuring, unanswered
+from ._excitation import (
+    Excites,
+    applied,
+    as_exciting,
+    excitation_now,
+    measures_now,
+    measuring,
+    unanswered,
+)
 from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
 from ._patterns import canonical_header
 from ._profile import Profile, available_profiles, get_profile
@@ -56,6 +64,7 @@ __all__ = [
     "get_profile",
     "is_read_only",
     "lex",
+    "measures_now",
     "measuring",
     "render_value",
     "unanswered",

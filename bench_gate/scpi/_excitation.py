@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._units import Classification
 
 __all__ = ["ExcitationSpec", "Excites", "applied", "as_exciting", "check_excitation",
-           "excitation_now", "function_word", "measuring", "unanswered"]
+           "excitation_now", "function_word", "measures_now", "measuring", "unanswered"]
 
 #: Asks the instrument one query and returns its answer (the lane's link, in the gateway).
 Query = Callable[[str], Awaitable[str]]
@@ -134,6 +134,12 @@ async def excitation_now(spec: ExcitationSpec, query: Query) -> str | None:
         return await applied(spec, query)
     except InstrumentError as exc:
         return unanswered(spec, exc.message)
+
+
+def measures_now(profile: Profile, canonical: str) -> bool:
+    """The canonical unit makes the meter measure with the function configured now."""
+    form = profile.form_of(canonical)
+    return form is not None and form.measures
 
 
 def measuring(c: Classification) -> bool:
