@@ -6,7 +6,7 @@ The same payload is journaled with ``takeover_requested`` so an audit shows what
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from .config import ChannelLimits
@@ -38,9 +38,10 @@ def show_value(profile: Profile | None, field: str, value: str | None,
         return "+".join(w for b, w in sorted(spec.flags.items()) if bits >> b & 1) or "none"
     if spec.type == "number":
         try:
-            return f"{Decimal(value):.3f} {spec.unit}".strip()
-        except InvalidOperation:
+            shown = Decimal(value).quantize(spec.resolution.normalize(), ROUND_HALF_EVEN)
+        except (InvalidOperation, ValueError):
             return value
+        return f"{shown:f} {spec.unit}".strip()
     return value
 
 

@@ -184,6 +184,9 @@ class FieldSpec(BaseModel):
     #: that bounds what reaches the DUT under another name: an SMU's current level and its
     #: voltage limit. A field named like the key (voltage, current, ovp) is bounded by it.
     envelope: Literal["voltage", "current", "ovp"] | None = None
+    #: The step a person reads this field in (its programming resolution): a value is shown
+    #: rounded to it, ``0.001`` (the default) is ``3.300 V``; an SMU's current in ``1E-7``.
+    resolution: Decimal = Decimal("0.001")
 
 
 class SafeActionSpec(BaseModel):
