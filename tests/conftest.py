@@ -13,7 +13,7 @@ import pytest
 import pyvisa
 
 from bench_gate.auth import Tokens
-from bench_gate.config import BenchConfig, default_config
+from bench_gate.config import BenchConfig, InstrumentConfig, default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Role, now
 from bench_gate.proxy import Doors, start_doors
@@ -128,3 +128,31 @@ def olga() -> Principal:
 @pytest.fixture
 def pete() -> Principal:
     return Principal(name="pete", role=Role.OPERATOR)
+
+
+def served_bench(sim: SimBenchThread, name: str, served: Any, profile: str,
+                 limits: dict[int, Any] | None = None) -> BenchConfig:
+    """The default simulated bench and one more simulated instrument served on its own port
+    (sim_instruments.EXTRA), as ``name`` under ``profile``, with its envelope."""
+    cfg = default_config(sim.psu_port, sim.dmm_port)
+    cfg.instruments.append(InstrumentConfig(name=name, resource=served.resource_name,
+                                            profile=profile, socket_port=0))
+    if limits is not None:
+        cfg.envelope[name] = limits
+    return cfg
+
+
+@contextlib.contextmanager
+def own_port(resource_name: str, *, panel: bool = False) -> Iterator[Any]:
+    """A simulator's own port: the instrument's real state, not what the gateway says
+    (``panel``: as its front panel, which an interface lock never shuts out)."""
+    rm = pyvisa.ResourceManager("@py")
+    res: Any = rm.open_resource(resource_name, read_termination="\n",
+                                write_termination="\n", timeout=2000)
+    try:
+        if panel:
+            res.write("SIM:PANEL")
+        yield res
+    finally:
+        res.close()
+        rm.close()

@@ -16,16 +16,16 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-import pyvisa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
 from bench_gate.scpi import Effect, classify, get_profile, lex
 from bench_gate.scpi._examples import command_examples, query_examples
 from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
 from tests.test_proxy import in_thread, next_pending
 
 PROFILE = "dl3021"
@@ -41,11 +41,7 @@ def load_sim() -> Iterator[SimServedThread]:
 
 @pytest.fixture
 def config(sim: SimBenchThread, load_sim: SimServedThread) -> BenchConfig:
-    cfg = default_config(sim.psu_port, sim.dmm_port)
-    cfg.instruments.append(InstrumentConfig(name="load", resource=load_sim.resource_name,
-                                            profile=PROFILE, socket_port=0))
-    cfg.envelope["load"] = {1: LIMITS}
-    return cfg
+    return served_bench(sim, "load", load_sim, PROFILE, {1: LIMITS})
 
 
 @pytest.fixture
@@ -57,12 +53,8 @@ def load(open_client: Callable[..., Any]) -> Any:
 @pytest.fixture
 def panel(load_sim: SimServedThread) -> Iterator[Any]:
     """The simulator's own port: the load's real state, not what the gateway says."""
-    rm = pyvisa.ResourceManager("@py")
-    res: Any = rm.open_resource(load_sim.resource_name, read_termination="\n",
-                                write_termination="\n", timeout=2000)
-    yield res
-    res.close()
-    rm.close()
+    with own_port(load_sim.resource_name) as res:
+        yield res
 
 
 async def grant(gateway: Gateway, olga: Principal, req: Any, task: Any) -> None:

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from bench.driver_corpus import NOT_DMM6500
-from bench_gate.config import BenchConfig, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.proxy import Doors
 from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import served_bench
 from tests.test_drivers import _read_properties
 from tests.test_proxy import in_thread, next_pending
 
@@ -36,10 +37,7 @@ def dmm_sim() -> Iterator[SimServedThread]:
 
 @pytest.fixture
 def config(sim: SimBenchThread, dmm_sim: SimServedThread) -> BenchConfig:
-    cfg = default_config(sim.psu_port, sim.dmm_port)
-    cfg.instruments.append(InstrumentConfig(name="dmm6500", resource=dmm_sim.resource_name,
-                                            profile=PROFILE, socket_port=0))
-    return cfg
+    return served_bench(sim, "dmm6500", dmm_sim, PROFILE)
 
 
 @pytest.fixture

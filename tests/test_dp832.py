@@ -18,11 +18,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-import pyvisa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
@@ -30,6 +29,7 @@ from bench_gate.scpi import Effect, classify, get_profile, lex
 from bench_gate.scpi._examples import command_examples, query_examples
 from bench_gate.snapshots import normalize
 from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
 from tests.test_proxy import in_thread, next_pending
 
 PROFILE = "dp832"
@@ -47,11 +47,7 @@ def supply_sim() -> Iterator[SimServedThread]:
 
 @pytest.fixture
 def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
-    cfg = default_config(sim.psu_port, sim.dmm_port)
-    cfg.instruments.append(InstrumentConfig(name="dp832", resource=supply_sim.resource_name,
-                                            profile=PROFILE, socket_port=0))
-    cfg.envelope["dp832"] = LIMITS
-    return cfg
+    return served_bench(sim, "dp832", supply_sim, PROFILE, LIMITS)
 
 
 @pytest.fixture
@@ -63,12 +59,8 @@ def supply(open_client: Callable[..., Any]) -> Any:
 @pytest.fixture
 def panel(supply_sim: SimServedThread) -> Iterator[Any]:
     """The simulator's own port: the supply's real state, not what the gateway says."""
-    rm = pyvisa.ResourceManager("@py")
-    res: Any = rm.open_resource(supply_sim.resource_name, read_termination="\n",
-                                write_termination="\n", timeout=2000)
-    yield res
-    res.close()
-    rm.close()
+    with own_port(supply_sim.resource_name) as res:
+        yield res
 
 
 def levels(panel: Any) -> dict[int, tuple[Decimal, Decimal, str]]:

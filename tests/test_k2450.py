@@ -17,14 +17,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-import pyvisa
 
 from bench.driver_corpus import NOT_2450
-from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
 from bench_gate.proxy import Doors
 from sim_instruments import SimBenchThread, SimServedThread, SimSmu
+from tests.conftest import own_port, served_bench
 from tests.test_drivers import _read_properties
 from tests.test_proxy import in_thread, next_pending
 
@@ -42,11 +42,7 @@ def smu_sim() -> Iterator[SimServedThread]:
 
 @pytest.fixture
 def config(sim: SimBenchThread, smu_sim: SimServedThread) -> BenchConfig:
-    cfg = default_config(sim.psu_port, sim.dmm_port)
-    cfg.instruments.append(InstrumentConfig(name="smu", resource=smu_sim.resource_name,
-                                            profile=PROFILE, socket_port=0))
-    cfg.envelope["smu"] = {1: LIMITS}
-    return cfg
+    return served_bench(sim, "smu", smu_sim, PROFILE, {1: LIMITS})
 
 
 @pytest.fixture
@@ -58,13 +54,8 @@ def smu(open_client: Callable[..., Any]) -> Any:
 @pytest.fixture
 def panel(smu_sim: SimServedThread) -> Iterator[Any]:
     """The simulator's own port: the SMU's real state, not what the gateway says."""
-    rm = pyvisa.ResourceManager("@py")
-    res: Any = rm.open_resource(smu_sim.resource_name, read_termination="\n",
-                                write_termination="\n", timeout=2000)
-    res.write("SIM:PANEL")  # the front panel: never shut out by an interface lock
-    yield res
-    res.close()
-    rm.close()
+    with own_port(smu_sim.resource_name, panel=True) as res:
+        yield res
 
 
 # ------------------------------------------------------------------ the simulated SMU

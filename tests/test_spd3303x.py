@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pyvisa
 import yaml
 
-from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
+from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
 from bench_gate.scpi import ScpiError, classify, get_profile
 from bench_gate.snapshots import normalize
 from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
 from tests.test_proxy import in_thread, next_pending
 
 PROFILE = "spd3303x"
@@ -45,11 +45,7 @@ def supply_sim() -> Iterator[SimServedThread]:
 
 @pytest.fixture
 def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
-    cfg = default_config(sim.psu_port, sim.dmm_port)
-    cfg.instruments.append(InstrumentConfig(name="spd", resource=supply_sim.resource_name,
-                                            profile=PROFILE, socket_port=0))
-    cfg.envelope["spd"] = LIMITS
-    return cfg
+    return served_bench(sim, "spd", supply_sim, PROFILE, LIMITS)
 
 
 @pytest.fixture
@@ -61,12 +57,8 @@ def supply(open_client: Callable[..., Any]) -> Any:
 @pytest.fixture
 def panel(supply_sim: SimServedThread) -> Iterator[Any]:
     """The simulator's own port: the supply's real state, not what the gateway says."""
-    rm = pyvisa.ResourceManager("@py")
-    res: Any = rm.open_resource(supply_sim.resource_name, read_termination="\n",
-                                write_termination="\n", timeout=2000)
-    yield res
-    res.close()
-    rm.close()
+    with own_port(supply_sim.resource_name) as res:
+        yield res
 
 
 def outputs(panel: Any) -> tuple[bool, bool]:
