@@ -156,6 +156,12 @@ class JournalConfig(_Strict):
     #: Where segment files go; unset: ``journal-archive`` beside a SQLite store's file, or
     #: in the data directory for PostgreSQL.
     archive_dir: str | None = None
+    #: The read log's file (bench_gate/store/_readlog.py); unset: beside a SQLite store's
+    #: file, or ``read-logs`` in the data directory for PostgreSQL, one per bench.
+    read_log: str | None = None
+    #: How long a read may wait in the read log before it is folded into the journal (any
+    #: other event, and any read of the journal, folds it first).
+    fold_seconds: float = Field(default=0.05, gt=0, le=60)
 
 
 class SocketDoorConfig(_Strict):

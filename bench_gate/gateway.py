@@ -165,6 +165,7 @@ class Gateway:
         """Claim the bench name, recover from the store, then run the one sweeper."""
         self._loop = asyncio.get_running_loop()
         self.registry.claim()
+        self._intake.open_reads()  # a crash's reads first: before anything else is journaled
         await take_locks([inst.lane for inst in self.instruments.values()])
         self._runs.close_gone_clients()
         await self.sweep()

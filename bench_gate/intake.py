@@ -19,7 +19,7 @@ from .core import Core, Instrument, Part
 from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
-from .journal import ReadJournal
+from .journal import ReadJournal, read_log_path
 from .leases import Leases
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
 from .planning import PlanDesk
@@ -96,7 +96,12 @@ class Intake(Part):
         self.leases = leases
         #: Each run's selected channel per instrument: selections are per run, never sent.
         self._selected: dict[tuple[str, str], int] = {}
-        self._reads = ReadJournal(core.store)
+        self._reads = ReadJournal(core.store, read_log_path(core.store, core.config),
+                                  core.config.journal.fold_seconds)
+
+    def open_reads(self) -> int:
+        """Open the read log, folding what a crash left (how many reads)."""
+        return self._reads.open()
 
     async def close(self) -> None:
         await self._reads.close()
@@ -205,29 +210,25 @@ class Intake(Part):
             run is not None and run.status is RunStatus.TAKEN_OVER and not c.read_only)
         if not held:
             found: str | None = None  # what the meter's function applies, if it excites
-            self._reads.reading += 1
             try:
-                try:
-                    response = await self._run_units(inst, list(c.units), selected_before,
-                                                     read_only=c.read_only)
-                except InstrumentError as exc:
-                    self.store.append([received, Event(
-                        run_id=run_id, type=EventType.STEP_FAILED,
-                        data={"message": message, "reason": exc.message})])
-                    raise
-                except Excites as exc:  # nothing was sent: decided again, as excites
-                    found = exc.applies
-                else:
-                    executed = [received, Event(
-                        run_id=run_id, type=EventType.READ_EXECUTED,
-                        data={"message": message, "canonical": list(c.canonical),
-                              "response": response})]
-                    if c.read_only:
-                        await self._reads.append(executed)
-                    else:  # a write that runs unattended (the safe action): fsync'd like any
-                        self.store.append(executed)
-            finally:
-                self._reads.reading -= 1
+                response = await self._run_units(inst, list(c.units), selected_before,
+                                                 read_only=c.read_only)
+            except InstrumentError as exc:
+                self.store.append([received, Event(
+                    run_id=run_id, type=EventType.STEP_FAILED,
+                    data={"message": message, "reason": exc.message})])
+                raise
+            except Excites as exc:  # nothing was sent: decided again, as excites
+                found = exc.applies
+            else:
+                executed = [received, Event(
+                    run_id=run_id, type=EventType.READ_EXECUTED,
+                    data={"message": message, "canonical": list(c.canonical),
+                          "response": response})]
+                if c.read_only:  # in the read log before the answer leaves
+                    self._reads.append(executed)
+                else:  # a write that runs unattended (the safe action): fsync'd like any
+                    self.store.append(executed)
             if found is None:
                 return SubmitResult(Outcome.EXECUTED, response=response)
             return await self.submit(

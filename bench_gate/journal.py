@@ -1,20 +1,19 @@
-"""Journaling reads with group commit; what an approval means in words; retention.
+"""Journaling reads through the read log; what an approval means in words; retention.
 
-Every read is journaled before its answer leaves the gateway. A read alone is journaled at
-once, on the loop, which is quickest for one script. When reads overlap (several clients),
-they are journaled together on the journal's own thread: one statement and one commit for
-the whole group, while the loop goes on serving, and each read still waits for its commit.
-Either way the events go through ``Store.append``, which chains them (one hash chain per
-store, ``bench_gate.store._chain``).
+Every read is journaled before its answer leaves the gateway: its events are one record
+written to the gateway's read log, which survives a crash of the process. The log is
+folded into the journal in batches on the journal's own thread, and before any other event
+is journaled or the journal is read (the store does that), so the journal keeps one order
+and one hash chain (``bench_gate.store._chain``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import functools
+import hashlib
 import logging
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,7 +24,7 @@ from .errors import GatewayError
 from .models import Action, ApprovalKind, Event
 
 if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
-    from .store import ChainReport, Segment, Store
+    from .store import ChainReport, ReadLog, Segment, Store
 
 __all__ = ["ReadJournal", "Retention", "approval_meaning", "verify_chain"]
 
@@ -52,73 +51,112 @@ def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
                         if a.effect not in ("read", "select"))
     return f"I approve the state change: {changes or message}"
 
-#: Events per commit; a larger group is split over several commits, whole reads each.
-MAX_GROUP = 512
+#: Reads waiting in the log that start a fold at once, without waiting ``fold_seconds``.
+FOLD_AT = 256
 
 
-def _retrieved(done: asyncio.Future[None]) -> None:
-    if not done.cancelled():
-        done.exception()  # heard even if its read's caller has gone
+def read_log_path(store: Store, config: BenchConfig) -> Path | None:
+    """Where this gateway's read log lives: ``[journal] read_log``; else beside a SQLite
+    store's file; else (PostgreSQL) in the data directory, named by bench and database, so
+    gateways sharing a database never share a log. None for an in-memory store."""
+    if config.journal.read_log:
+        return Path(config.journal.read_log).expanduser()
+    digest = hashlib.sha256(config.bench.encode()).hexdigest()[:8]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", config.bench)[:40] + "-" + digest
+    path = getattr(store, "path", None)
+    if isinstance(path, str):
+        return None if path == ":memory:" else \
+            Path(path).resolve().with_name(f"{Path(path).name}.reads-{name}")
+    from .server import data_dir
+
+    where = hashlib.sha256(str(getattr(store, "where", "")).encode()).hexdigest()[:8]
+    return data_dir() / "read-logs" / f"{name}@{where}.log"
 
 
 class ReadJournal:
-    def __init__(self, store: Store) -> None:
+    """Journals each read before its answer leaves: one record written to the read log
+    (bench_gate/store/_readlog.py), folded into the journal ``fold_seconds`` later (or at
+    once when ``FOLD_AT`` wait) on the journal's own thread, in one transaction per batch.
+    Without a log (not started, or an in-memory store) a read is appended at once."""
+
+    def __init__(self, store: Store, path: Path | None = None,
+                 fold_seconds: float = 0.05) -> None:
         self.store = store
-        self._queue: collections.deque[tuple[list[Event], asyncio.Future[None]]] = \
-            collections.deque()
-        self._flusher: asyncio.Task[None] | None = None
+        self.path = path
+        self.fold_seconds = fold_seconds
+        self.log: ReadLog | None = None
+        #: Reads a crash had left in the log, folded when it was opened.
+        self.recovered = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._folding: asyncio.Task[None] | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        #: Reads between their lane job and their journal entry (the gateway counts them).
-        self.reading = 0
 
-    async def append(self, events: list[Event]) -> None:
-        """Journal one read's events (atomically) and return once they are committed."""
-        if self._flusher is None and self.reading <= 1:
-            self.store.append(events, durable=False)
-            return
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        done.add_done_callback(_retrieved)
-        self._queue.append((events, done))
-        if self._flusher is None:
-            self._flusher = loop.create_task(self._flush())
-        # Shielded: a caller that gives up does not take its entry out of the journal.
-        await asyncio.shield(done)
+    def open(self) -> int:
+        """Open the log and fold what a crash left in it, in its order: the gateway does
+        this before it journals or serves anything else."""
+        if self.path is None or self.log is not None:
+            return 0
+        from .store import ReadLog
 
-    async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
+        log = ReadLog(self.path)
+        try:
+            self.recovered = self.store.attach_reads(log)
+        except BaseException:
+            log.close()
+            raise
+        self.log = log
+        return self.recovered
+
+    def append(self, events: list[Event]) -> None:
+        """Journal one read's events; returns once they would survive a crash."""
+        self.store.log_read(events)
+        log = self.log
+        if log is not None and self._folding is None:
+            if log.pending >= FOLD_AT:
+                self._fold_now()
+            elif self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(
+                    self.fold_seconds, self._fold_now)
+
+    def _fold_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._folding is None:
+            self._folding = asyncio.get_running_loop().create_task(self._fold())
+
+    async def _fold(self) -> None:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="journal")
         try:
-            while self._queue:
-                group: list[tuple[list[Event], asyncio.Future[None]]] = []
-                size = 0
-                while self._queue and (not group or size + len(self._queue[0][0]) <= MAX_GROUP):
-                    item = self._queue.popleft()
-                    group.append(item)
-                    size += len(item[0])
-                events = [e for evs, _ in group for e in evs]
-                try:
-                    await loop.run_in_executor(
-                        self._pool, functools.partial(self.store.append, events, durable=False))
-                except Exception as exc:  # the store failed: every read of the group hears it
-                    for _, done in group:
-                        if not done.done():
-                            done.set_exception(exc)
-                else:
-                    for _, done in group:
-                        if not done.done():
-                            done.set_result(None)
+            await asyncio.get_running_loop().run_in_executor(self._pool, self.store.fold_reads)
+        except Exception as exc:  # the reads stay in the log, folded at the next try
+            logger.warning("journal: folding the read log failed: %s", exc)
         finally:
-            self._flusher = None
+            self._folding = None
+        log = self.log
+        if log is not None and log.pending and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self.fold_seconds, self._fold_now)
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Fold everything, then close the log."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._folding is not None:
+            await asyncio.shield(self._folding)
+        log, self.log = self.log, None
+        try:
+            if log is not None:
+                self.store.detach_reads()
+        finally:
+            if log is not None:
+                log.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
 
 
 class _Bench(Protocol):

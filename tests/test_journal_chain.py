@@ -198,27 +198,31 @@ def test_several_writers_on_one_store_form_one_chain(opened: Callable[[], AnySto
     assert report.intact and report.events == 480, report.summary()
 
 
-def test_reads_journaled_by_group_commit_are_in_the_chain(tmp_path: Path) -> None:
-    """The reads' group-commit path (its own thread, one statement per group) and the
-    loop's durable appends, at once: one intact chain."""
+def test_reads_folded_from_the_read_log_are_in_the_chain(tmp_path: Path) -> None:
+    """Reads through the read log (folded on the journal's thread, in batches) and durable
+    appends from other threads, at once: one intact chain, each read's two events adjacent."""
     store = SqliteStore(tmp_path / "store.db")
 
     async def main() -> None:
-        reads = ReadJournal(store)
-        reads.reading = 8  # reads overlap: they go through the journal's thread
-        jobs = [reads.append([ev("run-r", EventType.COMMAND_RECEIVED, message="VOLT? (@1)"),
-                              ev("run-r", message="VOLT? (@1)", response="+0")])
-                for _ in range(300)]
-        jobs += [asyncio.to_thread(store.append, [ev("run-w", EventType.STEP_STARTED)])
-                 for _ in range(30)]
-        await asyncio.gather(*jobs)
+        reads = ReadJournal(store, tmp_path / "store.db.reads", fold_seconds=0.001)
+        reads.open()
+        for n in range(300):
+            reads.append([ev("run-r", EventType.COMMAND_RECEIVED, message="VOLT? (@1)", n=n),
+                          ev("run-r", message="VOLT? (@1)", response="+0", n=n)])
+            if n % 10 == 0:
+                await asyncio.to_thread(store.append, [ev("run-w", EventType.STEP_STARTED)])
+            await asyncio.sleep(0)
         await reads.close()
 
     try:
         asyncio.run(main())
         report = verify_store(store)
         assert report.intact and report.events == 630, report.summary()
-        assert [int(r[0]) for r in chained(store)] == list(range(1, 631))
+        rows = chained(store)
+        assert [int(r[0]) for r in rows] == list(range(1, 631))
+        reads_ = [r for r in rows if r[1] == "run-r"]
+        assert [json.loads(r[5])["n"] for r in reads_[::2]] == list(range(300))
+        assert all(b[0] == a[0] + 1 for a, b in zip(reads_[::2], reads_[1::2], strict=True))
     finally:
         store.close()
 

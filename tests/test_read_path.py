@@ -1,6 +1,7 @@
-"""The read path's shortcuts keep their promises: every read is journaled (alone or in a
-group) before its answer returns, in order; a token revoked anywhere stops working; a run's
-owner is checked without a store read only because runs never change hands."""
+"""The read path's shortcuts keep their promises: every read is journaled (in the read
+log, folded in batches) before its answer returns, in order; a token revoked anywhere
+stops working; a run's owner is checked without a store read only because runs never
+change hands."""
 
 from __future__ import annotations
 
@@ -41,55 +42,60 @@ def test_a_reads_events_take_increasing_seqs_and_survive_a_reopen(tmp_path: Path
     again.close()
 
 
-async def test_overlapping_reads_are_committed_in_groups_before_each_returns(
+async def test_reads_in_the_log_are_folded_in_batches_and_every_reader_sees_them(
         tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "j.db")
-    journal = ReadJournal(store)
-    commits: list[int] = []
-    plain = store.append
+    journal = ReadJournal(store, tmp_path / "j.reads", fold_seconds=0.002)
+    journal.open()
+    folds: list[int] = []
+    plain = store._fold
 
-    def counting(events: list[Event], durable: bool = True) -> list[Event]:
-        commits.append(len(events))
-        return plain(events, durable)
+    def counting(events: list[Event], log_id: str, upto: int) -> None:
+        folds.append(len(events))
+        plain(events, log_id, upto)
 
-    store.append = counting  # type: ignore[method-assign]
+    store._fold = counting  # type: ignore[method-assign]
 
     async def read(n: int) -> None:
-        journal.reading += 1
-        try:
-            await asyncio.sleep(0)
-            await journal.append(read_events(f"run-{n % 4}", n))
-            # Committed before the read returns: visible to a fresh reader at once.
+        await asyncio.sleep(0)
+        journal.append(read_events(f"run-{n % 4}", n))
+        if n % 50 == 0:  # a reader of the journal folds first: it sees the read at once
             assert any(e.data.get("response") == str(n)
                        for e in store.journal(f"run-{n % 4}", limit=1000))
-        finally:
-            journal.reading -= 1
 
     await asyncio.gather(*(read(n) for n in range(200)))
-    await journal.close()
-    assert sum(commits) == 400
-    assert len(commits) < 200, "overlapping reads shared commits"
+    await journal.close()  # folds what is left
+    assert sum(folds) == 400
+    assert len(folds) < 50, "reads share folds"
     for r in range(4):
         events = store.journal(f"run-{r}", limit=1000)
         assert len(events) == 100
+        assert [int(e.data["message"][1:-1]) for e in events[::2]] == list(range(r, 200, 4))
         for first, second in zip(events[::2], events[1::2], strict=True):
-            assert second.seq > first.seq and first.data["message"] == second.data["message"]
+            assert second.seq == first.seq + 1 and first.data["message"] == second.data["message"]
     store.close()
 
 
-async def test_a_store_failure_reaches_every_read_of_the_group(tmp_path: Path) -> None:
+async def test_a_fold_that_fails_keeps_the_reads_in_the_log(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "j.db")
-    journal = ReadJournal(store)
+    journal = ReadJournal(store, tmp_path / "j.reads", fold_seconds=0.001)
+    journal.open()
+    plain = store._fold
 
-    def broken(events: list[Event], durable: bool = True) -> list[Event]:
+    def broken(events: list[Event], log_id: str, upto: int) -> None:
         raise StoreError("store error: disk I/O error")
 
-    store.append = broken  # type: ignore[method-assign]
-    journal.reading = 5  # as if five reads overlapped: the group path
-    results = await asyncio.gather(*(journal.append(read_events("run-x", n)) for n in range(5)),
-                                   return_exceptions=True)
-    assert all(isinstance(r, StoreError) for r in results)
+    store._fold = broken  # type: ignore[method-assign]
+    for n in range(5):
+        journal.append(read_events("run-x", n))
+    await asyncio.sleep(0.05)  # the journal's fold fails, and says so in the log
+    assert journal.log is not None and journal.log.pending == 5
+    with pytest.raises(StoreError):  # nothing is journaled over reads not folded
+        store.append([Event(run_id="run-x", type=EventType.STEP_STARTED)])
+    store._fold = plain  # type: ignore[method-assign]
     await journal.close()
+    types = [e.type for e in store.journal("run-x", limit=100)]
+    assert types == [EventType.COMMAND_RECEIVED, EventType.READ_EXECUTED] * 5
     store.close()
 
 
@@ -164,25 +170,34 @@ async def test_reads_from_many_tasks_all_reach_the_journal(
         assert types.count(EventType.COMMAND_RECEIVED) == 10
 
 
-async def test_reads_skip_the_fsync_and_an_unattended_write_does_not(
+async def test_reads_go_to_the_read_log_and_an_unattended_write_is_fsynced(
         config: BenchConfig, db_path: Path, script: Principal) -> None:
     config.policy.output_off_is_safe = True  # OUTP OFF runs without a person
     gw = Gateway(config, SqliteStore(db_path))
     await gw.start()
-    seen: list[tuple[list[str], bool]] = []
-    plain = gw.store.append
+    seen: list[tuple[list[str], str]] = []
+    plain, logged = gw.store.append, gw.store.log_read
 
     def spying(events: list[Event], durable: bool = True) -> list[Event]:
-        seen.append(([e.type.value for e in events], durable))
+        seen.append(([e.type.value for e in events], "durable" if durable else "fast"))
         return plain(events, durable)
 
+    def logging_(events: list[Event]) -> None:
+        seen.append(([e.type.value for e in events], "read log"))
+        logged(events)
+
     gw.store.append = spying  # type: ignore[method-assign]
+    gw.store.log_read = logging_  # type: ignore[method-assign]
     try:
         run = gw.create_run(script, "script").id
         assert (await gw.submit(run, "psu", "VOLT? (@1)")).status == "executed"
         assert (await gw.submit(run, "psu", "OUTP OFF,(@1)")).status == "executed"
+        types = [e.type.value for e in gw.store.journal(run, limit=100)]
     finally:
         await gw.close()
         gw.store.close()
-    assert seen == [(["command_received", "read_executed"], False),
-                    (["command_received", "read_executed"], True)]
+    assert seen == [(["command_received", "read_executed"], "read log"),
+                    (["command_received", "read_executed"], "durable")]
+    # The write's events come after the read's: the read was folded first.
+    assert types == ["run_created", "command_received", "read_executed",
+                     "command_received", "read_executed"]

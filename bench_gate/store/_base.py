@@ -17,6 +17,7 @@ from ..models import Event, Run, Status, TakeoverRequest
 
 if TYPE_CHECKING:
     from ._chain import Segment
+    from ._readlog import ReadLog
 
 __all__ = ["LISTED_HANDOFF", "ListedRequest", "PendingCheck", "RequestPage", "RequestSort",
            "Store"]
@@ -121,6 +122,22 @@ class Store(Protocol):
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         """Journal ``events`` atomically at the end of the store's one hash chain: each gets
         its seq, its prev-hash and its hash (``bench_gate.store._chain``)."""
+        ...
+
+    def log_read(self, events: list[Event]) -> None:
+        """Journal one read's events: in the read log if one is attached (one write,
+        folded later), else appended at once without waiting for the disk."""
+        ...
+
+    def attach_reads(self, log: ReadLog) -> int:
+        """Journal reads through ``log``; first fold what it holds (how many reads)."""
+        ...
+
+    def detach_reads(self) -> None: ...
+
+    def fold_reads(self) -> int:
+        """Fold the read log into the journal now (every append and journal read does
+        first); how many reads."""
         ...
 
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]: ...

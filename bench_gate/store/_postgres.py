@@ -35,6 +35,7 @@ from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
 from ._chain import Chain, backfill
+from ._readlog import READ_LOG_TABLE
 from ._sql import SqlStore, Tx
 from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
@@ -333,14 +334,23 @@ class PostgresStore(SqlStore):
                for a in (*row[:4], ev.at, *row[5:])), events[-1].seq, events[-1].hash))
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        if events:
+            self.fold_reads()
         with self._tx() as cx:
             if not durable:  # reads: committed, but without waiting for the WAL flush
                 cx.execute("SET LOCAL synchronous_commit TO OFF")
             self._append(cx, events)
         return events
 
+    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+        with self._tx() as cx:  # committed, without waiting for the WAL flush (as reads were)
+            cx.execute("SET LOCAL synchronous_commit TO OFF")
+            cx.execute(q.KV_PUT, (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))
+            self._append(cx, events)  # last: the head row stays locked to the commit
+
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:
+        self.fold_reads()
         row = self._read(q.CHAIN_HEAD)[0]
         return int(row[0]), str(row[1])
 

@@ -20,8 +20,12 @@ from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort
 from ._chain import Segment, row_event, row_segment, with_meanings
+from ._readlog import READ_LOG_TABLE, ReadLog
 
 __all__ = ["Cursor", "SqlStore", "Tx"]
+
+#: Read-log records folded in one transaction at most.
+FOLD_RECORDS = 512
 
 
 class Cursor(Protocol):
@@ -86,6 +90,14 @@ class SqlStore(abc.ABC):
         """Chain and insert ``events`` in ``cx``'s transaction (always its last step)."""
 
     @abc.abstractmethod
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]: ...
+
+    @abc.abstractmethod
+    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+        """Append ``events`` (read-log records up to number ``upto``) and mark them folded
+        for ``log_id``, in one transaction that does not wait for the disk."""
+
+    @abc.abstractmethod
     def _time(self, at: datetime) -> Any:
         """``at`` as the dialect stores it."""
 
@@ -97,14 +109,59 @@ class SqlStore(abc.ABC):
     def _lock_archive(self, cx: Tx) -> None:
         """Serialize archivers in ``cx``."""
 
+    # -- the read log (bench_gate.store._readlog): reads journaled before anything after them
+    _reads: ReadLog | None = None
+
+    def attach_reads(self, log: ReadLog) -> int:
+        """Journal reads through ``log`` from now on; first fold what it holds (a crash's
+        leftovers, minus what a fold committed before the crash). Returns how many reads
+        were recovered."""
+        mark = self.kv_get(READ_LOG_TABLE, log.id)
+        log.skip_folded(int(mark["lsn"]) if mark else 0)
+        recovered = log.pending
+        self._reads = log
+        self.fold_reads()
+        return recovered
+
+    def detach_reads(self) -> None:
+        """Fold everything and journal reads directly again (the log stays open)."""
+        self.fold_reads()
+        self._reads = None
+
+    def log_read(self, events: list[Event]) -> None:
+        """Journal one read's events: in the read log when there is one (one write, no
+        commit), else appended at once without waiting for the disk."""
+        log = self._reads
+        if log is None:
+            self.append(events, durable=False)
+        else:
+            log.write(events)
+
+    def fold_reads(self) -> int:
+        """Fold the read log's records into the journal, in their order, after everything
+        journaled before; every append and every read of the journal calls it first, so
+        nothing is ordered before a read answered earlier, and every reader sees it."""
+        log = self._reads
+        if log is None or not log.pending:
+            return 0
+        folded = 0
+        with log.folding:
+            while batch := log.take(FOLD_RECORDS):
+                self._fold([e for r in batch for e in r[1]], log.id, batch[-1][0])
+                log.folded(batch[-1][0])
+                folded += len(batch)
+        return folded
+
     # -- runs
     def create_run(self, run: Run, events: list[Event]) -> None:
+        self.fold_reads()
         with self._tx() as cx:
             cx.execute(q.RUN_INSERT, (run.id, self._time(run.created_at), run.principal,
                                       run.status.value, run.model_dump_json()))
             self._append(cx, events)
 
     def save_run(self, run: Run, events: list[Event]) -> None:
+        self.fold_reads()
         with self._tx() as cx:
             cx.execute(q.RUN_SAVE, (run.model_dump_json(), run.status.value, run.id))
             self._append(cx, events)
@@ -122,6 +179,7 @@ class SqlStore(abc.ABC):
     def create_request(self, req: TakeoverRequest, events: list[Event]) -> TakeoverRequest:
         _whole(req)
         key = (req.run_id, req.idempotency_key)
+        self.fold_reads()
         with self._tx() as cx:
             if req.idempotency_key is not None:  # a retry gets its request, quota or not
                 found = cx.execute(q.REQUEST_BY_KEY, key).fetchall()
@@ -159,6 +217,8 @@ class SqlStore(abc.ABC):
     def save_request(self, req: TakeoverRequest, expected_version: int,
                      events: list[Event]) -> bool:
         _whole(req)
+        if events:
+            self.fold_reads()
         req.version = expected_version + 1
         try:
             with self._tx() as cx:
@@ -227,13 +287,16 @@ class SqlStore(abc.ABC):
 
     # -- the journal's reads and archive (writing it is the dialect's)
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]:
+        self.fold_reads()
         return [row_event(r) for r in self._read(q.RUN_EVENTS, (run_id, after, limit))]
 
     def recent(self, run_id: str, limit: int = 40) -> list[Event]:
         """The run's last ``limit`` events, oldest first."""
+        self.fold_reads()
         return [row_event(r) for r in reversed(self._read(q.RUN_RECENT, (run_id, limit)))]
 
     def chain(self, after: int = 0, limit: int = 1000) -> list[tuple[Any, ...]]:
+        self.fold_reads()
         return self._read(q.CHAIN_PAGE, (after, limit))
 
     def segments(self) -> list[Segment]:

@@ -3,6 +3,7 @@ crash, and a schema versioned by migrations from the first version on."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
 from ._chain import GENESIS, LOST, Chain, backfill
+from ._readlog import READ_LOG_TABLE
 from ._sql import SqlStore, Tx
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
@@ -246,6 +248,8 @@ class SqliteStore(SqlStore):
         """Journal events. ``durable=False`` (reads, which change nothing) skips the fsync:
         the events survive a crash of the process, and reach the disk for good with the
         next durable commit, so a busy read path does not pay an fsync per query."""
+        if events:
+            self.fold_reads()
         if durable or not events or self._fast is self._db or len(events) > _MAX_ROWS:
             with self._tx() as db:
                 self._append(db, events)
@@ -276,8 +280,34 @@ class SqliteStore(SqlStore):
         raise StoreError(f"the journal's head moved under {_CHAIN_RETRIES} appends in a row; "
                          "nothing of this one was journaled")
 
+    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+        """On the ``synchronous=NORMAL`` connection: the next durable commit makes it
+        durable, as a read's own commit was before the read log."""
+        mark = (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto}))
+        if self._fast is self._db:
+            with self._tx() as cx:
+                cx.execute(q.KV_PUT, mark)
+                self._append(cx, events)
+            return
+        db = self._fast
+        with self._fast_lock:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW,
+                                   Chain.extend(events, *_head(db)))
+                    db.execute(q.KV_PUT, mark)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store error: {exc}") from exc
+        self._chain.moved(events[-1].seq, events[-1].hash)
+
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:
+        self.fold_reads()
         with self._lock:
             try:
                 return _head(self._db)
