@@ -294,3 +294,64 @@ async def test_an_emergency_stop_during_the_recheck_stops_the_write(
         link.go.set()
         await gw.close()
         gw.store.close()
+
+
+def test_a_read_answered_before_a_sigkill_and_not_yet_folded_is_in_the_journal(
+        tmp_path: Path) -> None:
+    """A real ``bench-gate serve`` that folds its read log only after a minute answers
+    three reads and is SIGKILLed: the answers left, the store holds none of the reads, the
+    read log holds all three (and, as if the kill had cut a fourth in the middle of its
+    write, a torn last record). The restart folds the three, in their order, before
+    anything else it journals; the fourth, whose answer never left, is dropped; ``bench-gate
+    journal verify`` finds the chain intact."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.crash import Bench
+
+    bench = Bench(tmp_path, seed=9, write_delay=0.0, hangup_drop=0.0)
+    with bench.config.open("a") as toml:
+        toml.write("[journal]\nfold_seconds = 60\n")
+    try:
+        bench.start()
+        with bench.client("script-7") as me:
+            run = me.post("/v1/runs", json={"kind": "script"}).json()["id"]
+            answers = [me.post(f"/v1/runs/{run}/scpi", json={
+                "instrument": "psu", "command": command}).json()
+                for command in ("VOLT? (@1)", "CURR? (@1)", "VOLT? (@2)")]
+        assert [a["status"] for a in answers] == ["executed"] * 3, answers
+        before = bench.journal()
+        assert [t for _, _, t, d in before if t == "read_executed"] == [], \
+            "not folded yet: the reads are only in the read log"
+        (log,) = tmp_path.glob("bench.db.reads-*")
+        records = log.read_bytes().split(b"\n")[1:-1]
+        assert len(records) == 3
+        bench.kill()
+        with log.open("ab") as f:  # a fourth record, cut in the middle of its write
+            f.write(records[-1].replace(b"[3,", b"[4,")[:40])
+
+        bench.start()
+        after = bench.journal()
+        reads = [(seq, d) for seq, _, t, d in after if t == "read_executed"]
+        assert [d["message"] for _, d in reads] == ["VOLT? (@1)", "CURR? (@1)", "VOLT? (@2)"]
+        assert [d["response"] for _, d in reads] == [a["response"] for a in answers]
+        last_before = max(seq for seq, *_ in before)
+        folded = {seq for seq, _ in reads} | {seq - 1 for seq, _ in reads}  # with received
+        restarted = [seq for seq, *_ in after if seq > last_before and seq not in folded]
+        assert min(folded) == last_before + 1 and restarted, "the restart's own events"
+        assert min(restarted) > max(folded), \
+            "the crash's reads are folded before the restart journals anything"
+        assert len(log.read_bytes().split(b"\n")) == 2, "cut to its header, torn tail gone"
+        done = subprocess.run([sys.executable, "-m", "bench_gate.cli", "journal", "verify",
+                               "--db", str(bench.db)], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0 and "intact" in done.stdout, done.stdout + done.stderr
+        with bench.client("script-7") as me:
+            page = me.get(f"/v1/runs/{run}/journal", params={"limit": 100}).json()
+        seen = [(e["type"], e["data"].get("message")) for e in page["events"]]
+        assert seen == [("run_created", None),
+                        *[(t, m) for m in ("VOLT? (@1)", "CURR? (@1)", "VOLT? (@2)")
+                          for t in ("command_received", "read_executed")]], json.dumps(seen)
+    finally:
+        bench.close()
