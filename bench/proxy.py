@@ -7,11 +7,16 @@ client, and reports queries per second and latency p50/p99, as a ratio to the re
 
   direct        pyvisa-sim in this process: no socket at all (the floor of the floor)
   relay         a minimal asyncio byte relay in front of the SimBench raw-socket PSU
-  gateway       the gateway's socket door (Gateway + SQLite journal + lane + pyvisa-py)
+  gateway       the gateway's socket door (Gateway + read log + SQLite journal + lane +
+                pyvisa-py)
   pyvisa-proxy  the PyPI package pyvisa-proxy serving the same YAML (a peer)
 
-It also prints where the gateway's time goes: one ``Gateway.submit`` in-process, one journal
-append (SQLite, WAL, synchronous=FULL) and the lane round trip alone.
+It also prints where the gateway's time goes: one ``Gateway.submit`` in-process, the lane
+round trip alone, one read's record in the read log, and its share of a fold into the
+journal (done off the read's path, on the journal's thread).
+
+``--what-if-no-journal`` also measures the door with reads not journaled at all (not the
+product): the gap between it and the door is what journaling a read costs.
 
 ``--what-if-no-chain`` also measures the door with the journal as it was before its hash
 chain (issue 17), alternating with the real one ``--rounds`` times on the loop ``serve``
@@ -47,7 +52,7 @@ from bench_gate.config import default_config
 from bench_gate.gateway import Gateway
 from bench_gate.models import Event, EventType, Principal, Role
 from bench_gate.proxy import start_doors
-from bench_gate.store import SqliteStore
+from bench_gate.store import READ_LOG_TABLE, SqliteStore
 from sim_instruments import (
     PSU_RESOURCE,
     SimBenchThread,
@@ -164,8 +169,8 @@ def loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
 class _NoReadJournal(SqliteStore):
     """What-if only: reads are not journaled (the product always journals them)."""
 
-    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
-        return super().append(events, durable) if durable else events
+    def log_read(self, events: list[Event]) -> None:
+        return None
 
 
 class _NoChain(SqliteStore):
@@ -184,6 +189,15 @@ class _NoChain(SqliteStore):
                 (ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
                  json.dumps(ev.data, default=str)))
             ev.seq = int(cur.lastrowid or 0)
+
+    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+        with self._fast_lock:
+            self._fast.execute("BEGIN IMMEDIATE")
+            self._append(self._fast, events)
+            self._fast.execute("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) ON CONFLICT "
+                               "(tbl, key) DO UPDATE SET data = excluded.data",
+                               (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))
+            self._fast.execute("COMMIT")
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         if durable or not events:
@@ -236,16 +250,23 @@ def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: l
     k = min(n, 1000)
     submit_us = loop.run(timed(lambda: gateway.submit(run.id, "psu", QUERY), k))
     lane_us = loop.run(timed(lambda: inst.lane.run(lambda link: link.query(QUERY)), k))
+    def reads(count: int) -> list[list[Event]]:
+        return [[Event(run_id=run.id, type=EventType.COMMAND_RECEIVED, data={"message": QUERY}),
+                 Event(run_id=run.id, type=EventType.READ_EXECUTED,
+                       data={"message": QUERY, "response": "+0"})] for _ in range(count)]
+
+    store.fold_reads()
+    batch = reads(k)
     t0 = time.perf_counter()
-    for _ in range(k):
-        store.append([Event(run_id=run.id, type=EventType.COMMAND_RECEIVED,
-                            data={"message": QUERY}),
-                      Event(run_id=run.id, type=EventType.READ_EXECUTED,
-                            data={"message": QUERY, "response": "+0"})], durable=False)
-    append_us = (time.perf_counter() - t0) / k * 1e6
+    for events in batch:
+        store.log_read(events)
+    log_us = (time.perf_counter() - t0) / k * 1e6
+    t0 = time.perf_counter()
+    store.fold_reads()
+    fold_us = (time.perf_counter() - t0) / k * 1e6
     notes.append(f"in-process on {type(loop.loop).__module__}: Gateway.submit {submit_us:.0f} "
-                 f"µs, lane round trip alone {lane_us:.0f} µs, a read's journal append "
-                 f"{append_us:.0f} µs")
+                 f"µs, lane round trip alone {lane_us:.0f} µs, a read's record in the read "
+                 f"log {log_us:.0f} µs, its share of a fold {fold_us:.0f} µs (off the path)")
 
     async def down() -> None:
         await doors.close()
@@ -267,15 +288,19 @@ def main() -> None:
                              "with the real one (shows what the hash chain costs)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="chained/unchained pairs for --what-if-no-chain (default 5)")
+    parser.add_argument("--door-only", action="store_true",
+                        help="only the relay floor and the door, on uvloop (for profiling: "
+                             "py-spy record -- python bench/proxy.py --door-only -n 20000)")
     args = parser.parse_args()
     n = args.n
     results: dict[str, dict[str, float] | str] = {}
     notes: list[str] = []
 
-    direct_rm = open_fresh_resource_manager()
-    direct = direct_rm.open_resource(PSU_RESOURCE, read_termination="\n",
-                                     write_termination="\n")
-    results["direct (pyvisa-sim)"] = measure(lambda: direct.query(QUERY), n)
+    if not args.door_only:
+        direct_rm = open_fresh_resource_manager()
+        direct = direct_rm.open_resource(PSU_RESOURCE, read_termination="\n",
+                                         write_termination="\n")
+        results["direct (pyvisa-sim)"] = measure(lambda: direct.query(QUERY), n)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     rm = pyvisa.ResourceManager("@py")
@@ -284,6 +309,8 @@ def main() -> None:
     pairs: list[tuple[float, float]] = []  # (chained, unchained) q/s, back to back
     with SimBenchThread() as sim:
         for kind, factory in loops().items():
+            if args.door_only and kind != list(loops())[-1]:
+                continue
             loop = LoopThread(factory)
             relay = loop.run(start_relay(("127.0.0.1", sim.psu_port)))
             rc = socket_client(rm, relay.sockets[0].getsockname()[1])
@@ -309,7 +336,8 @@ def main() -> None:
                     results[f"no chain {r + 1} ({kind})"] = plain
             loop.stop()
 
-    proc, proxy_res, why = start_pyvisa_proxy(tmp)
+    proc, proxy_res, why = (None, None, "--door-only") if args.door_only else \
+        start_pyvisa_proxy(tmp)
     if proxy_res is not None:
         try:
             results["pyvisa-proxy"] = measure(lambda: proxy_res.query(QUERY), n)
