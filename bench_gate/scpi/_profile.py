@@ -312,6 +312,8 @@ def available_profiles() -> tuple[str, ...]:
 #: Profiles loaded from a path, by their own name: a lab's profile is classified by name
 #: (``classify(message, "my-psu")``) once its file has been loaded.
 _BY_NAME: dict[str, Profile] = {}
+#: Shipped profiles by name, once loaded (``_load`` keeps each file's profile for good).
+_SHIPPED: dict[str, Profile] = {}
 
 
 def get_profile(name: str) -> Profile:
@@ -328,14 +330,16 @@ def get_profile(name: str) -> Profile:
                                "already taken: give it a name of its own")
         _BY_NAME[profile.name] = profile
         return profile
-    if name in _BY_NAME:
-        return _BY_NAME[name]
+    known = _BY_NAME.get(name) or _SHIPPED.get(name)
+    if known is not None:  # every read's decision asks: no path resolved, no stat
+        return known
     path = (_builtin_dir() / f"{name}.yaml").resolve()
     if not re.fullmatch(r"[a-z0-9_-]+", name) or not path.is_file():
         raise ProfileError(
             f"no profile named {name!r}; the shipped ones are {', '.join(available_profiles())}"
         )
-    return _load(path)
+    profile = _SHIPPED[name] = _load(path)
+    return profile
 
 
 @functools.cache
