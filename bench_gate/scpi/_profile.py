@@ -57,6 +57,10 @@ class Entry:
 
 
 
+#: Headers whose form a profile keeps (``Profile.forms``).
+FORMS_KEPT = 4096
+
+
 @dataclass(frozen=True)
 class Profile:
     """A loaded profile with its compiled header table."""
@@ -64,6 +68,9 @@ class Profile:
     model: ProfileModel
     table: dict[tuple[bool, tuple[str, ...]], Entry] = field(repr=False)
     channel_names: dict[str, int] = field(repr=False)
+    #: ``form_of`` by a unit's header (what it depends on), asked twice a read.
+    forms: dict[str, FormSpec | None] = field(default_factory=dict, repr=False,
+                                              compare=False)
 
     @property
     def name(self) -> str:
@@ -184,15 +191,18 @@ class Profile:
     def form_of(self, canonical: str) -> FormSpec | None:
         """The form a canonical unit was rendered from (``VOLT:NPLC 10.0`` -> its command
         form), or None for a unit the profile does not know."""
-        head = canonical.split(" ", 1)[0]
-        query = head.endswith("?")
-        head = head.rstrip("?")
+        key = canonical.split(" ", 1)[0]
+        if key in self.forms:
+            return self.forms[key]
+        query = key.endswith("?")
+        head = key.rstrip("?")
         common = head.startswith("*")
         words = tuple(w.rstrip("0123456789") for w in head.lstrip("*").split(":"))
         entry = self.lookup(common, words)
-        if entry is None:
-            return None
-        return entry.command.query if query else entry.command.set
+        form = None if entry is None else entry.command.query if query else entry.command.set
+        if len(self.forms) < FORMS_KEPT:  # headers a client makes up are not kept forever
+            self.forms[key] = form
+        return form
 
     @classmethod
     def from_model(cls, model: ProfileModel) -> Profile:
