@@ -190,10 +190,11 @@ class _NoChain(SqliteStore):
                  json.dumps(ev.data, default=str)))
             ev.seq = int(cur.lastrowid or 0)
 
-    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+    def _fold(self, rows: list[Any], log_id: str, upto: int) -> None:
         with self._fast_lock:
             self._fast.execute("BEGIN IMMEDIATE")
-            self._append(self._fast, events)
+            self._fast.executemany("INSERT INTO journal (run_id, request_id, type, at, data) "
+                                   "VALUES (?, ?, ?, ?, ?)", rows)
             self._fast.execute("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) ON CONFLICT "
                                "(tbl, key) DO UPDATE SET data = excluded.data",
                                (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))

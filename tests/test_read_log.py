@@ -101,7 +101,7 @@ def test_a_crash_between_the_folds_commit_and_the_cut_folds_nothing_twice(
     for n in range(4):
         store.log_read(read("run-a", n))
     batch = log.take(2)
-    store._fold([e for r in batch for e in r[1]], log.id, batch[-1][0])  # committed ...
+    store._fold([row for r in batch for row in r[1]], log.id, batch[-1][0])  # committed ...
     log.close()  # ... and the process dies before the file is cut
     assert store.kv_get(READ_LOG_TABLE, log.id) == {"lsn": 2}
 
@@ -181,7 +181,7 @@ def test_a_long_log_is_rewritten_with_only_what_waits(
         store.log_read(read("run-a", n))
     lines = path.read_bytes().split(b"\n")
     batch = log.take(15)
-    store._fold([e for r in batch for e in r[1]], log.id, batch[-1][0])
+    store._fold([row for r in batch for row in r[1]], log.id, batch[-1][0])
     log.folded(batch[-1][0])  # five still wait: the file keeps only them
     assert path.read_bytes().split(b"\n") == [lines[0], *lines[16:]] and log.pending == 5
     log.close()

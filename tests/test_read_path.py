@@ -20,6 +20,7 @@ from bench_gate.gateway import Gateway
 from bench_gate.journal import ReadJournal
 from bench_gate.models import Event, EventType, Principal
 from bench_gate.store import SqliteStore
+from bench_gate.store._readlog import Row
 
 
 def read_events(run: str, n: int) -> list[Event]:
@@ -50,9 +51,9 @@ async def test_reads_in_the_log_are_folded_in_batches_and_every_reader_sees_them
     folds: list[int] = []
     plain = store._fold
 
-    def counting(events: list[Event], log_id: str, upto: int) -> None:
-        folds.append(len(events))
-        plain(events, log_id, upto)
+    def counting(rows: list[Row], log_id: str, upto: int) -> None:
+        folds.append(len(rows))
+        plain(rows, log_id, upto)
 
     store._fold = counting  # type: ignore[method-assign]
 
@@ -82,7 +83,7 @@ async def test_a_fold_that_fails_keeps_the_reads_in_the_log(tmp_path: Path) -> N
     journal.open()
     plain = store._fold
 
-    def broken(events: list[Event], log_id: str, upto: int) -> None:
+    def broken(rows: list[Row], log_id: str, upto: int) -> None:
         raise StoreError("store error: disk I/O error")
 
     store._fold = broken  # type: ignore[method-assign]

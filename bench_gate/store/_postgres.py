@@ -35,7 +35,7 @@ from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
 from ._chain import Chain, backfill
-from ._readlog import READ_LOG_TABLE
+from ._readlog import READ_LOG_TABLE, Row, chained
 from ._sql import SqlStore, Tx
 from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 
@@ -319,19 +319,23 @@ class PostgresStore(SqlStore):
         """Chain and insert ``events``: the head row stays locked until the commit, so every
         gateway's appends form one chain, committed in seq order. Always the last thing a
         transaction does (nothing is locked after the head: no deadlock)."""
-        if not events:
-            return
+        if events:
+            self._insert(cx, lambda seq, prev: Chain.extend(events, seq, prev))
+
+    def _insert(self, cx: Tx, chain: Callable[[int, str], list[tuple[Any, ...]]]) -> None:
+        """Lock the head, insert the rows ``chain`` numbers and hashes after it, move it."""
         head = cx.execute(q.CHAIN_HEAD + " FOR UPDATE").fetchone()
         if head is None:  # pragma: no cover - the migration creates it
             raise StoreError(f"the journal of {self.where} has no chain head")
-        rows = Chain.extend(events, int(head[0]), str(head[1]))
+        rows = chain(int(head[0]), str(head[1]))
         values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
         cx.execute(
             "WITH added AS (INSERT INTO journal (seq, run_id, request_id, type, at, data, "
             f"prev, hash) OVERRIDING SYSTEM VALUE VALUES {values} RETURNING 1) "
             "UPDATE journal_head SET seq = ?, hash = ? WHERE id = 1",
-            (*(a for row, ev in zip(rows, events, strict=True)
-               for a in (*row[:4], ev.at, *row[5:])), events[-1].seq, events[-1].hash))
+            (*(a for row in rows
+               for a in (*row[:4], datetime.fromisoformat(row[4]), *row[5:])),
+             rows[-1][0], rows[-1][7]))
 
     def append(self, events: list[Event], durable: bool = True) -> list[Event]:
         if events:
@@ -342,11 +346,11 @@ class PostgresStore(SqlStore):
             self._append(cx, events)
         return events
 
-    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
         with self._tx() as cx:  # committed, without waiting for the WAL flush (as reads were)
             cx.execute("SET LOCAL synchronous_commit TO OFF")
             cx.execute(q.KV_PUT, (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))
-            self._append(cx, events)  # last: the head row stays locked to the commit
+            self._insert(cx, lambda seq, prev: chained(rows, seq, prev))  # last: the head
 
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:

@@ -9,7 +9,8 @@ batches, off the read's path.
   (kv ``read_log``, keyed by the log's id). A crash between that commit and the file's
   truncation leaves records the store already holds: the mark skips them at the next start.
 - Each record is one line, ``CRC32 JSON``: the JSON is ``[n, [[run, request, type, at,
-  data], ...]]``, ``n`` counting up. A record is complete and checks before its read's
+  data], ...]]``, ``n`` counting up, each event in the form the chain hashes (so a fold
+  only numbers, hashes and inserts). A record is complete and checks before its read's
   answer is sent, so a last line that is incomplete or does not check (a crash in the
   middle of writing it) belongs to a read whose answer never left: it is dropped, and said.
   A bad line with good ones after it is damage no crash makes: the log is refused.
@@ -26,13 +27,15 @@ import threading
 import uuid
 import zlib
 from datetime import datetime
+from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
+from typing import Any
 
 from ..errors import StoreError
-from ..models import Event
-from ._chain import canonical_at
+from ..models import Event, EventType
+from ._chain import canonical_at, canonical_data, link
 
-__all__ = ["READ_LOG_TABLE", "ReadLog", "Record"]
+__all__ = ["READ_LOG_TABLE", "ReadLog", "Record", "Row", "chained", "rows_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,30 +43,59 @@ logger = logging.getLogger(__name__)
 READ_LOG_TABLE = "read_log"
 #: A log this much larger than its unfolded records is rewritten with only them.
 COMPACT_BYTES = 1 << 22
-_ENCODER = json.JSONEncoder(default=str)
 _MAGIC = "bench_gate_read_log"
 
+#: One event as the log keeps it, in the chain's own form: (run, request, type, at, data),
+#: ``at`` from :func:`canonical_at` and ``data`` from :func:`canonical_data`. A fold then
+#: only numbers and hashes it.
+Row = tuple[str, str | None, str, str, str]
 #: One record: its number, its events, its line in the file.
-Record = tuple[int, list[Event], bytes]
+Record = tuple[int, list[Row], bytes]
+_TYPES = frozenset(t.value for t in EventType)
 
 
-def _line(number: int, events: list[Event]) -> bytes:
-    body = _ENCODER.encode([number, [[e.run_id, e.request_id, e.type.value,
-                                      canonical_at(e.at), e.data] for e in events]]).encode()
-    return b"%08x %b\n" % (zlib.crc32(body), body)
+def rows_of(events: list[Event]) -> list[Row]:
+    return [(e.run_id, e.request_id, e.type.value, canonical_at(e.at), canonical_data(e.data))
+            for e in events]
 
 
-def _record(line: bytes) -> tuple[int, list[Event]] | None:
+def _line(number: int, rows: list[Row]) -> bytes:
+    body = ",".join(f'[{_quote(run)},{"null" if request is None else _quote(request)},'
+                    f'{_quote(type_)},{_quote(at)},{data}]'
+                    for run, request, type_, at, data in rows)
+    text = f"[{number},[{body}]]".encode("ascii")  # canonical data is ASCII, one line
+    return b"%08x %b\n" % (zlib.crc32(text), text)
+
+
+def _record(line: bytes) -> tuple[int, list[Row]] | None:
     """The record a line holds, or None if it does not check."""
     crc, _, body = line.partition(b" ")
     try:
         if len(crc) != 8 or int(crc, 16) != zlib.crc32(body):
             return None
-        number, rows = json.loads(body)
-        return int(number), [Event(run_id=r[0], request_id=r[1], type=r[2],
-                                   at=datetime.fromisoformat(r[3]), data=r[4]) for r in rows]
-    except (ValueError, TypeError, IndexError):
+        number, items = json.loads(body)
+        rows: list[Row] = []
+        for run, request, type_, at, data in items:
+            if not (isinstance(run, str) and isinstance(request, str | None)
+                    and type_ in _TYPES and isinstance(data, dict)
+                    and canonical_at(datetime.fromisoformat(at)) == at):
+                return None
+            rows.append((run, request, type_, at, canonical_data(data)))
+        return int(number), rows
+    except (ValueError, TypeError):
         return None
+
+
+def chained(rows: list[Row], seq: int, prev: str) -> list[tuple[Any, ...]]:
+    """Number and hash ``rows`` after (``seq``, ``prev``): the journal's rows (seq, run,
+    request, type, at, data, prev, hash), as ``Chain.extend`` gives them for events."""
+    out = []
+    for run, request, type_, at, data in rows:
+        seq += 1
+        hash_ = link(seq, run, request, type_, at, data, prev)
+        out.append((seq, run, request, type_, at, data, prev, hash_))
+        prev = hash_
+    return out
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -155,9 +187,10 @@ class ReadLog:
     # -- the read's path
     def write(self, events: list[Event]) -> None:
         """Append one read's events as one record; returns once the kernel has it all."""
+        rows = rows_of(events)
         with self._lock:
             number = self._number + 1
-            line = _line(number, events)
+            line = _line(number, rows)
             try:
                 _write_all(self._fd, line)
             except OSError as exc:  # a part written must not stay before later records
@@ -169,7 +202,7 @@ class ReadLog:
                                  f"{exc.strerror or exc}; the read was not journaled") from exc
             self._number = number
             self._size += len(line)
-            self._pending.append((number, events, line))
+            self._pending.append((number, rows, line))
 
     # -- folding (the store's)
     @property

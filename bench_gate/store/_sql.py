@@ -20,7 +20,7 @@ from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort
 from ._chain import Segment, row_event, row_segment, with_meanings
-from ._readlog import READ_LOG_TABLE, ReadLog
+from ._readlog import READ_LOG_TABLE, ReadLog, Row
 
 __all__ = ["Cursor", "SqlStore", "Tx"]
 
@@ -93,9 +93,10 @@ class SqlStore(abc.ABC):
     def append(self, events: list[Event], durable: bool = True) -> list[Event]: ...
 
     @abc.abstractmethod
-    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
-        """Append ``events`` (read-log records up to number ``upto``) and mark them folded
-        for ``log_id``, in one transaction that does not wait for the disk."""
+    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
+        """Chain and insert ``rows`` (the read log's records up to number ``upto``) and
+        mark them folded for ``log_id``, in one transaction that does not wait for the
+        disk."""
 
     @abc.abstractmethod
     def _time(self, at: datetime) -> Any:
@@ -147,7 +148,7 @@ class SqlStore(abc.ABC):
         folded = 0
         with log.folding:
             while batch := log.take(FOLD_RECORDS):
-                self._fold([e for r in batch for e in r[1]], log.id, batch[-1][0])
+                self._fold([row for r in batch for row in r[1]], log.id, batch[-1][0])
                 log.folded(batch[-1][0])
                 folded += len(batch)
         return folded

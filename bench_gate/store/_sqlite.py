@@ -17,7 +17,7 @@ from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
 from ._chain import GENESIS, LOST, Chain, backfill
-from ._readlog import READ_LOG_TABLE
+from ._readlog import READ_LOG_TABLE, Row, chained
 from ._sql import SqlStore, Tx
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
@@ -280,22 +280,24 @@ class SqliteStore(SqlStore):
         raise StoreError(f"the journal's head moved under {_CHAIN_RETRIES} appends in a row; "
                          "nothing of this one was journaled")
 
-    def _fold(self, events: list[Event], log_id: str, upto: int) -> None:
+    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
         """On the ``synchronous=NORMAL`` connection: the next durable commit makes it
         durable, as a read's own commit was before the read log."""
         mark = (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto}))
         if self._fast is self._db:
             with self._tx() as cx:
                 cx.execute(q.KV_PUT, mark)
-                self._append(cx, events)
+                done = chained(rows, *_head(self._db))
+                self._db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW, done)
+                self._moving = (done[-1][0], done[-1][7])
             return
         db = self._fast
         with self._fast_lock:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW,
-                                   Chain.extend(events, *_head(db)))
+                    done = chained(rows, *_head(db))
+                    db.executemany(_JOURNAL_INSERT + _JOURNAL_ROW, done)
                     db.execute(q.KV_PUT, mark)
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -303,7 +305,7 @@ class SqliteStore(SqlStore):
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
-        self._chain.moved(events[-1].seq, events[-1].hash)
+        self._chain.moved(done[-1][0], done[-1][7])
 
     # -- the chain (bench_gate.store._chain)
     def journal_head(self) -> tuple[int, str]:
