@@ -252,3 +252,27 @@ def test_two_gateways_on_one_postgres_keep_their_logs_apart_and_one_chain(
             log.close()
         a.close()
         b.close()
+
+
+def test_an_archive_folds_first_and_loses_no_read_still_in_the_log(tmp_path: Path) -> None:
+    """Retention archives what the store holds: it folds the log first, so a read still in
+    the log is archived with the rest (or stays for the next archive), never lost."""
+    from datetime import UTC, datetime, timedelta
+
+    from bench_gate.store import archive
+
+    store = SqliteStore(tmp_path / "store.db")
+    log = ReadLog(tmp_path / "reads.log")
+    store.attach_reads(log)
+    store.append([Event(run_id="run-a", type=EventType.RUN_CREATED)])
+    for n in range(3):
+        store.log_read(read("run-a", n))
+    assert log.pending == 3
+    segments = archive(store, datetime.now(UTC) + timedelta(days=1), tmp_path / "archive")
+    assert log.pending == 0 and sum(s.events for s in segments) == 7
+    store.log_read(read("run-a", 3))  # after the archive: folded into the store as usual
+    report = verify_store(store, tmp_path / "archive")
+    assert report.intact and report.events == 9 and report.archived == 7, report.summary()
+    assert responses(store, "run-a") == ["3"]
+    log.close()
+    store.close()
