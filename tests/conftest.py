@@ -4,6 +4,8 @@ its socket doors with the pyvisa clients a script would open on them."""
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +21,11 @@ from bench_gate.models import Principal, Role, now
 from bench_gate.proxy import Doors, start_doors
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
+
+# A gateway that is given no paths keeps its files (a PostgreSQL gateway's read log, a
+# default store) in the data directory: under test, a throwaway one per worker, never the
+# user's own.
+os.environ.setdefault("BENCH_GATE_HOME", tempfile.mkdtemp(prefix="bench-gate-test-"))
 
 
 class Clock:
