@@ -1,0 +1,101 @@
+"""The second hostile review: ways around a safety invariant through another door, another
+spelling or another order, each proven on the simulator's own port (never the gateway's
+word for it) and each closed as a class (docs/reliability.md section 7).
+
+1. a plan's scope is an envelope inside the envelope: judged on every field that bounds the
+   output under another name (the 2450's current source level and voltage limit), not only
+   on fields called ``voltage`` and ``current``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal, Role, Status, now
+from bench_gate.plans import Plan, PlanScope, covers
+from bench_gate.scpi import classify, get_profile
+from sim_instruments import SimServedThread, SimSmu
+from tests import test_k2450
+from tests.conftest import own_port
+
+smu_sim = test_k2450.smu_sim
+config = test_k2450.config
+
+SMU_PLAN = {"instrument": "smu", "channels": [1], "voltage": [0, 1], "current_max": 0.01,
+            "max_step": None, "output_enable": True, "max_writes": 10, "timeout_minutes": 30}
+
+
+async def _active_plan(gw: Gateway, run_id: str, scope: dict[str, Any], olga: Principal,
+                       pete: Principal) -> str:
+    req = await gw.request_plan(run_id, scope, rationale="a small bias")
+    await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    done = await gw.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.request.outcome
+    assert req.plan_id is not None
+    return req.plan_id
+
+
+def _terminals(smu_sim: SimServedThread) -> tuple[float, float]:
+    inst = smu_sim.instrument
+    assert isinstance(inst, SimSmu)
+    return inst.terminals()
+
+
+# ------------------------------------------------------------------ 1. a plan's other names
+async def test_a_plan_never_energizes_a_current_source_beyond_its_scope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        smu_sim: SimServedThread) -> None:
+    """Another client leaves the 2450 sourcing 90 mA with a 9 V limit, output off (inside
+    the bench's 10 V / 0.1 A). A plan approved for 0 to 1 V and 10 mA must not switch that
+    on unattended: its scope bounds the current source level and the voltage limit too."""
+    ivan, vera = (Principal(name=n, role=Role.OPERATOR) for n in ("ivan", "vera"))
+    other = gateway.create_run(script, "script", goal="a current source for another test")
+    setup = (await gateway.submit(other.id, "smu",
+                                  ":SOUR:FUNC CURR;:SOUR:CURR 0.09;:SOUR:CURR:VLIM 9")).request
+    assert setup is not None
+    await gateway.grant(setup.id, ivan, ["setpoint", "state"],
+                        proposal_hash=setup.proposal_hash)
+    done = await gateway.grant(setup.id, vera, ["output_enable"],
+                               proposal_hash=setup.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.request.outcome
+    with own_port(smu_sim.resource_name, panel=True) as lan:
+        assert Decimal(lan.query(":SOUR:CURR?")) == Decimal("0.09")
+        run = gateway.create_run(script, "script", goal="bias the DUT")
+        await _active_plan(gateway, run.id, SMU_PLAN, olga, pete)
+        result = await gateway.submit(run.id, "smu", ":OUTP ON")
+        assert result.status == "pending", "the plan switched on 90 mA / 9 V unattended"
+        assert result.request is not None and result.request.plan_id is None
+        assert lan.query(":OUTP?") == "0"
+    assert _terminals(smu_sim) == (0.0, 0.0)
+
+
+_levels = st.decimals(min_value=-2, max_value=2, places=3)
+
+
+@given(scope_v=st.decimals(min_value=0, max_value=2, places=2),
+       scope_i=st.decimals(min_value=0, max_value="0.2", places=3),
+       state=st.fixed_dictionaries({f: _levels for f in
+                                    ("voltage", "current", "current_level", "vlim")}),
+       profile=st.sampled_from(["k2450", "e36312a"]))
+def test_a_plan_covers_an_output_enable_only_inside_its_scope_on_every_bounded_field(
+        scope_v: Decimal, scope_i: Decimal, state: dict[str, Decimal], profile: str) -> None:
+    """For any live state, a plan covers switching a channel on only when every field the
+    bench's voltage or current limit bounds (whatever its name) lies inside the scope."""
+    prof = get_profile(profile)
+    scope = PlanScope(instrument="x", channels=[1], voltage=(Decimal(0), scope_v),
+                      current_max=scope_i, output_enable=True, max_writes=5)
+    plan = Plan(id="plan-1", run_id="run-1", request_id="tk-1", scope=scope, scope_hash="",
+                created_at=now())
+    live = {f"ch1.{f}": str(v) for f, v in state.items() if f in prof.fields}
+    live["ch1.output"] = "0"
+    units = classify(":OUTP ON" if profile == "k2450" else "OUTP ON,(@1)", profile).units
+    inside = all(
+        (abs(v) <= scope_v and (f != "voltage" or v >= 0)) if prof.limit_of(f) == "voltage"
+        else abs(v) <= scope_i
+        for f, v in state.items() if f in prof.fields)
+    assert (covers(plan, "x", units, live, prof) is None) == inside
