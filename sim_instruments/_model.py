@@ -21,7 +21,7 @@ import pyvisa
 from pyvisa.resources import MessageBasedResource
 
 from bench_gate.scpi import Effect, ScpiError, Unit, classify, get_profile, lex
-from bench_gate.scpi._lexer import CharData, Number
+from bench_gate.scpi._lexer import Block, CharData, Number, QuotedString
 
 from ._resources import DMM_PROFILE, DMM_RESOURCE, PSU_PROFILE, PSU_RESOURCE
 from ._settings import answer_limit, resolve_keywords
@@ -179,6 +179,9 @@ class SimInstrument:
         #: Seconds the last message keeps the instrument busy before it answers (a
         #: reading's integration); the LAN server waits that long.
         self.busy = 0.0
+        #: IEEE 488.2 §10.7 macros (*DMC label -> its commands), run while *EMC 1 (§10.10).
+        self._macros: dict[str, str] = {}
+        self._macros_on = False
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -241,7 +244,29 @@ class SimInstrument:
                 return None
         if unit.canonical == "SYST:ERR?" and session.errors:
             return session.errors.popleft()
+        if self._macro(unit):
+            return None
+        if self._macros_on and unit.header.lstrip(":") in self._macros:
+            # §10.7.6: with macros enabled, a label is expanded, even one that is a header.
+            return self.handle_message(self._macros[unit.header.lstrip(":")], session)
         return self._execute(unit.canonical, unit.query)
+
+    def _macro(self, unit: Unit) -> bool:
+        """*DMC "label",<block> defines a macro, *EMC 1|0 enables it, *PMC purges them
+        (IEEE 488.2 §10.7, §10.10, §10.22); True if ``unit`` was one of them."""
+        head = unit.canonical.split(" ", 1)[0]
+        if head not in ("*DMC", "*EMC", "*PMC"):
+            return False
+        params = lex(unit.canonical)[0].params
+        if head == "*DMC" and len(params) == 2 and isinstance(params[0], QuotedString) \
+                and isinstance(params[1], Block | QuotedString):
+            body = params[1].data if isinstance(params[1], Block) else params[1].text
+            self._macros[params[0].text.upper().lstrip(":")] = body
+        elif head == "*EMC" and params and isinstance(params[0], Number):
+            self._macros_on = bool(params[0].value)
+        elif head == "*PMC":
+            self._macros.clear()
+        return True
 
     def _shut_out(self, unit: Unit, session: Session) -> bool:
         """While another interface holds the lock, this one may query but not change

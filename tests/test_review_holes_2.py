@@ -12,7 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench_gate.gateway import Gateway
@@ -77,6 +77,7 @@ async def test_a_plan_never_energizes_a_current_source_beyond_its_scope(
 _levels = st.decimals(min_value=-2, max_value=2, places=3)
 
 
+@settings(deadline=None)
 @given(scope_v=st.decimals(min_value=0, max_value=2, places=2),
        scope_i=st.decimals(min_value=0, max_value="0.2", places=3),
        state=st.fixed_dictionaries({f: _levels for f in
@@ -99,3 +100,57 @@ def test_a_plan_covers_an_output_enable_only_inside_its_scope_on_every_bounded_f
         else abs(v) <= scope_i
         for f, v in state.items() if f in prof.fields)
     assert (covers(plan, "x", units, live, prof) is None) == inside
+
+
+# ------------------------------------------------------------------ 2. IEEE 488.2 macros
+async def _everything(gw: Gateway, run_id: str, instrument: str, message: str,
+                      *people: Principal) -> Any:
+    """Submit ``message`` and grant every approval it asks for (split between ``people``,
+    one kind each while they last): the most careless approvers can do."""
+    result = await gw.submit(run_id, instrument, message)
+    if result.request is None or result.status != "pending":
+        return result
+    req = result.request
+    for who, kind in zip(people * 3, [k.value for k in req.missing()], strict=False):
+        done = await gw.grant(req.id, who, [kind], proposal_hash=req.proposal_hash)
+    return done
+
+
+async def test_a_macro_never_makes_a_harmless_header_energize(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        smu_sim: SimServedThread) -> None:
+    """IEEE 488.2 §10.7: with macros enabled, a macro label is expanded even when it is a
+    device header. ``*DMC "DISP:CLE",#0:OUTP ON`` then ``*EMC 1`` (each an unknown header
+    on the 2450's incomplete profile, every approval) would make ``:DISP:CLE`` (harmless,
+    unattended) switch the output on with no output enable and no envelope check. A macro
+    definition or enable is refused on every profile, and never reaches the instrument."""
+    run = gateway.create_run(script, "script", goal="tidy the display")
+    for message in ('*DMC "DISP:CLE",#0:OUTP ON', "*EMC 1", "*DDT #0:OUTP ON"):
+        result = await _everything(gateway, run.id, "smu", message, olga, pete)
+        assert getattr(result, "status", None) == "refused" and result.code == -203, \
+            (message, result)
+    await gateway.submit(run.id, "smu", ":DISP:CLE")
+    with own_port(smu_sim.resource_name, panel=True) as panel:
+        assert panel.query(":OUTP?") == "0"
+    inst = smu_sim.instrument
+    assert isinstance(inst, SimSmu) and inst._macros == {} and not inst._macros_on
+    assert _terminals(smu_sim) == (0.0, 0.0)
+
+
+@settings(deadline=None)
+@given(name=st.sampled_from(["DMC", "EMC", "DDT", "dmc", "Emc", "dDt"]),
+       profile=st.sampled_from(["generic", "k2450", "dl3021", "dmm6500", "dp832",
+                                "spd3303x", "e36312a", "e3631a", "34465a"]),
+       data=st.sampled_from(['"X",#0OUTP ON', "1", "0", '"X","OUTP ON"', "#15OUTP1"]))
+def test_a_macro_definition_is_refused_on_every_profile(name: str, profile: str,
+                                                        data: str) -> None:
+    """Whatever the profile lists or leaves out, a macro definition or enable (and a device
+    trigger definition, *DDT) is never held for approval: it is refused, or a syntax error."""
+    from bench_gate.config import PolicyConfig
+    from bench_gate.policy import Verdict, decide
+    from bench_gate.scpi import ScpiError
+    try:
+        c = classify(f"*{name} {data}", profile)
+    except ScpiError:
+        return
+    assert decide(c, {}, PolicyConfig()).verdict is Verdict.REFUSE
