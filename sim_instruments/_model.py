@@ -42,6 +42,7 @@ _FETCH = re.compile(r"FETC:(VOLT|CURR)\? (\(@\d\))")
 _MODE = re.compile(r"STAT:OPER:INST:ISUM(\d):COND\?")
 _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
+_VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
 
 _TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
 
@@ -499,6 +500,10 @@ class SimPsu(SimInstrument):
             self._set("selected", int(m[1]))
         elif m := _CLEAR_TRIP.fullmatch(canonical):
             self._set(f"ch{m[1]}_ovp_tripped", 0)
+        elif canonical == "OUTP:TRAC 1" or (
+                _VOLT.fullmatch(canonical) is not None and int(self._get("set_outp_trac"))):
+            # E36300 guide, OUTPut:TRACk: CH3 follows CH2's voltage setpoint while on.
+            self._set("ch3_voltage", float(self._get("ch2_voltage")))
         elif m := _SAV.fullmatch(canonical):
             self._slots[int(m[1])] = {name: self._get(name) for name in self._saved_names()}
         elif m := _RCL.fullmatch(canonical):

@@ -15,8 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench_gate.config import ChannelLimits
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Role, Status, now
+from bench_gate.models import EventType, Principal, Role, Status, now
 from bench_gate.plans import Plan, PlanScope, covers
 from bench_gate.scpi import classify, get_profile
 from sim_instruments import SimServedThread, SimSmu
@@ -154,3 +155,30 @@ def test_a_macro_definition_is_refused_on_every_profile(name: str, profile: str,
     except ScpiError:
         return
     assert decide(c, {}, PolicyConfig()).verdict is Verdict.REFUSE
+
+
+# ------------------------------------------------------------------ 3. coupled outputs
+async def test_a_setpoint_never_moves_a_tracking_channel_outside_its_envelope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """With OUTP:TRAC ON the E36312A's CH3 follows CH2's voltage setpoint. CH3 is on at 3 V
+    under a 5 V envelope: a CH2 setpoint of 10 V (inside CH2's 12 V, one setpoint approval)
+    put CH3 at 10 V until the read-back switched it off. The prediction applies the
+    profile's coupling (``copies``), so it is refused (-222) naming CH3."""
+    gateway.config.envelope["psu"][3] = ChannelLimits(voltage=Decimal(5),
+                                                      current=Decimal("0.5"))
+    run = gateway.create_run(script, "script", goal="a symmetric bias")
+    for message in ("CURR 0.2,(@3);:VOLT 3,(@3);:OUTP ON,(@3)", "OUTP:TRAC ON"):
+        done = await _everything(gateway, run.id, "psu", message, olga, pete)
+        assert done.request.status is Status.EXECUTED, (message, done.request.outcome)
+    result = await gateway.submit(run.id, "psu", "VOLT 10,(@2)")
+    assert result.status == "refused" and result.code == -222, result
+    assert "CH3 voltage setpoint is 10.0 V, above the bench limit of 5.0 V" in result.reason
+    inside = await _everything(gateway, run.id, "psu", "VOLT 4,(@2)", olga, pete)
+    assert inside.request.status is Status.EXECUTED, inside.request.outcome
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert Decimal(panel.query("VOLT? (@3)")) == 4, "the simulator tracks"
+        assert panel.query("OUTP? (@3)").strip() == "1"
+    breaches = [e for e in gateway.store.journal(run.id, limit=1000)
+                if e.type is EventType.ENVELOPE_BREACH]
+    assert not breaches, breaches
