@@ -16,7 +16,7 @@ from decimal import Decimal
 from pydantic import BaseModel, Field, model_validator
 
 from .config import ChannelLimits
-from .envelope import bounded
+from .envelope import bounded, follow
 from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
@@ -148,6 +148,11 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
             else:
                 return f"{unit.canonical} is not covered by the plan"
             state[f"ch{ch}.{unit.field}"] = format_number(value)
+            followed = follow(profile, state)  # a coupling moves other channels with it
+            moved = sorted(k for k, v in followed.items() if state.get(k) != v)
+            if moved:
+                return (f"{', '.join(moved)} would follow CH{ch} (a coupling is on): the "
+                        "plan covers only what it names")
             continue
         if unit.effect is Effect.OUTPUT:
             if value is True:

@@ -182,3 +182,22 @@ async def test_a_setpoint_never_moves_a_tracking_channel_outside_its_envelope(
     breaches = [e for e in gateway.store.journal(run.id, limit=1000)
                 if e.type is EventType.ENVELOPE_BREACH]
     assert not breaches, breaches
+
+
+async def test_a_plan_never_moves_a_channel_it_does_not_name_through_a_coupling(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """A plan for CH2 only: with tracking on, its CH2 setpoint would move CH3 too, which the
+    plan's approvers never named. Held as an ordinary request; CH3 stays where it was."""
+    run = gateway.create_run(script, "script", goal="sweep CH2")
+    for message in ("CURR 0.2,(@3);:VOLT 3,(@3);:OUTP ON,(@3)", "OUTP:TRAC ON"):
+        done = await _everything(gateway, run.id, "psu", message, olga, pete)
+        assert done.request.status is Status.EXECUTED, (message, done.request.outcome)
+    scope = {"instrument": "psu", "channels": [2], "voltage": [0, 5], "current_max": 0.5,
+             "output_enable": True, "max_writes": 5, "timeout_minutes": 30}
+    await _active_plan(gateway, run.id, scope, olga, pete)
+    result = await gateway.submit(run.id, "psu", "VOLT 2,(@2)")
+    assert result.status == "pending", result
+    assert result.request is not None and result.request.plan_id is None
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert Decimal(panel.query("VOLT? (@3)")) == 0 and Decimal(panel.query("VOLT? (@2)")) == 0
