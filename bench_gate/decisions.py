@@ -222,7 +222,7 @@ class Decisions(Part):
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
                                           req.snapshot)
         req.handoff["actions"] = [a.model_dump(mode="json") for a in req.actions]
-        req.handoff["proposed"] = self.snaps.proposed(req.actions, req.snapshot)
+        req.handoff["proposed"] = self.snaps.proposed(req.actions, req.snapshot, profile)
         req.handoff["proposal_hash"] = req.proposal_hash
         return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
                       data={"by": who.name, "edits": edits, "old_commands": old_commands,

@@ -171,3 +171,36 @@ def safe_commands(profile: Profile, channels: list[int]) -> list[str]:
         out.extend(u.canonical for u in
                    classify(safe.command.format(ch=channel), profile.name).units)
     return out
+
+
+def _channel_of(key: str) -> int | None:
+    head = key.split(".", 1)[0]
+    return int(head[2:]) if head.startswith("ch") and head[2:].isdigit() else None
+
+
+def follow(profile: Profile, state: dict[str, str]) -> dict[str, str]:
+    """``state`` with the copies a coupling makes while it is on (``FieldSpec.copies``: the
+    E36312A's tracking sets CH3's voltage with CH2's). A coupling whose state is unread
+    counts as on: a prediction that leaves a channel out fails open."""
+    out = dict(state)
+    for name, spec in profile.fields.items():
+        if not spec.copies:
+            continue
+        flags = [out.get(_key(ch, name)) for ch in (spec.channels or tuple(profile.channels))]
+        if all(flag in ("0", "OFF", "False") for flag in flags):
+            continue
+        for source, targets in spec.copies.items():
+            if source in out:
+                out.update(dict.fromkeys(targets, out[source]))
+    return out
+
+
+def followers(profile: Profile, channels: set[int]) -> set[int]:
+    """The channels a coupling may copy into from ``channels`` (judged with them)."""
+    found: set[int] = set()
+    for spec in profile.fields.values():
+        for source, targets in spec.copies.items():
+            if _channel_of(source) in channels:
+                found.update(c for t in targets if (c := _channel_of(t)) is not None)
+    return found - channels
+

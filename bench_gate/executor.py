@@ -350,7 +350,8 @@ class Executor(Part):
                           finished_at=self.clock(),
                           detail=";".join(w.answers[i] for i in sorted(w.answers)))
         judged = judge_readback(
-            before=req.snapshot.values, expected=self.snaps.proposed(req.actions, req.snapshot),
+            before=req.snapshot.values,
+            expected=self.snaps.proposed(req.actions, req.snapshot, inst.profile),
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions), error=w.error,
             instrument_errors=w.instrument_errors, read_error=w.read_error)
@@ -434,7 +435,8 @@ class Executor(Part):
                           finished_at=self.clock(), reconciled=True,
                           detail="interrupted by a restart; reconciled from read-back")
         judged = judge_readback(
-            before=req.snapshot.values, expected=self.snaps.proposed(req.actions, req.snapshot),
+            before=req.snapshot.values,
+            expected=self.snaps.proposed(req.actions, req.snapshot, inst.profile),
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions),
             error="interrupted by a restart before its read-back; nothing is re-sent",

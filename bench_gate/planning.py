@@ -246,7 +246,8 @@ class PlanDesk(Part):
         for candidate in plans:
             self._refresh(candidate)
             if candidate.status is PlanStatus.ACTIVE and candidate.writes_left >= writes and \
-                    covers(candidate, inst.config.name, c.units, live.values) is None:
+                    covers(candidate, inst.config.name, c.units, live.values,
+                           inst.profile) is None:
                 plan = candidate
                 break
         if plan is None:

@@ -15,8 +15,10 @@ from decimal import Decimal
 
 from pydantic import BaseModel, Field, model_validator
 
+from .config import ChannelLimits
+from .envelope import bounded, follow
 from .models import TakeoverRequest
-from .scpi import Effect, Unit, format_number
+from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
 
 __all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words"]
@@ -84,12 +86,37 @@ def scope_words(scope: PlanScope) -> list[str]:
     return lines
 
 
+def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
+                       state: dict[str, str]) -> str | None:
+    """Why switching CH``ch`` on leaves the plan, or None. The scope is an envelope inside
+    the envelope, judged like it (``envelope.bounded``): every field the voltage or the
+    current bounds, under whatever name (an SMU's current source level and voltage limit,
+    whatever its function), and a field the live state does not show is outside."""
+    lo, hi = scope.voltage
+    limits = ChannelLimits(voltage=hi, current=scope.current_max)
+    for name, limit in bounded(profile, limits).items():
+        if not profile.has_field(name, ch):
+            continue
+        spec = profile.fields[name]
+        try:
+            value = Decimal(state[f"ch{ch}.{name}"])
+        except (KeyError, ArithmeticError):
+            return f"CH{ch} output enable with its {spec.label} unknown is outside the plan"
+        low = lo if name == "voltage" else Decimal(0)
+        if not value.is_finite() or not low <= abs(value) <= limit or (
+                name == "voltage" and value < lo):
+            return (f"CH{ch} output enable with its {spec.label} at {format_number(value)} "
+                    f"{spec.unit} is outside the plan")
+    return None
+
+
 def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
-           live: dict[str, str]) -> str | None:
+           live: dict[str, str], profile: Profile) -> str | None:
     """None if every write unit lies inside the plan, else why not (one sentence).
 
     ``live`` holds the channel state just read (``ch1.voltage``...); units apply in order,
-    so ``VOLT 3,(@1);:OUTP ON,(@1)`` is judged with the new setpoint.
+    so ``VOLT 3,(@1);:OUTP ON,(@1)`` is judged with the new setpoint. An output enable is
+    judged on every field a bench limit bounds (``Profile.limit_of``), not its names only.
     """
     scope = plan.scope
     if instrument != scope.instrument:
@@ -121,17 +148,19 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
             else:
                 return f"{unit.canonical} is not covered by the plan"
             state[f"ch{ch}.{unit.field}"] = format_number(value)
+            followed = follow(profile, state)  # a coupling moves other channels with it
+            moved = sorted(k for k, v in followed.items() if state.get(k) != v)
+            if moved:
+                return (f"{', '.join(moved)} would follow CH{ch} (a coupling is on): the "
+                        "plan covers only what it names")
             continue
         if unit.effect is Effect.OUTPUT:
             if value is True:
                 if not scope.output_enable:
                     return "the plan does not include output enable"
-                volts = Decimal(state.get(f"ch{ch}.voltage", "-1"))
-                amps = Decimal(state.get(f"ch{ch}.current", "-1"))
-                lo, hi = scope.voltage
-                if not lo <= volts <= hi or not 0 <= amps <= scope.current_max:
-                    return (f"CH{ch} output enable with setpoint {volts} V / {amps} A outside "
-                            "the plan")
+                outside = _outside_at_enable(scope, profile, ch, state)
+                if outside is not None:
+                    return outside
             state[f"ch{ch}.output"] = "1" if value is True else "0"
             continue
         return f"{unit.canonical} ({unit.effect.value}) is not covered by a plan"

@@ -76,6 +76,7 @@ class Snapshots(Part):
             channels.add(a.channel)
         if everything:
             channels = set(profile.channels) or {None}
+        channels |= envelope.followers(profile, {c for c in channels if c is not None})
         return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields
                 if profile.has_field(f, ch)]
 
@@ -114,11 +115,16 @@ class Snapshots(Part):
         return actions
 
     @staticmethod
-    def proposed(actions: list[Action], snap: Snapshot) -> dict[str, str]:
+    def proposed(actions: list[Action], snap: Snapshot, profile: Profile | None = None
+                 ) -> dict[str, str]:
+        """The state ``actions`` leave from ``snap``; with ``profile``, the copies its
+        couplings make too (``envelope.follow``: tracking moves CH3 with CH2)."""
         state = dict(snap.values)
         for a in actions:
             if a.field is not None and a.new is not None:
                 state[snapshot_key(a.channel, a.field)] = a.new
+                if profile is not None:
+                    state = envelope.follow(profile, state)
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
@@ -138,11 +144,12 @@ class Snapshots(Part):
         if not named:
             return
         profile = inst.profile
+        named |= envelope.followers(profile, named)  # a coupling moves them too
         before = {(b.channel, b.field): b for b in envelope.breaches(
             profile, limits, snap.values, named)}
         for done in range(1, len(actions) + 1):
-            found = envelope.breaches(profile, limits, self.proposed(actions[:done], snap),
-                                      named)
+            found = envelope.breaches(profile, limits,
+                                      self.proposed(actions[:done], snap, profile), named)
             final = done == len(actions)
             worse = [b for b in found if not envelope.no_worse(b, before.get(
                 (b.channel, b.field)))]

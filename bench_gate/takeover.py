@@ -100,7 +100,7 @@ class Requests(Part):
         history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile,
                                     self.config.envelope.get(inst.config.name, {}), history,
-                                    self.snaps.proposed(actions, snap), stale_diff)
+                                    self.snaps.proposed(actions, snap, inst.profile), stale_diff)
         if gate is not None:
             req.handoff["confidence_gate"] = gate
             req.handoff["risk"]["signals"].insert(0, gate["reason"])

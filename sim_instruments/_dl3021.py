@@ -1,6 +1,9 @@
 """The simulated Rigol DL3021 DC electronic load, as the DL3000 Series Programming Guide
 (chapter 2) describes it: one input, no channel list and no suffix; ``:INP ON`` draws from
-the DUT; in the CC function the load draws its CC level, in the others nothing is modelled.
+the DUT. In the CC function the load draws its CC level; in CV it pulls the DUT down to its
+CV level, drawing up to its current limit (VOLT:ILIM) while the DUT is above it; in CR the
+DUT's voltage over the resistance, in CP the power over the voltage, each up to its own
+current limit (RES:ILIM, POW:ILIM): the guide's chapter 2, :SOURce:<function>:ILIMit.
 
 The DUT is a source of ``SIM:SOURCE`` volts (12 V). A message with a channel list is refused
 as the DL3021 refuses it, so a test proves the gateway sends its units bare.
@@ -42,9 +45,21 @@ class SimDl3021(SimInstrument):
 
     def _drawn(self) -> tuple[float, float]:
         volts = float(self._get("source"))
-        if not int(self._get("ch1_input")) or str(self._get("set_func")) != "CURR":
+        if not int(self._get("ch1_input")):
             return volts, 0.0
-        return volts, float(self._get("ch1_current"))
+        function = str(self._get("set_func"))
+        if function == "CURR":
+            return volts, float(self._get("ch1_current"))
+        if function == "VOLT":
+            wanted = float("inf") if volts > float(self._get("ch1_voltage")) else 0.0
+            return volts, min(wanted, float(self._get("set_volt_ilim")))
+        if function == "RES":
+            wanted = volts / max(float(self._get("set_res")), 1e-9)
+            return volts, min(wanted, float(self._get("set_res_ilim")))
+        if function == "POW":
+            wanted = float(self._get("set_pow")) / volts if volts > 0 else 0.0
+            return volts, min(wanted, float(self._get("set_pow_ilim")))
+        return volts, 0.0
 
     def _model_answer(self, canonical: str) -> str | None:
         if m := _MEASURE.fullmatch(canonical):

@@ -21,7 +21,7 @@ import pyvisa
 from pyvisa.resources import MessageBasedResource
 
 from bench_gate.scpi import Effect, ScpiError, Unit, classify, get_profile, lex
-from bench_gate.scpi._lexer import CharData, Number
+from bench_gate.scpi._lexer import Block, CharData, Number, QuotedString
 
 from ._resources import DMM_PROFILE, DMM_RESOURCE, PSU_PROFILE, PSU_RESOURCE
 from ._settings import answer_limit, resolve_keywords
@@ -42,6 +42,7 @@ _FETCH = re.compile(r"FETC:(VOLT|CURR)\? (\(@\d\))")
 _MODE = re.compile(r"STAT:OPER:INST:ISUM(\d):COND\?")
 _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
+_VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
 
 _TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
 
@@ -179,6 +180,9 @@ class SimInstrument:
         #: Seconds the last message keeps the instrument busy before it answers (a
         #: reading's integration); the LAN server waits that long.
         self.busy = 0.0
+        #: IEEE 488.2 §10.7 macros (*DMC label -> its commands), run while *EMC 1 (§10.10).
+        self._macros: dict[str, str] = {}
+        self._macros_on = False
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -241,7 +245,29 @@ class SimInstrument:
                 return None
         if unit.canonical == "SYST:ERR?" and session.errors:
             return session.errors.popleft()
+        if self._macro(unit):
+            return None
+        if self._macros_on and unit.header.lstrip(":") in self._macros:
+            # §10.7.6: with macros enabled, a label is expanded, even one that is a header.
+            return self.handle_message(self._macros[unit.header.lstrip(":")], session)
         return self._execute(unit.canonical, unit.query)
+
+    def _macro(self, unit: Unit) -> bool:
+        """*DMC "label",<block> defines a macro, *EMC 1|0 enables it, *PMC purges them
+        (IEEE 488.2 §10.7, §10.10, §10.22); True if ``unit`` was one of them."""
+        head = unit.canonical.split(" ", 1)[0]
+        if head not in ("*DMC", "*EMC", "*PMC"):
+            return False
+        params = lex(unit.canonical)[0].params
+        if head == "*DMC" and len(params) == 2 and isinstance(params[0], QuotedString) \
+                and isinstance(params[1], Block | QuotedString):
+            body = params[1].data if isinstance(params[1], Block) else params[1].text
+            self._macros[params[0].text.upper().lstrip(":")] = body
+        elif head == "*EMC" and params and isinstance(params[0], Number):
+            self._macros_on = bool(params[0].value)
+        elif head == "*PMC":
+            self._macros.clear()
+        return True
 
     def _shut_out(self, unit: Unit, session: Session) -> bool:
         """While another interface holds the lock, this one may query but not change
@@ -474,6 +500,10 @@ class SimPsu(SimInstrument):
             self._set("selected", int(m[1]))
         elif m := _CLEAR_TRIP.fullmatch(canonical):
             self._set(f"ch{m[1]}_ovp_tripped", 0)
+        elif canonical == "OUTP:TRAC 1" or (
+                _VOLT.fullmatch(canonical) is not None and int(self._get("set_outp_trac"))):
+            # E36300 guide, OUTPut:TRACk: CH3 follows CH2's voltage setpoint while on.
+            self._set("ch3_voltage", float(self._get("ch2_voltage")))
         elif m := _SAV.fullmatch(canonical):
             self._slots[int(m[1])] = {name: self._get(name) for name in self._saved_names()}
         elif m := _RCL.fullmatch(canonical):

@@ -44,6 +44,12 @@ UNIT_BREAKERS = frozenset(";\r\n\x00")
 LINE_BREAKERS = UNIT_BREAKERS - {";"}
 #: Expansions within expansions a profile may nest (APPL -> VOLT is one).
 MAX_EXPANSION = 4
+#: Common commands that redefine what other headers mean to the instrument: a macro
+#: (IEEE 488.2 §10.7 *DMC, enabled by §10.10 *EMC) expands wherever its label appears, a
+#: device header's included (§10.7.6: ``*DMC "DISP:CLE",#0OUTP ON`` makes a harmless header
+#: switch an output on), and *DDT (§10.4) says what a trigger does. After one, no unit's
+#: meaning could be known: refused on every profile, whatever the profile lists.
+REDEFINERS = frozenset({"DMC", "EMC", "DDT"})
 
 
 def _magnitude(value: Value) -> Decimal:
@@ -79,6 +85,12 @@ class _Resolver(ParamReader):
 
     def unit(self, raw: RawUnit) -> list[Unit]:
         self.numbered = None
+        if raw.common and not raw.query and raw.mnemonics[0] in REDEFINERS:
+            self.check_data(raw, None)
+            unit = dataclasses.replace(self.unknown(raw, "*" + raw.mnemonics[0]),
+                                       effect=Effect.FORBIDDEN)
+            self.check_rendering(raw, unit, False)
+            return [unit]
         resolved = self.resolve(raw)
         if isinstance(resolved, str):
             self.check_data(raw, None)  # an unknown header never gets the opt-in

@@ -187,6 +187,11 @@ class FieldSpec(BaseModel):
     #: The step a person reads this field in (its programming resolution): a value is shown
     #: rounded to it, ``0.001`` (the default) is ``3.300 V``; an SMU's current in ``1E-7``.
     resolution: Decimal = Decimal("0.001")
+    #: While this boolean field is on, the instrument copies fields into others: the
+    #: E36312A's tracking (OUTPut:TRACk) makes CH3's voltage setpoint follow CH2's. Keys as
+    #: in a snapshot (``ch2.voltage: [ch3.voltage]``); the predicted state applies them, so
+    #: a CH2 setpoint is judged on CH3 too.
+    copies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
 class SafeActionSpec(BaseModel):
