@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
-from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort, Store
+from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
 from ._chain import GENESIS, ChainReport, Problem, Segment
 from ._sqlite import MIGRATIONS, SqliteStore
 
 if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
-__all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "ChainReport", "ListedRequest",
+__all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "ChainReport",
            "PendingCheck", "PostgresStore", "Problem",
            "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store", "archive",
            "default_archive_dir", "export_run", "open_store", "verify_file", "verify_store"]
