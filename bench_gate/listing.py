@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from .errors import StoreError
 from .models import ApprovalKind, Status, TakeoverRequest
 
 __all__ = ["FORMAT", "LISTED_HANDOFF", "AnyRequest", "ListedAction", "ListedApproval",
@@ -137,8 +138,8 @@ class RequestSummary:
         doc = from_json(text)
         row = doc if isinstance(doc, list) else _row(doc)
         if row[0] != FORMAT:
-            raise ValueError(f"list document format {row[0]!r}: this gateway reads "
-                             f"format {FORMAT}")
+            raise StoreError(f"a list document of format {row[0]!r} (a newer gateway's?): "
+                             f"this gateway reads format {FORMAT}")
         (_, id_, run_id, instrument, message, status, required, approvals, actions, outputs,
          reason, step_id, rationale, confidence, created_at, expires_at, decided_at,
          proposal_hash, receipt, notes, decided_by, outcome, supersedes, superseded_by,
