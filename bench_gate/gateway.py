@@ -30,6 +30,7 @@ from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
 from .journal import Retention, verify_chain
 from .leases import Leases
+from .listing import RequestSummary
 from .locking import LockState, LockStatus, keep_locks, take_locks
 from .models import (
     ApprovalKind,
@@ -53,7 +54,7 @@ from .store import ChainReport, RequestPage, RequestSort, Store
 from .takeover import Requests
 
 __all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
-           "SubmitResult"]
+           "RequestSummary", "SubmitResult"]
 
 #: How often the sweeper expires requests, renews the bench claim and picks up approvals.
 SWEEP_SECONDS = 0.5
@@ -333,7 +334,8 @@ class Gateway:
                       sort: str = "newest", requester: str | None = None
                       ) -> RequestPage:
         """One page, sorted in the store (``newest``, or ``expiry``: soonest first): a list
-        that also carries ``total``, how many match."""
+        that also carries ``total``, how many match. Its items are what a list shows
+        (``RequestSummary``); ``get_request`` gives one whole."""
         return self._requests.page(status, run_id, instrument, limit, offset, sort, requester)
 
     async def wait(self, request_id: str, timeout: float, *, follow: bool = True

@@ -189,8 +189,8 @@ class Requests(Part):
              sort: str = "newest", requester: str | None = None
                       ) -> RequestPage:
         """One page, sorted in the store (``newest``, or ``expiry``: soonest first): a list
-        that also carries ``total``, how many match. Its items carry a list's handoff only
-        (``ListedRequest``), and the store never saves one back."""
+        that also carries ``total``, how many match. Its items are what a list shows
+        (``RequestSummary``), never a request, so the store never saves one back."""
         return self.store.page_requests(status, run_id, instrument, limit, offset, sort,
                                         requester)
 

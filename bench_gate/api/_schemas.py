@@ -12,7 +12,8 @@ from pydantic.alias_generators import to_camel
 from ..auth import token_free
 from ..confidence import stated_confidence
 from ..errors import InvalidInput
-from ..models import ApprovalKind, Run, RunKind, RunStatus, Status, TakeoverRequest
+from ..listing import AnyRequest
+from ..models import ApprovalKind, Receipt, Run, RunKind, RunStatus, Status
 from ..plans import Plan, PlanStatus, scope_words
 from ..wire import utc_words, wire
 
@@ -217,8 +218,12 @@ def run_out(run: Run) -> RunOut:
     return RunOut.model_validate(run.model_dump())
 
 
-def takeover_out(req: TakeoverRequest, *, handoff: bool = False) -> TakeoverOut:
+def takeover_out(req: AnyRequest, *, handoff: bool = False) -> TakeoverOut:
+    """A request as the API shows it, whole or listed (a list's summary keeps its receipt
+    in the JSON form it was stored in, the form shown here)."""
     valid = req.valid_approvals()
+    receipt = req.receipt.model_dump(mode="json") if isinstance(req.receipt, Receipt) \
+        else req.receipt
     return TakeoverOut(
         id=req.id, run_id=req.run_id, instrument=req.instrument, message=req.message,
         status=req.status, commands=[a.canonical for a in req.actions], required=req.required,
@@ -228,7 +233,7 @@ def takeover_out(req: TakeoverRequest, *, handoff: bool = False) -> TakeoverOut:
         step_id=req.step_id, created_at=req.created_at, expires_at=req.expires_at,
         decided_at=req.decided_at, decided_by=req.decided_by,
         outcome=req.outcome, notes=req.notes,
-        receipt=wire(req.receipt.model_dump(mode="json")) if req.receipt is not None else None,
+        receipt=wire(receipt) if receipt is not None else None,
         supersedes=req.supersedes, superseded_by=req.superseded_by,
         proposal_hash=req.proposal_hash, plan_id=req.plan_id,
         handoff=wire(req.handoff) if handoff else None)

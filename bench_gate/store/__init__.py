@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
-from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort, Store
+from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
 from ._chain import GENESIS, ChainReport, Problem, Segment
 from ._readlog import READ_LOG_TABLE, ReadLog
 from ._sqlite import MIGRATIONS, SqliteStore
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ._postgres import PostgresStore
 
 __all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "READ_LOG_TABLE", "ChainReport",
-           "ListedRequest", "PendingCheck", "PostgresStore", "Problem", "ReadLog",
+           "PendingCheck", "PostgresStore", "Problem", "ReadLog",
            "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store", "archive",
            "default_archive_dir", "export_run", "open_store", "verify_file", "verify_store"]
 

@@ -11,16 +11,14 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import field_validator
-
+from ..listing import LISTED_HANDOFF, RequestSummary
 from ..models import Event, Run, Status, TakeoverRequest
 
 if TYPE_CHECKING:
     from ._chain import Segment
     from ._readlog import ReadLog
 
-__all__ = ["LISTED_HANDOFF", "ListedRequest", "PendingCheck", "RequestPage", "RequestSort",
-           "Store"]
+__all__ = ["LISTED_HANDOFF", "PendingCheck", "RequestPage", "RequestSort", "Store"]
 
 
 class RequestSort(enum.StrEnum):
@@ -30,29 +28,11 @@ class RequestSort(enum.StrEnum):
     EXPIRY = "expiry"  # expiring soonest, first (what a reviewer must decide before it is lost)
 
 
-#: The handoff keys a listed request keeps: who asked (``run``), a standing ``plan``, a
-#: resubmission after a change (``stale_diff``), what the console's queue shows. The rest
-#: (the run's history, snapshots, proposed state) is most of a request's size and is read
-#: with the request itself (``get_request``).
-LISTED_HANDOFF = ("run", "plan", "stale_diff")
+class RequestPage(list[RequestSummary]):
+    """One page of requests as a list shows them (``RequestSummary``), with ``total``: how
+    many match in all."""
 
-
-class ListedRequest(TakeoverRequest):
-    """A request as a page lists it: its handoff holds only ``LISTED_HANDOFF``. The store
-    refuses to save one, since that would erase the rest of its handoff: a caller that
-    changes a request gets it whole first."""
-
-    @field_validator("handoff")
-    @classmethod
-    def _listed(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # The store writes it cut already; a request saved before that is cut here.
-        return {k: value[k] for k in LISTED_HANDOFF if value.get(k) is not None}
-
-
-class RequestPage(list[TakeoverRequest]):
-    """One page of requests (a list, as before), with ``total``: how many match in all."""
-
-    def __init__(self, items: Iterable[TakeoverRequest], total: int, *, limit: int,
+    def __init__(self, items: Iterable[RequestSummary], total: int, *, limit: int,
                  offset: int, order: RequestSort) -> None:
         super().__init__(items)
         self.total = total
@@ -105,7 +85,7 @@ class Store(Protocol):
                       requester: str | None = None) -> RequestPage:
         """One page, sorted in SQL, with the total that match (counted in the same read).
         ``requester`` keeps the requests of that principal's runs. The items are
-        :class:`ListedRequest`: a list's handoff (``LISTED_HANDOFF``), never saved back."""
+        :class:`~bench_gate.listing.RequestSummary`: never a request, never saved back."""
         ...
 
     def pending_of(self, principal: str) -> tuple[int, datetime | None]:

@@ -129,7 +129,7 @@ MIGRATIONS: tuple[str, ...] = (
         archived_at TIMESTAMPTZ NOT NULL
     );
     """,
-    # 5: each request's list document beside it (store._sql._listed), so a page parses a
+    # 5: each request's list document beside it (listing.listed_document), so a page parses a
     # fraction of each request; a request saved before it is listed from its data.
     """
     ALTER TABLE requests ADD COLUMN listed TEXT;

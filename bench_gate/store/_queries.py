@@ -47,9 +47,9 @@ REQUEST_SAVE = ("UPDATE requests SET status = ?, version = ?, data = ?, listed =
                 "WHERE id = ? AND version = ?")
 DUE = "SELECT data FROM requests WHERE status = 'pending' AND expires_at <= ?"
 UNFINISHED = "SELECT data FROM requests WHERE status IN ('approved', 'executing')"
-#: What a page reads: each request's list document (``ListedRequest``: its handoff cut to
-#: ``LISTED_HANDOFF``, written beside it at every save), or, for a request saved before
-#: that column existed, the whole document (cut when it is parsed).
+#: What a page reads: each request's list document (``bench_gate.listing``: what a list
+#: shows of it, written beside it at every save), or, for a request saved before that
+#: column existed, the whole document (read the same way).
 LISTED = "coalesce(listed, data)"
 
 # -- approved setpoints and the small keyed tables

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..errors import StoreError
+from ..listing import RequestSummary, listed_document
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
-from ._base import LISTED_HANDOFF, ListedRequest, PendingCheck, RequestPage, RequestSort
+from ._base import PendingCheck, RequestPage, RequestSort
 from ._chain import Segment, row_event, row_segment, with_meanings
 from ._readlog import READ_LOG_TABLE, ReadLog, Row
 
@@ -48,17 +49,12 @@ def _request(row: Any) -> TakeoverRequest:
 
 
 def _whole(req: TakeoverRequest) -> None:
-    """A listed request lacks most of its handoff: storing it would erase the rest."""
-    if isinstance(req, ListedRequest):
-        raise StoreError(f"request {req.id} was read from a list, with only part of its "
-                         "handoff; read it whole (get_request) before saving it")
-
-
-def _listed(req: TakeoverRequest) -> str:
-    """The document a page reads: the request with only a list's handoff (a fraction of
-    its size, so listing 10,000 never parses their histories and snapshots)."""
-    handoff = {k: req.handoff[k] for k in LISTED_HANDOFF if req.handoff.get(k) is not None}
-    return req.model_copy(update={"handoff": handoff}).model_dump_json()
+    """Only a whole request is stored: a listed one (``RequestSummary``) lacks most of the
+    request, and storing it would erase the rest."""
+    if type(req) is not TakeoverRequest:
+        raise StoreError(f"request {getattr(req, 'id', '?')} was read from a list, with "
+                         "only part of the request; read it whole (get_request) before "
+                         "saving it")
 
 
 def _when(value: Any) -> datetime | None:
@@ -192,7 +188,8 @@ class SqlStore(abc.ABC):
             added = cx.execute(q.REQUEST_INSERT, (
                 req.id, req.run_id, req.instrument, req.status.value,
                 self._time(req.created_at), self._time(req.expires_at), req.idempotency_key,
-                req.version, requester, req.model_dump_json(), _listed(req))).fetchall()
+                req.version, requester, req.model_dump_json(),
+                listed_document(req))).fetchall()
             if not added:  # a concurrent insert of the same key won
                 found = cx.execute(q.REQUEST_BY_KEY, key).fetchall()
                 if not found:  # pragma: no cover - the conflicting row cannot vanish
@@ -224,7 +221,7 @@ class SqlStore(abc.ABC):
         try:
             with self._tx() as cx:
                 cur = cx.execute(q.REQUEST_SAVE, (req.status.value, req.version,
-                                                  req.model_dump_json(), _listed(req),
+                                                  req.model_dump_json(), listed_document(req),
                                                   req.id, expected_version))
                 if cur.rowcount != 1:
                     req.version = expected_version
@@ -262,7 +259,7 @@ class SqlStore(abc.ABC):
         sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
                                                   sort, limit, offset, q.LISTED)
         rows, counted = self._read_together((sql, args), (count_sql, count_args))
-        listed = (ListedRequest.model_validate_json(r[0]) for r in rows)
+        listed = (RequestSummary.from_json(r[0]) for r in rows)
         return RequestPage(listed, int(counted[0][0]) if counted else 0,
                            limit=limit, offset=offset, order=sort)
 

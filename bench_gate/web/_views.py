@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import ChannelLimits
 from ..handoff import show_value
+from ..listing import AnyRequest
 from ..models import ApprovalKind, Event, Status, TakeoverRequest
 from ..scpi import Profile
 
@@ -172,7 +173,7 @@ def check_edit(field: EditField, raw: str) -> tuple[str | None, str | None]:
     return (None if unchanged else text), None
 
 
-def badges(req: TakeoverRequest) -> list[tuple[str, str]]:
+def badges(req: AnyRequest) -> list[tuple[str, str]]:
     """(css class, words) for the queue and the request page."""
     out: list[tuple[str, str]] = []
     if any(a.approval is ApprovalKind.OUTPUT_ENABLE for a in req.actions):
@@ -190,7 +191,7 @@ def badges(req: TakeoverRequest) -> list[tuple[str, str]]:
     return out
 
 
-def what_changes(req: TakeoverRequest) -> str:
+def what_changes(req: AnyRequest) -> str:
     words = [a.words or a.canonical for a in req.actions if a.effect not in ("read", "select")]
     return "; ".join(words) or req.message
 
@@ -323,18 +324,18 @@ def _denier(outcome: str) -> str:
     return head[len("denied by "):] if head.startswith("denied by ") else ""
 
 
-def _ender(req: TakeoverRequest) -> str:
+def _ender(req: AnyRequest) -> str:
     """Who denied or cancelled ``req`` ("" for none)."""
     return req.decided_by or (_denier(req.outcome or "") if req.status is Status.DENIED
                               else "")
 
 
-def decider_names(req: TakeoverRequest) -> list[str]:
+def decider_names(req: AnyRequest) -> list[str]:
     """Everyone who decided ``req``: its approvers, and who denied or cancelled it."""
     return list(dict.fromkeys([*(a.by for a in req.approvals), *filter(None, [_ender(req)])]))
 
 
-def deciders(req: TakeoverRequest) -> str:
+def deciders(req: AnyRequest) -> str:
     """History's "By": the approvers, and whoever denied or cancelled the request."""
     names = list(dict.fromkeys(a.by for a in req.approvals))
     if ender := _ender(req):
