@@ -31,6 +31,7 @@ from ._resources import (
     open_resource_manager,
 )
 from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
+from ._settings import update_bench_yaml
 from ._smu import SMU_PROFILE, SimSmu
 
 __all__ = [
@@ -62,4 +63,5 @@ __all__ = [
     "load_definition",
     "open_fresh_resource_manager",
     "open_resource_manager",
+    "update_bench_yaml",
 ]

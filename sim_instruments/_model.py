@@ -241,7 +241,7 @@ class SimInstrument:
                 return None
         if unit.canonical == "SYST:ERR?" and session.errors:
             return session.errors.popleft()
-        return self._execute(unit.canonical, unit.query)
+        return self.perform(unit.canonical, unit.query)
 
     def _shut_out(self, unit: Unit, session: Session) -> bool:
         """While another interface holds the lock, this one may query but not change
@@ -276,7 +276,7 @@ class SimInstrument:
     def execute(self, canonical: str, query: bool) -> str | None:
         """Run one canonical unit (no parsing); the answer of a query, if any."""
         with self._lock:
-            return self._execute(canonical, query)
+            return self.perform(canonical, query)
 
     def push_error(self, code: int, message: str) -> None:
         """Queue an error for ``SYST:ERR?``, as the instrument does for a refused message."""
@@ -289,7 +289,9 @@ class SimInstrument:
 
     # --- one unit
 
-    def _execute(self, canonical: str, query: bool) -> str | None:
+    def perform(self, canonical: str, query: bool) -> str | None:
+        """One canonical unit, the lock held: what every interface's unit comes to (a test
+        may wrap it on an instance to watch every unit, or to answer for the instrument)."""
         answer: str | None = None
         if query:
             answer = self._answer(canonical)

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench_gate.api._limits import BodyLimit
+from bench_gate.api import BodyLimit
 from sim_instruments import SimBenchThread
 
 LIMIT = 256 * 1024

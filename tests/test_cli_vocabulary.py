@@ -25,7 +25,8 @@ import pytest
 import pyvisa
 
 from bench_gate.auth import Tokens
-from bench_gate.cli import _parser, main
+from bench_gate.cli import main
+from bench_gate.cli import parser as cli_parser
 from bench_gate.store import open_store
 
 from ._http_bench import Bench, start_bench
@@ -119,7 +120,7 @@ def test_the_real_executable(bench: Bench) -> None:
 
 
 def test_every_command_takes_the_global_options_after_it() -> None:
-    parser = _parser()
+    parser = cli_parser()
 
     def leaves(p: argparse.ArgumentParser, path: tuple[str, ...]
                ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
@@ -142,7 +143,7 @@ def test_every_command_takes_the_global_options_after_it() -> None:
 
 
 def test_every_approve_option_has_help() -> None:
-    parser = _parser()
+    parser = cli_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     for name in ("approve", "deny", "show", "wait", "watch"):
         for action in commands[name]._actions:

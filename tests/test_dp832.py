@@ -25,8 +25,7 @@ from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, Principal, Status
-from bench_gate.scpi import Effect, classify, get_profile, lex
-from bench_gate.scpi._examples import command_examples, query_examples
+from bench_gate.scpi import Effect, classify, command_examples, get_profile, lex, query_examples
 from bench_gate.snapshots import normalize
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench

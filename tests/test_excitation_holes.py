@@ -53,15 +53,15 @@ def received(dmm6500: SimServedThread) -> Iterator[list[str]]:
     """Every unit the simulated DMM6500 executes, in order, whoever sent it."""
     got: list[str] = []
     inst: Any = dmm6500.instrument
-    real = inst._execute
+    real = inst.perform
 
     def spy(canonical: str, query: bool) -> str | None:
         got.append(canonical)
         return real(canonical, query)  # type: ignore[no-any-return]
 
-    inst._execute = spy
+    inst.perform = spy
     yield got
-    inst._execute = real
+    inst.perform = real
 
 
 @pytest.fixture
@@ -239,8 +239,8 @@ async def test_an_answer_naming_no_single_passive_function_holds_the_reading(
     """The meter's own answer to FUNC? (from the simulator, over its socket) names several
     functions, none, or garbage: the reading is held, never sent."""
     inst: Any = dmm6500.instrument
-    spied = inst._execute
-    inst._execute = lambda canonical, query: answer if canonical == "FUNC?" else spied(
+    spied = inst.perform
+    inst.perform = lambda canonical, query: answer if canonical == "FUNC?" else spied(
         canonical, query)
     meter = open_client("dmm6500", timeout=15000)
     task = asyncio.ensure_future(in_thread(meter.query, ":READ?"))

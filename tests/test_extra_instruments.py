@@ -10,10 +10,8 @@ from __future__ import annotations
 import pytest
 
 from bench_gate.cli import main
-from bench_gate.scpi import Effect, get_profile
-from bench_gate.scpi._examples import command_examples, query_examples
-from sim_instruments import EXTRA, SimServedThread, extra_yaml_path
-from sim_instruments._settings import update_bench_yaml
+from bench_gate.scpi import Effect, command_examples, get_profile, query_examples
+from sim_instruments import EXTRA, SimServedThread, extra_yaml_path, update_bench_yaml
 
 #: Each extra simulated instrument and the profile it plays.
 PLAYS = {name: model.profile for name, (model, _) in EXTRA.items()}

@@ -42,13 +42,14 @@ from bench_gate.store import (
     Problem,
     SqliteStore,
     archive,
+    canonical_at,
     export_run,
+    link,
     open_store,
     verify_file,
     verify_store,
 )
-from bench_gate.store._chain import canonical_at, link
-from bench_gate.store._postgres import MIGRATIONS as PG_MIGRATIONS
+from bench_gate.store import POSTGRES_MIGRATIONS as PG_MIGRATIONS
 from tests import pg
 
 from ._cli import cli

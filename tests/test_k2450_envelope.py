@@ -82,7 +82,7 @@ def test_the_console_shows_every_bounded_field_against_its_limit() -> None:
     """The console's panel flags the current-source fields and a negative level by their
     magnitude, and offers the voltage limit up to the envelope's voltage."""
     from bench_gate.scpi import get_profile
-    from bench_gate.web._views import limits_of, over_envelope
+    from bench_gate.web import limits_of, over_envelope
 
     profile = get_profile("k2450")
     limits = {1: test_k2450.LIMITS}

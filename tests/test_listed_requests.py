@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from bench_gate.errors import StoreError
 from bench_gate.models import Action, ApprovalKind, Snapshot, Status, TakeoverRequest
 from bench_gate.store import LISTED_HANDOFF, ListedRequest, RequestSort
+from tests.pg import execute_raw
 from tests.test_queue_paging import T0, AnyStore, pg_cluster, run_of, store
 
 __all__ = ["pg_cluster", "store"]  # fixtures, shared with the queue's paging tests
@@ -111,9 +112,8 @@ def test_a_request_stored_before_its_list_document_lists_the_same(store: AnyStor
     for r in reqs:
         store.create_request(r, [])
     before = [x.model_dump(mode="json") for x in store.page_requests(Status.PENDING)]
-    with store._tx() as cx:  # what a row written before migration 5 holds
-        cx.execute("UPDATE requests SET listed = NULL WHERE id IN (?, ?)",
-                   (reqs[0].id, reqs[2].id))
+    execute_raw(store, "UPDATE requests SET listed = NULL WHERE id IN (?, ?)",
+                (reqs[0].id, reqs[2].id))  # what a row written before migration 5 holds
     after = store.page_requests(Status.PENDING, sort=RequestSort.NEWEST)
     assert [x.model_dump(mode="json") for x in after] == before
     assert before == [listed_form(r) for r in reversed(reqs)]

@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Status
 from bench_gate.profile_check import Level, check_profile
-from bench_gate.scpi import ProfileError, ScpiError, applied, classify, get_profile
-from bench_gate.scpi._excitation import ExcitationSpec
+from bench_gate.scpi import ExcitationSpec, ProfileError, ScpiError, applied, classify, get_profile
 from sim_instruments import SimBenchThread
 from tests.test_proxy import in_thread, next_pending, until
 

@@ -6,8 +6,19 @@ from decimal import Decimal
 
 import pytest
 
-from bench_gate.scpi import MAX_MESSAGE_LENGTH, ScpiError, ScpiExecutionError, ScpiSyntaxError, lex
-from bench_gate.scpi._lexer import Block, ChannelList, CharData, Expression, Number, QuotedString
+from bench_gate.scpi import (
+    MAX_MESSAGE_LENGTH,
+    Block,
+    ChannelList,
+    CharData,
+    Expression,
+    Number,
+    QuotedString,
+    ScpiError,
+    ScpiExecutionError,
+    ScpiSyntaxError,
+    lex,
+)
 
 # --- framing: one message per call ----------------------------------------------------------
 

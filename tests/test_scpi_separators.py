@@ -28,12 +28,12 @@ from bench_gate.scpi import (
     Effect,
     ProfileError,
     ScpiError,
-    _units,  # the renderer, patched to test the final guard
     available_profiles,
     classify,
     get_profile,
     is_read_only,
     lex,
+    units,  # the renderers, patched to test the final guard
 )
 
 PSU = "e36312a"
@@ -279,7 +279,7 @@ def test_the_guard_refuses_a_rendering_that_is_not_one_unit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A renderer that forgot to double the quote: 'FOO "guard"x"' lexes as garbage.
-    monkeypatch.setattr(_units, "_quote", lambda text: '"' + text + '"')
+    monkeypatch.setattr(units, "quote", lambda text: '"' + text + '"')
     err = refused('FOO "guard""x"', "generic")
     assert (err.code, err.pos) == (-100, 0)
     assert "exactly one unit" in err.detail and "guard" not in err.detail
@@ -289,10 +289,10 @@ def test_the_guard_refuses_a_separator_the_lexer_would_not_split(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # One unit to our lexer ('FOO "ab;"'), two to a naive parser.
-    monkeypatch.setattr(_units, "_quote", lambda text: '"' + text + ';"')
+    monkeypatch.setattr(units, "quote", lambda text: '"' + text + ';"')
     assert refused('FOO "guard-ab"', "generic").code == -100
     monkeypatch.undo()
-    monkeypatch.setattr(_units, "render_value", lambda value: "5;OUTP 1")
+    monkeypatch.setattr(units, "render_value", lambda value: "5;OUTP 1")
     # A message no other test classifies: a cached classification would not render again.
     assert refused("VOLT 4.2517,(@1)").code == -100
 
@@ -451,7 +451,7 @@ def test_local_passes_through_expansions_and_cache() -> None:
     assert classify("*CLS;*IDN?", PSU) is a
     assert [u.local for u in a.units] == [True, False]
     # a Unit built positionally (as before the field existed) is not local
-    unit = _units.Unit(0, 0, "*OPC", "*OPC", False, Effect.HARMLESS, None, None, None,
+    unit = units.Unit(0, 0, "*OPC", "*OPC", False, Effect.HARMLESS, None, None, None,
                           "*OPC")
     assert unit.local is False
 

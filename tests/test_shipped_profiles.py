@@ -10,10 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench_gate.scpi import Effect, classify, get_profile
-from bench_gate.scpi._examples import PASSING, Example, command_examples, query_examples
-from sim_instruments import SimBench, SimInstrument, bench_yaml_path
-from sim_instruments._settings import update_bench_yaml
+from bench_gate.scpi import (
+    PASSING,
+    Effect,
+    Example,
+    classify,
+    command_examples,
+    get_profile,
+    query_examples,
+)
+from sim_instruments import SimBench, SimInstrument, bench_yaml_path, update_bench_yaml
 
 NO_ERROR = '+0,"No error"'
 #: Each shipped profile that has a simulator, and the simulated instrument that plays it.

@@ -28,7 +28,7 @@ from bench_gate.models import (
     TakeoverRequest,
 )
 from bench_gate.store import MIGRATIONS, PostgresStore, SqliteStore, open_store
-from bench_gate.store._postgres import MIGRATIONS as PG_MIGRATIONS
+from bench_gate.store import POSTGRES_MIGRATIONS as PG_MIGRATIONS
 from tests import pg
 
 pg_cluster = pg.pg_cluster

@@ -4,5 +4,6 @@
 """
 
 from ._app import create_app
+from ._limits import BodyLimit  # the body cap, an ASGI middleware any app may wrap
 
-__all__ = ["create_app"]
+__all__ = ["BodyLimit", "create_app"]

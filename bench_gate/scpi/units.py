@@ -1,6 +1,9 @@
 """What classification yields, and how the gateway renders it: :class:`Unit` (one atomic,
 canonical message unit with its effect), :class:`Classification` (a message's units), and
 the renderers that write every value, string and block the way the gateway sends it.
+
+A public module: the renderers are looked up here at every rendering, so a test can stand
+a faulty one in and see the last guard (``check_rendering``) refuse what it writes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ __all__ = [
     "Unit",
     "Value",
     "format_number",
+    "quote",
     "render_data",
     "render_param",
     "render_value",
@@ -100,7 +104,8 @@ def render_value(value: Value) -> str:
     return str(value)
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """String data (IEEE 488.2 §7.7.5), a quote inside it doubled."""
     return '"' + text.replace('"', '""') + '"'
 
 
@@ -113,7 +118,7 @@ def _block(data: str) -> str:
 def render_param(spec: ParamSpec, value: Value) -> str:
     """A known header's parameter: strings quoted and blocks definite, so each stays one datum."""
     if spec.type == "string":
-        return _quote(str(value))
+        return quote(str(value))
     if spec.type == "block":
         return _block(str(value))
     return render_value(value)
@@ -126,7 +131,7 @@ def render_data(datum: Data) -> str:
     if isinstance(datum, CharData):
         return datum.text
     if isinstance(datum, QuotedString):
-        return _quote(datum.text)
+        return quote(datum.text)
     if isinstance(datum, ChannelList):
         return "(@" + ",".join(str(c) for c in datum.channels) + ")"
     if isinstance(datum, Expression):
