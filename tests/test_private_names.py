@@ -96,7 +96,12 @@ def reaches(path: Path, theirs: frozenset[str]) -> list[str]:
 
 
 def _files() -> list[Path]:
-    return sorted(TESTS.rglob("*.py"))
+    """Every module under tests/ with code in it (a package's docstring reaches nothing)."""
+    def code(path: Path) -> bool:
+        tree = ast.parse(path.read_text(), str(path))
+        return len(tree.body) > (1 if ast.get_docstring(tree) is not None else 0)
+
+    return sorted(p for p in TESTS.rglob("*.py") if code(p))
 
 
 def test_the_rule_sees_every_kind_of_reach(tmp_path: Path) -> None:
