@@ -196,7 +196,7 @@ async def test_self_consistency(endpoint: str, answers: list[str], expected: flo
 
 async def test_self_consistency_unreachable_fails_closed() -> None:
     """Never the requester's own stated confidence: an estimator error scores 0
-    (tests/test_confidence_gate.py drives every kind of error through the HTTP door)."""
+    (tests/core/test_confidence_gate.py drives every kind of error through the HTTP door)."""
     config = ConfidenceConfig(estimator="self-consistency",
                               endpoint="http://127.0.0.1:9/v1/chat/completions")
     result = await score(config, stated=None, rationale="Confidence: 80%", action="x",

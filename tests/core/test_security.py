@@ -267,7 +267,7 @@ def test_mcp_door_needs_a_live_token(bench: Bench, errors: list[str]) -> None:
         assert r.status_code == 401, (who, r.status_code)
         assert r.headers["www-authenticate"].startswith("Bearer")
         errors.append(r.text)
-    # No decision tools: tests/test_mcp.py lists them over both transports.
+    # No decision tools: tests/doors/mcp/test_mcp.py lists them over both transports.
 
 
 # --- the console ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The lifecycles of runs, plans and questions are tables checked at import, like the
-request table (tests/test_config_states.py); these test the tables and their check."""
+request table (tests/core/test_config_states.py); these test the tables and their check."""
 
 from __future__ import annotations
 

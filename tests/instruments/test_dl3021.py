@@ -1,5 +1,5 @@
 """The Rigol DL3021 electronic load (profile dl3021), a single-channel instrument with no
-channel list and no suffix (its profile and simulator: tests/test_extra_instruments.py).
+channel list and no suffix (its profile and simulator: test_extra_instruments.py).
 Inside the gateway its units name channel 1, so the envelope applies; on the wire they are
 bare, proven on the simulator's own port, which refuses a channel list as the DL3021 does.
 Through the socket door, with real pyvisa clients over TCP: reads pass, the CC level is held

@@ -1,5 +1,5 @@
 """The Keithley DMM6500 multimeter (profile dmm6500) on the simulated bench (its profile and
-simulator: tests/test_extra_instruments.py). The simulated meter reads the function selected;
+simulator: test_extra_instruments.py). The simulated meter reads the function selected;
 through the socket door, with real pyvisa clients over TCP, its passive functions and
 settings pass, a function or setting that drives current into the DUT is held as excites
 with what the meter applies, another command set is refused, and PyMeasure's

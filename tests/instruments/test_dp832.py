@@ -1,6 +1,6 @@
 """The Rigol DP832 (profile dp832), a supply that names its channels as a parameter word
 (``OUTP CH1,ON``, ``MEAS:VOLT? CH2``) or by a ``:SOURce<n>`` suffix, and answers booleans
-ON/OFF (its profile and simulator: tests/test_extra_instruments.py). Left out, the channel
+ON/OFF (its profile and simulator: test_extra_instruments.py). Left out, the channel
 means the instrument's selection: the gateway keeps each connection's selection itself and
 always writes the channel out, so nothing it sends depends on the panel's selection (proven
 on the simulator's own port, which keeps its own selection and refuses channel lists).

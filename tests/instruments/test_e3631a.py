@@ -1,5 +1,5 @@
 """The Keysight E3631A (profile e3631a), a supply that addresses its outputs by selection
-(its profile and simulator: tests/test_extra_instruments.py). Through the socket door, with
+(its profile and simulator: test_extra_instruments.py). Through the socket door, with
 real pyvisa clients over TCP: reads pass; ``VOLT 5`` after ``INST:SEL P6V`` is held as a P6V
 setpoint and, once approved, reaches P6V alone (proven on the simulator's own port, which
 refuses channel lists as the E3631A does); ``OUTP ON`` needs each output's setpoint and

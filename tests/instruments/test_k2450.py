@@ -1,5 +1,5 @@
 """The Keithley 2450 SourceMeter (profile k2450) on the simulated bench (its profile and
-simulator: tests/test_extra_instruments.py). The simulated SMU limits and follows its source
+simulator: test_extra_instruments.py). The simulated SMU limits and follows its source
 function; through the socket door, with real pyvisa clients over TCP, its reads and measure
 settings pass, its source levels and limits are held as setpoints, output on needs the
 setpoint and the output enable, the envelope bounds the magnitude on its channel, a

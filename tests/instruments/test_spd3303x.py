@@ -1,6 +1,6 @@
 """The Siglent SPD3303X (profile spd3303x), a supply with no output-state query: its outputs
 are read from bits 4 and 5 of ``SYSTem:STATus?`` (its profile and simulator:
-tests/test_extra_instruments.py). CH1 and CH2 are named by a header prefix (``CH1:VOLT``) or,
+test_extra_instruments.py). CH1 and CH2 are named by a header prefix (``CH1:VOLT``) or,
 left out, by the selection, which the gateway keeps per connection and always writes out.
 Through the socket door, with real pyvisa clients over TCP: reads pass; a setpoint is held
 and, once approved, reaches its channel alone (proven on the simulator's own port);

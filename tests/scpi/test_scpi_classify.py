@@ -341,7 +341,7 @@ COMPOUND: list[tuple[str, list[tuple[str, Effect, int | None, object]], int | No
                            ("MEAS:VOLT? (@2)", E.READ, 2, None),
                            ("MEAS:VOLT? (@3)", E.READ, 3, None)], None),
     # A ';' inside string or block data is refused (-151, -161: see ERRORS and
-    # tests/test_scpi_separators.py); other characters in data stay data.
+    # tests/scpi/test_scpi_separators.py); other characters in data stay data.
     ('FOO "x,OUTP ON",1', [('FOO "x,OUTP ON",1.0', E.UNKNOWN, None, None)], None),
     ('FOO "a""b:c"', [('FOO "a""b:c"', E.UNKNOWN, None, None)], None),
     ("FOO 'it''s *RST'", [('FOO "it\'s *RST"', E.UNKNOWN, None, None)], None),

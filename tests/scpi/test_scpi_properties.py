@@ -3,7 +3,7 @@
 (a) read-only is exactly "every unit reads" (a selection followed by reads allowed);
 (b) any text at all raises only ScpiError from classify, and nothing from is_read_only;
 (c) parse -> render -> parse is stable, and every rendering is one unit even to a parser that
-    splits at every ';' (tests/test_scpi_separators.py has the data-specific properties);
+    splits at every ';' (tests/scpi/test_scpi_separators.py has the data-specific properties);
 (d) every canonical rendering is answered by the simulated instrument (pyvisa-sim).
 """
 

@@ -138,7 +138,7 @@ def test_serve_and_token_commands(tmp_path: Path) -> None:
         url = re.search(r"http://127\.0\.0\.1:\d+", out)
         token = re.search(r"BENCH_GATE_TOKEN=(bg_\S+)", out)
         assert url and token and "psu" in out and "e36312a" in out
-        # The token commands in-process (tests/test_token_names.py runs the executable).
+        # The token commands in-process (tests/core/test_token_names.py runs the executable).
         made = run_cli("token", "create", "--name", "alice", "--role", "operator", "--db",
                        str(db))
         alice = made.stdout.strip().splitlines()[-1]
