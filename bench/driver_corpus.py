@@ -121,7 +121,8 @@ def qcodes_34465a(resource: str) -> None:
         dmm.close()
 
 
-#: Keithley2450 properties a real 2450 cannot answer either (tests/test_k2450.py says why).
+#: Keithley2450 properties a real 2450 cannot answer either
+#: (tests/instruments/test_k2450.py says why).
 NOT_2450 = frozenset({"options", "buffer_data", "error", *(
     f"{stat}_{what}" for stat in ("mean", "max", "min", "std")
     for what in ("voltage", "current", "resistance"))})

@@ -46,18 +46,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench_gate.scpi import (
+    Block,
     Classification,
     Effect,
     ProfileError,
+    QuotedString,
     ScpiError,
     classify,
     get_profile,
     is_read_only,
     lex,
+    pattern_spellings,
 )
-from bench_gate.scpi._lexer import Block, QuotedString
-from bench_gate.scpi._patterns import parse_pattern
-from bench_gate.scpi._patterns import spellings as all_spellings
 
 PROFILES = ("e36312a", "34465a", "generic")
 READ_LIKE = frozenset({Effect.READ, Effect.SELECT})
@@ -83,9 +83,9 @@ class Form:
 def _forms(profile: str) -> list[Form]:
     out: list[Form] = []
     for command in get_profile(profile).model.commands:
-        nodes = parse_pattern(command.header)
         common = command.header.startswith("*")
-        spellings = tuple(("*" if common else "") + ":".join(w) for w, _ in all_spellings(nodes))
+        spellings = tuple(("*" if common else "") + ":".join(w)
+                          for w in sorted(pattern_spellings(command.header)))
         for form, query in ((command.set, False), (command.query, True)):
             if form is not None:
                 out.append(Form(spellings, query, form.effect,

@@ -26,7 +26,7 @@ from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main", "parser"]
 
 #: ``journal ACTION``; anything else after ``journal`` is a run (``journal RUN`` shows it).
 JOURNAL_ACTIONS = ("show", "verify", "export", "archive")
@@ -85,7 +85,8 @@ def _every_command(p: argparse.ArgumentParser) -> None:
                     _global_options(sp, default=False)
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: every command with its options and help."""
     p = argparse.ArgumentParser(prog="bench-gate", description=(
         "An approval gateway for lab-bench instruments: queries pass, writes wait for a "
         "person."), epilog="`bench-gate wait`'s " + EXIT_HELP,
@@ -257,7 +258,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import GatewayError
 
-    args = _parser().parse_args(_legacy_journal(list(sys.argv[1:] if argv is None else argv)))
+    args = parser().parse_args(_legacy_journal(list(sys.argv[1:] if argv is None else argv)))
     try:
         code: int = args.fn(args)
         return code

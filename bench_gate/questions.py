@@ -73,9 +73,12 @@ class Question(BaseModel):
     @field_validator("options")
     @classmethod
     def _distinct(cls, options: list[Option]) -> list[Option]:
+        """An answer names its option by label, trimmed and case-folded: ``a`` and ``A``
+        would be one option."""
         labels = [o.label.strip().casefold() for o in options]
         if len(set(labels)) != len(labels):
-            raise ValueError("option labels must be distinct")
+            raise ValueError("option labels must be distinct (ignoring case and surrounding "
+                             "spaces)")
         return options
 
 

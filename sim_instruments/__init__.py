@@ -17,6 +17,7 @@ cannot model and serve each instrument on its own raw-socket port, like a LAN in
 '+5.00000000E+00'
 """
 
+from ._dl3021 import SimDl3021
 from ._dmm6500 import DMM6500_PROFILE, SimDmm6500
 from ._extra import EXTRA, SimServed, SimServedThread, extra_for_profile, extra_yaml_path
 from ._model import ERROR_QUEUE_DEPTH, PANEL, Probe, Session, SimDmm, SimInstrument, SimPsu
@@ -31,6 +32,7 @@ from ._resources import (
     open_resource_manager,
 )
 from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
+from ._settings import update_bench_yaml
 from ._smu import SMU_PROFILE, SimSmu
 
 __all__ = [
@@ -49,6 +51,7 @@ __all__ = [
     "Session",
     "SimBench",
     "SimBenchThread",
+    "SimDl3021",
     "SimDmm",
     "SimDmm6500",
     "SimInstrument",
@@ -62,4 +65,5 @@ __all__ = [
     "load_definition",
     "open_fresh_resource_manager",
     "open_resource_manager",
+    "update_bench_yaml",
 ]

@@ -181,8 +181,8 @@ class SimInstrument:
         #: reading's integration); the LAN server waits that long.
         self.busy = 0.0
         #: IEEE 488.2 §10.7 macros (*DMC label -> its commands), run while *EMC 1 (§10.10).
-        self._macros: dict[str, str] = {}
-        self._macros_on = False
+        self.macros: dict[str, str] = {}
+        self.macros_on = False
 
     @classmethod
     def open(cls, rm: pyvisa.ResourceManager, definition: Mapping[str, Any]) -> Self:
@@ -247,10 +247,10 @@ class SimInstrument:
             return session.errors.popleft()
         if self._macro(unit):
             return None
-        if self._macros_on and unit.header.lstrip(":") in self._macros:
+        if self.macros_on and unit.header.lstrip(":") in self.macros:
             # §10.7.6: with macros enabled, a label is expanded, even one that is a header.
-            return self.handle_message(self._macros[unit.header.lstrip(":")], session)
-        return self._execute(unit.canonical, unit.query)
+            return self.handle_message(self.macros[unit.header.lstrip(":")], session)
+        return self.perform(unit.canonical, unit.query)
 
     def _macro(self, unit: Unit) -> bool:
         """*DMC "label",<block> defines a macro, *EMC 1|0 enables it, *PMC purges them
@@ -262,11 +262,11 @@ class SimInstrument:
         if head == "*DMC" and len(params) == 2 and isinstance(params[0], QuotedString) \
                 and isinstance(params[1], Block | QuotedString):
             body = params[1].data if isinstance(params[1], Block) else params[1].text
-            self._macros[params[0].text.upper().lstrip(":")] = body
+            self.macros[params[0].text.upper().lstrip(":")] = body
         elif head == "*EMC" and params and isinstance(params[0], Number):
-            self._macros_on = bool(params[0].value)
+            self.macros_on = bool(params[0].value)
         elif head == "*PMC":
-            self._macros.clear()
+            self.macros.clear()
         return True
 
     def _shut_out(self, unit: Unit, session: Session) -> bool:
@@ -302,7 +302,7 @@ class SimInstrument:
     def execute(self, canonical: str, query: bool) -> str | None:
         """Run one canonical unit (no parsing); the answer of a query, if any."""
         with self._lock:
-            return self._execute(canonical, query)
+            return self.perform(canonical, query)
 
     def push_error(self, code: int, message: str) -> None:
         """Queue an error for ``SYST:ERR?``, as the instrument does for a refused message."""
@@ -315,7 +315,9 @@ class SimInstrument:
 
     # --- one unit
 
-    def _execute(self, canonical: str, query: bool) -> str | None:
+    def perform(self, canonical: str, query: bool) -> str | None:
+        """One canonical unit, the lock held: what every interface's unit comes to (a test
+        may wrap it on an instance to watch every unit, or to answer for the instrument)."""
         answer: str | None = None
         if query:
             answer = self._answer(canonical)

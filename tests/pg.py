@@ -8,6 +8,9 @@ that need it are skipped, unless ``$CI`` is set: in CI a missing PostgreSQL is a
 
 Use it from a test module with ``pg_cluster = pg.pg_cluster`` (module-level), or start one
 yourself: ``with PgCluster.create() as cluster: cluster.new_database()``.
+
+``execute_raw(store, sql, params)`` runs one statement on a store's database over a
+connection of its own, as another program (or an older gateway) would write it.
 """
 
 from __future__ import annotations
@@ -17,17 +20,19 @@ import os
 import pwd
 import shutil
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psycopg
 import pytest
 
-__all__ = ["PgCluster", "find_bin", "pg_cluster"]
+__all__ = ["PgCluster", "execute_raw", "find_bin", "pg_cluster"]
 
 RUN_AS = "postgres"
 
@@ -157,3 +162,17 @@ def start_or_skip() -> PgCluster:
 def pg_cluster() -> Iterator[PgCluster]:
     with start_or_skip() as cluster:
         yield cluster
+
+
+def execute_raw(store: Any, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """Run one statement (``?`` placeholders) on the database behind ``store`` (a
+    ``SqliteStore`` by its ``path``, a ``PostgresStore`` by its ``url``), committed, over a
+    connection of its own: the store's code is not involved."""
+    url = getattr(store, "url", None)
+    if url is None:
+        with sqlite3.connect(store.path) as cx:
+            cx.execute(sql, params)
+        cx.close()
+    else:
+        with psycopg.connect(url) as pcx:
+            pcx.execute(sql.replace("?", "%s"), params)

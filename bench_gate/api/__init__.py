@@ -4,5 +4,7 @@
 """
 
 from ._app import create_app
+from ._limits import BodyLimit  # the body cap, an ASGI middleware any app may wrap
+from ._schemas import takeover_out  # a request as the API shows it (a whole one or a listed one)
 
-__all__ = ["create_app"]
+__all__ = ["BodyLimit", "create_app", "takeover_out"]

@@ -6,9 +6,9 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from ..questions import Answer, Option, QuestionSet, QuestionStatus
+from ..questions import Answer, Option, Question, QuestionSet, QuestionStatus
 from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
 from ._schemas import Words, _Camel, _Out
 
@@ -19,26 +19,13 @@ WaitQuery = Annotated[float | None, Query(ge=0, description="long-poll up to thi
                                           "seconds (at most 60) for an answer")]
 
 
-class OptionIn(_Camel):
-    label: str = Field(min_length=1, max_length=120)
-    description: str = Field(default="", max_length=1000)
+# The core's models as request bodies (camelCase, unknown keys refused), their rules kept.
+class OptionIn(Option, _Camel):
+    pass
 
 
-class QuestionIn(_Camel):
-    text: str = Field(min_length=1, max_length=2000)
-    options: list[OptionIn] = Field(min_length=2, max_length=4)
-    allow_free_text: bool = False
-
-    @field_validator("options")
-    @classmethod
-    def _distinct(cls, options: list[OptionIn]) -> list[OptionIn]:
-        """An answer names its option by label, trimmed and case-folded: ``a`` and ``A``
-        would be one option."""
-        labels = [o.label.strip().casefold() for o in options]
-        if len(set(labels)) != len(labels):
-            raise ValueError("option labels must be distinct (ignoring case and surrounding "
-                             "spaces)")
-        return options
+class QuestionIn(Question, _Camel):
+    options: list[OptionIn] = Field(min_length=2, max_length=4)  # type: ignore[assignment]
 
 
 class AskBody(_Camel):
@@ -46,9 +33,8 @@ class AskBody(_Camel):
     timeout_minutes: int | None = Field(default=None, ge=1, le=1440)
 
 
-class AnswerIn(_Camel):
-    choice: str | None = Field(default=None, max_length=120)
-    text: str | None = Field(default=None, max_length=4000)
+class AnswerIn(Answer, _Camel):
+    pass
 
 
 class AnswerBody(_Camel):

@@ -8,9 +8,11 @@ True
 False
 """
 
-from ._classify import classify, is_read_only
+from ._classify import classify, classify_uncached, is_read_only
 from ._errors import ERROR_NAMES, ScpiError, ScpiExecutionError, ScpiSyntaxError
+from ._examples import PASSING, Example, command_examples, query_examples, sample_value
 from ._excitation import (
+    ExcitationSpec,
     Excites,
     applied,
     as_exciting,
@@ -19,8 +21,19 @@ from ._excitation import (
     measuring,
     unanswered,
 )
-from ._lexer import MAX_MESSAGE_LENGTH, RawUnit, lex
-from ._patterns import canonical_header
+from ._lexer import (
+    MAX_MESSAGE_LENGTH,
+    Block,
+    ChannelList,
+    CharData,
+    Data,
+    Expression,
+    Number,
+    QuotedString,
+    RawUnit,
+    lex,
+)
+from ._patterns import canonical_header, pattern_spellings
 from ._profile import Profile, available_profiles, get_profile
 from ._schema import (
     CommandSpec,
@@ -32,20 +45,30 @@ from ._schema import (
     SafeActionSpec,
 )
 from ._timing import Timing
-from ._units import Classification, Unit, Value, format_number, render_value
+from .units import Classification, Unit, Value, format_number, render_value
 
 __all__ = [
     "ERROR_NAMES",
     "MAX_MESSAGE_LENGTH",
+    "PASSING",
+    "Block",
+    "ChannelList",
+    "CharData",
     "Classification",
     "CommandSpec",
+    "Data",
     "Effect",
+    "Example",
+    "ExcitationSpec",
     "Excites",
+    "Expression",
     "FieldSpec",
     "FormSpec",
+    "Number",
     "ParamSpec",
     "Profile",
     "ProfileError",
+    "QuotedString",
     "RawUnit",
     "SafeActionSpec",
     "ScpiError",
@@ -59,6 +82,8 @@ __all__ = [
     "available_profiles",
     "canonical_header",
     "classify",
+    "classify_uncached",
+    "command_examples",
     "excitation_now",
     "format_number",
     "get_profile",
@@ -66,6 +91,9 @@ __all__ = [
     "lex",
     "measures_now",
     "measuring",
+    "pattern_spellings",
+    "query_examples",
     "render_value",
+    "sample_value",
     "unanswered",
 ]

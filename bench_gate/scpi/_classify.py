@@ -28,9 +28,9 @@ from ._params import ParamReader
 from ._patterns import canonical_header, canonical_with_suffix
 from ._profile import Profile, get_profile
 from ._schema import CommandSpec, Effect, FormSpec, ParamSpec, ProfileError
-from ._units import Classification, Unit, Value, render_data, render_param
+from .units import Classification, Unit, Value, render_data, render_param
 
-__all__ = ["classify", "is_read_only"]
+__all__ = ["classify", "classify_uncached", "is_read_only"]
 
 RE_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: An expansion template's channel list, dropped when the selection names the channel.
@@ -374,9 +374,15 @@ class _Resolver(ParamReader):
                      channel, form.field, value, canonical, form.local, note, form.measures)]
 
 
+def classify_uncached(message: str, profile: str = "generic", *, selected: int | None = None
+                      ) -> Classification:
+    """:func:`classify` without its cache: a full parse and classification every time."""
+    return _Resolver(message, get_profile(profile), selected).run()
+
+
 @functools.lru_cache(maxsize=16384)
 def _classify_cached(message: str, profile: str, selected: int | None) -> Classification:
-    return _Resolver(message, get_profile(profile), selected).run()
+    return classify_uncached(message, profile, selected=selected)
 
 
 def classify(message: str, profile: str = "generic", *, selected: int | None = None
@@ -390,7 +396,7 @@ def classify(message: str, profile: str = "generic", *, selected: int | None = N
     message costs one dictionary lookup.
     """
     if len(message) > CACHE_MAX_MESSAGE:
-        return _Resolver(message, get_profile(profile), selected).run()
+        return classify_uncached(message, profile, selected=selected)
     return _classify_cached(message, profile, selected)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ._profile import Profile
 from ._schema import CommandSpec, Effect, FormSpec, ParamSpec
-from ._units import format_number
+from .units import format_number
 
 __all__ = ["PASSING", "Example", "command_examples", "query_examples", "sample_value"]
 

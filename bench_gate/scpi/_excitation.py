@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
     from ._profile import Profile
-    from ._units import Classification
+    from .units import Classification
 
 __all__ = ["ExcitationSpec", "Excites", "applied", "as_exciting", "check_excitation",
            "excitation_now", "function_word", "measures_now", "measuring", "unanswered"]

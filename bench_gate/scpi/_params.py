@@ -12,7 +12,7 @@ from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
 from ._lexer import Block, ChannelList, CharData, Data, Number, QuotedString
 from ._profile import Profile
 from ._schema import ParamSpec
-from ._units import Value, format_number
+from .units import Value, format_number
 
 __all__ = ["ParamReader"]
 

@@ -27,7 +27,7 @@ from decimal import Decimal, InvalidOperation
 
 from ._profile import Profile
 from ._schema import Effect, FormSpec, TimingRole
-from ._units import Unit
+from .units import Unit
 
 __all__ = ["CAP", "Timing"]
 

@@ -7,17 +7,20 @@ from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
 from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
-from ._chain import GENESIS, ChainReport, Problem, Segment
+from ._chain import GENESIS, ChainReport, Problem, Segment, canonical_at, link
 from ._readlog import READ_LOG_TABLE, ReadLog
+from ._readlog import Row as ReadRow
 from ._sqlite import MIGRATIONS, SqliteStore
 
 if TYPE_CHECKING:
+    from ._postgres import MIGRATIONS as POSTGRES_MIGRATIONS
     from ._postgres import PostgresStore
 
-__all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "READ_LOG_TABLE", "ChainReport",
-           "PendingCheck", "PostgresStore", "Problem", "ReadLog",
+__all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "POSTGRES_MIGRATIONS", "READ_LOG_TABLE",
+           "ChainReport", "PendingCheck", "PostgresStore", "Problem", "ReadLog", "ReadRow",
            "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store", "archive",
-           "default_archive_dir", "export_run", "open_store", "verify_file", "verify_store"]
+           "canonical_at", "default_archive_dir", "export_run", "link", "open_store",
+           "verify_file", "verify_store"]
 
 #: URL schemes that select the PostgreSQL store (libpq accepts both).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -37,9 +40,13 @@ def open_store(url: str | Path) -> SqliteStore | PostgresStore:
 
 
 def __getattr__(name: str) -> object:
-    # ``PostgresStore`` is imported on first use, so SQLite users never load psycopg.
+    # The PostgreSQL names are imported on first use, so SQLite users never load psycopg.
     if name == "PostgresStore":
         from ._postgres import PostgresStore
 
         return PostgresStore
+    if name == "POSTGRES_MIGRATIONS":
+        from ._postgres import MIGRATIONS
+
+        return MIGRATIONS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

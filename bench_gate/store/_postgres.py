@@ -346,7 +346,7 @@ class PostgresStore(SqlStore):
             self._append(cx, events)
         return events
 
-    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
+    def fold_rows(self, rows: list[Row], log_id: str, upto: int) -> None:
         with self._tx() as cx:  # committed, without waiting for the WAL flush (as reads were)
             cx.execute("SET LOCAL synchronous_commit TO OFF")
             cx.execute(q.KV_PUT, (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))

@@ -108,6 +108,9 @@ class ReadLog:
     """One gateway's read log file. ``write`` is the read's path; the store folds
     (:meth:`take`, :meth:`folded`) under :attr:`folding`."""
 
+    #: A log this much larger than its unfolded records is rewritten with only them.
+    compact_bytes = COMPACT_BYTES
+
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +232,7 @@ class ReadLog:
                 if not self._pending:
                     os.ftruncate(self._fd, self._header)
                     self._size = self._header
-                elif self._size > COMPACT_BYTES:
+                elif self._size > self.compact_bytes:
                     self._compact()
             except OSError as exc:  # the records are committed: a longer file only waits
                 logger.warning("read log %s: cannot cut it: %s", self.path, exc)

@@ -89,7 +89,7 @@ class SqlStore(abc.ABC):
     def append(self, events: list[Event], durable: bool = True) -> list[Event]: ...
 
     @abc.abstractmethod
-    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
+    def fold_rows(self, rows: list[Row], log_id: str, upto: int) -> None:
         """Chain and insert ``rows`` (the read log's records up to number ``upto``) and
         mark them folded for ``log_id``, in one transaction that does not wait for the
         disk."""
@@ -144,7 +144,7 @@ class SqlStore(abc.ABC):
         folded = 0
         with log.folding:
             while batch := log.take(FOLD_RECORDS):
-                self._fold([row for r in batch for row in r[1]], log.id, batch[-1][0])
+                self.fold_rows([row for r in batch for row in r[1]], log.id, batch[-1][0])
                 log.folded(batch[-1][0])
                 folded += len(batch)
         return folded

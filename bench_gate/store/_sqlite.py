@@ -280,7 +280,7 @@ class SqliteStore(SqlStore):
         raise StoreError(f"the journal's head moved under {_CHAIN_RETRIES} appends in a row; "
                          "nothing of this one was journaled")
 
-    def _fold(self, rows: list[Row], log_id: str, upto: int) -> None:
+    def fold_rows(self, rows: list[Row], log_id: str, upto: int) -> None:
         """On the ``synchronous=NORMAL`` connection: the next durable commit makes it
         durable, as a read's own commit was before the read log."""
         mark = (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto}))

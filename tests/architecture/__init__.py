@@ -1,0 +1,1 @@
+"""The code's own rules, read from the source: import rules, public names."""

@@ -1,0 +1,1 @@
+"""The doors, one package each (bench_gate/api, mcp, proxy, web and the CLI)."""

@@ -1,0 +1,1 @@
+"""The HTTP door (bench_gate/api/)."""

@@ -1,0 +1,1 @@
+"""The CLI (bench_gate/cli.py and _cli_*.py)."""

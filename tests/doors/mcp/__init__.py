@@ -1,0 +1,1 @@
+"""The MCP door (bench_gate/mcp/)."""

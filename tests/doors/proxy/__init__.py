@@ -1,0 +1,1 @@
+"""The raw SCPI socket door (bench_gate/proxy/), with real drivers."""

@@ -1,0 +1,1 @@
+"""The console (bench_gate/web/): HTTP and headless Chromium."""

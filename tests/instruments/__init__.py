@@ -1,0 +1,1 @@
+"""Each instrument's profile on its simulator, through the doors."""

@@ -1,0 +1,1 @@
+"""bench_gate/scpi/: lexing, classification, rendering, timing."""

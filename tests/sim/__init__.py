@@ -1,0 +1,1 @@
+"""The simulated bench (sim_instruments/)."""

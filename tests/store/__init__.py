@@ -1,0 +1,1 @@
+"""bench_gate/store/ and the journal: both backends, the chain, paging."""
