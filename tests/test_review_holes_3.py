@@ -1,0 +1,126 @@
+"""The third hostile review: the decision side and the doors, each attack proven on the
+simulator's own port (never the gateway's word for it) and each closed as a class
+(docs/reliability.md section 7).
+
+1. coupled outputs: a pairing (the SPD3303X's ``OUTP:TRACK 1|2``, the E36312A's
+   ``OUTP:PAIR SER|PAR``) makes one channel follow another and joins their terminals, so
+   the DUT sees a sum no channel's envelope bounds. Entering one is refused; one already
+   set at the front panel is judged conservatively (the follower takes the leader's
+   setpoints in the predicted state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
+from tests.test_review_holes_2 import _everything
+
+SPD_LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
+              2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5"))}
+
+
+@pytest.fixture
+def supply_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("spd3303x") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
+    return served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+
+
+def _spd_state(supply_sim: SimServedThread) -> tuple[Decimal, bool]:
+    """CH2's voltage setpoint and output on the SPD3303X's own port."""
+    with own_port(supply_sim.resource_name) as res:
+        word = int(res.query("SYST:STAT?"), 16)
+        return Decimal(res.query("CH2:VOLT?")), bool(word >> 5 & 1)
+
+
+# ------------------------------------------------------------------ 1. coupled outputs
+@pytest.mark.parametrize("mode", ["1", "2"])
+async def test_the_gateway_never_enters_series_or_parallel_tracking(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        supply_sim: SimServedThread, mode: str) -> None:
+    """``OUTP:TRACK 1`` (series) with every approval granted, CH2 on at 3 V under its 6 V
+    envelope: CH2 then followed CH1, and ``CH1:VOLT 10`` (inside CH1's 12 V, one setpoint
+    approval) put CH2 at 10 V, and 20 V across the joined terminals. The envelope is per
+    channel and cannot bound the sum, so entering a pairing is refused, never held."""
+    run = gateway.create_run(script, "script", goal="a split supply")
+    done = await _everything(gateway, run.id, "spd",
+                             "CH2:CURR 0.2;:CH2:VOLT 3;:OUTP CH2,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    result = await gateway.submit(run.id, "spd", f"OUTP:TRACK {mode}")
+    assert result.status == "refused", result
+    assert result.code == -222 and f"mode {mode} is outside" in result.reason, result
+    with own_port(supply_sim.resource_name) as res:
+        assert int(res.query("SYST:STAT?"), 16) >> 2 & 0b11 == 0b01, "still independent"
+    await _everything(gateway, run.id, "spd", "CH1:VOLT 10", olga, pete)
+    assert _spd_state(supply_sim) == (Decimal(3), True)
+
+
+async def test_a_pairing_set_at_the_panel_is_judged_on_the_follower(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        supply_sim: SimServedThread) -> None:
+    """Series tracking set at the SPD3303X's front panel, CH2 on at 3 V: ``CH1:VOLT 10``
+    would move CH2 to 10 V against its 6 V envelope. The prediction copies CH1's setpoint
+    into CH2 while the status word says paired, so it is refused (-222) naming CH2."""
+    run = gateway.create_run(script, "script", goal="a split supply")
+    done = await _everything(gateway, run.id, "spd",
+                             "CH2:CURR 0.2;:CH2:VOLT 3;:OUTP CH2,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    # The front panel's key (the simulator parses with the gateway's profile, which now
+    # refuses it, so the unit goes to its model directly).
+    supply_sim.instrument.execute("OUTP:TRACK 1", False)
+    with own_port(supply_sim.resource_name) as res:
+        assert int(res.query("SYST:STAT?"), 16) >> 2 & 0b11 == 0b11, "series"
+    result = await gateway.submit(run.id, "spd", "CH1:VOLT 10")
+    assert result.status == "refused" and result.code == -222, result
+    assert "CH2" in result.reason, result.reason
+    assert _spd_state(supply_sim) == (Decimal(3), True)
+    with own_port(supply_sim.resource_name) as res:
+        assert Decimal(res.query("CH1:VOLT?")) == 0
+
+
+async def test_the_e36312a_never_enters_a_pairing(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """``OUTP:PAIR SER`` joins the E36312A's CH2 and CH3 (E36300 guide, OUTPut:PAIR): the
+    DUT sees their sum. Refused, never held; ``OUTP:PAIR OFF`` still needs every approval."""
+    run = gateway.create_run(script, "script", goal="a higher voltage")
+    for mode in ("SER", "PAR"):
+        result = await gateway.submit(run.id, "psu", f"OUTP:PAIR {mode}")
+        assert result.status == "refused" and result.code == -224, result
+        assert "must be one of OFF" in result.reason, result.reason
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert panel.query("OUTP:PAIR?").strip() == "OFF"
+    off = await gateway.submit(run.id, "psu", "OUTP:PAIR OFF")
+    assert off.status == "pending" and len(off.request.required) == 3, off
+
+
+async def test_an_e36312a_pairing_set_at_the_panel_is_judged_on_ch3(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """``OUTP:PAIR SER`` set at the panel with CH3 on at 3 V under a 5 V envelope: a CH2
+    setpoint of 10 V is judged on CH3 too, and refused (-222) naming CH3."""
+    gateway.config.envelope["psu"][3] = ChannelLimits(voltage=Decimal(5),
+                                                      current=Decimal("0.5"))
+    run = gateway.create_run(script, "script", goal="a higher voltage")
+    done = await _everything(gateway, run.id, "psu",
+                             "CURR 0.2,(@3);:VOLT 3,(@3);:OUTP ON,(@3)", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    sim.bench.psu.execute("OUTP:PAIR SER", False)  # the front panel's key, as above
+    result = await gateway.submit(run.id, "psu", "VOLT 10,(@2)")
+    assert result.status == "refused" and result.code == -222, result
+    assert "CH3" in result.reason, result.reason
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert Decimal(panel.query("VOLT? (@2)")) != 10
