@@ -178,10 +178,12 @@ def _channel_of(key: str) -> int | None:
     return int(head[2:]) if head.startswith("ch") and head[2:].isdigit() else None
 
 
-def follow(profile: Profile, state: dict[str, str]) -> dict[str, str]:
+def follow(profile: Profile, state: dict[str, str], changed: str | None = None
+           ) -> dict[str, str]:
     """``state`` with the copies a coupling makes while it is on (``FieldSpec.copies``: the
     E36312A's tracking sets CH3's voltage with CH2's). A coupling whose state is unread
-    counts as on: a prediction that leaves a channel out fails open."""
+    counts as on: a prediction that leaves a channel out fails open. ``changed``: copy from
+    that key only, so a coupling both ways (the DP832's) copies the value just set."""
     out = dict(state)
     for name, spec in profile.fields.items():
         if not spec.copies:
@@ -190,7 +192,7 @@ def follow(profile: Profile, state: dict[str, str]) -> dict[str, str]:
         if all(flag in ("0", "OFF", "False") for flag in flags):
             continue
         for source, targets in spec.copies.items():
-            if source in out:
+            if source in out and changed in (None, source):
                 out.update(dict.fromkeys(targets, out[source]))
     return out
 

@@ -7,6 +7,9 @@ simulator's own port (never the gateway's word for it) and each closed as a clas
    the DUT sees a sum no channel's envelope bounds. Entering one is refused; one already
    set at the front panel is judged conservatively (the follower takes the leader's
    setpoints in the predicted state).
+2. tracking on another profile: the DP832's ``OUTP:TRAC CH1,ON`` makes CH1 and CH2 follow
+   each other's setpoints, which the prediction did not know (only the E36312A's was
+   modelled); a coupling may copy both ways.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from sim_instruments import SimBenchThread, SimServedThread
@@ -35,8 +38,19 @@ def supply_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
-    return served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+def dp832_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, supply_sim: SimServedThread,
+           dp832_sim: SimServedThread) -> BenchConfig:
+    cfg = served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+    cfg.instruments.append(InstrumentConfig(name="dp832", resource=dp832_sim.resource_name,
+                                            profile="dp832", socket_port=0))
+    cfg.envelope["dp832"] = dict(SPD_LIMITS)
+    return cfg
 
 
 def _spd_state(supply_sim: SimServedThread) -> tuple[Decimal, bool]:
@@ -124,3 +138,32 @@ async def test_an_e36312a_pairing_set_at_the_panel_is_judged_on_ch3(
     assert "CH3" in result.reason, result.reason
     with own_port(sim.psu_resource_name, panel=True) as panel:
         assert Decimal(panel.query("VOLT? (@2)")) != 10
+
+
+# ------------------------------------------------------------------ 2. tracking both ways
+@pytest.mark.parametrize(("track", "message"), [("CH1", "SOUR1:VOLT 10"),
+                                                ("CH2", "SOUR1:VOLT 10")])
+async def test_a_dp832_setpoint_never_moves_a_tracking_channel_outside_its_envelope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread, track: str, message: str) -> None:
+    """Tracking set at the DP832's panel, CH2 on at 3 V under its 6 V envelope: a CH1
+    setpoint of 10 V (inside CH1's 12 V, one setpoint approval) moves CH2 to 10 V too
+    (DP800 guide, :OUTPut:TRACk). Judged on CH2 as well, so refused (-222) naming CH2; a
+    CH2 setpoint inside moves CH1 with it and is judged so."""
+    run = gateway.create_run(script, "script", goal="a symmetric bias")
+    done = await _everything(gateway, run.id, "dp832",
+                             "SOUR2:CURR 0.2;:SOUR2:VOLT 3;:OUTP CH2,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    with own_port(dp832_sim.resource_name) as res:
+        res.write(f"OUTP:TRAC {track},ON")
+        assert res.query(f"OUTP:TRAC? {track}").strip() == "ON"
+    result = await gateway.submit(run.id, "dp832", message)
+    assert result.status == "refused" and result.code == -222, result
+    assert "CH2" in result.reason, result.reason
+    held = await gateway.submit(run.id, "dp832", "SOUR2:VOLT 5")
+    assert held.status == "pending", held
+    proposed = held.request.handoff["proposed"]
+    assert proposed["ch2.voltage"] == "5.0" and proposed["ch1.voltage"] == "5.0", proposed
+    with own_port(dp832_sim.resource_name) as res:
+        assert Decimal(res.query("SOUR2:VOLT?")) == 3
+        assert Decimal(res.query("SOUR1:VOLT?")) == 0
