@@ -167,3 +167,9 @@ async def test_a_dp832_setpoint_never_moves_a_tracking_channel_outside_its_envel
     with own_port(dp832_sim.resource_name) as res:
         assert Decimal(res.query("SOUR2:VOLT?")) == 3
         assert Decimal(res.query("SOUR1:VOLT?")) == 0
+    await gateway.grant(held.request.id, olga, ["setpoint"],
+                        proposal_hash=held.request.proposal_hash)
+    done = gateway.get_request(held.request.id)
+    assert done.status.value == "executed", done.outcome
+    with own_port(dp832_sim.resource_name) as res:  # the simulator tracks
+        assert Decimal(res.query("SOUR2:VOLT?")) == Decimal(res.query("SOUR1:VOLT?")) == 5
