@@ -10,6 +10,8 @@ simulator's own port (never the gateway's word for it) and each closed as a clas
 2. tracking on another profile: the DP832's ``OUTP:TRAC CH1,ON`` makes CH1 and CH2 follow
    each other's setpoints, which the prediction did not know (only the E36312A's was
    modelled); a coupling may copy both ways.
+3. one person, two token names: a format character (a zero-width space) between a letter
+   and its combining accent survived as a second spelling of the same name.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from bench_gate.auth import normalize_name
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
@@ -173,3 +178,26 @@ async def test_a_dp832_setpoint_never_moves_a_tracking_channel_outside_its_envel
     assert done.status.value == "executed", done.outcome
     with own_port(dp832_sim.resource_name) as res:  # the simulator tracks
         assert Decimal(res.query("SOUR2:VOLT?")) == Decimal(res.query("SOUR1:VOLT?")) == 5
+
+
+# ------------------------------------------------------------------ 3. one person, two names
+@pytest.mark.parametrize(("one", "other"), [
+    ("\u00f3lga", "o\u200b\u0301lga"),  # ó, and o + zero-width space + combining acute
+    ("olga", "\uff2f\uff4c\uff47\uff41"),  # fullwidth
+    ("kate", "\u212aate"),  # Kelvin sign
+    ("ross", "ro\u017f\u017f"),  # long s
+    ("olga", " OLGA\u200e "),  # case, spaces, a direction mark
+])
+def test_spellings_of_one_name_are_one_person(one: str, other: str) -> None:
+    """``ólga`` held a token; ``o<ZWSP><U+0301>lga`` normalized to an uncomposed
+    ``o<U+0301>lga``, passed the uniqueness check and got a second token. Format
+    characters are removed before the Unicode normalization, so both are one name."""
+    assert normalize_name(one) == normalize_name(other)
+
+
+@given(st.text(max_size=12))
+def test_normalizing_a_name_twice_changes_nothing(raw: str) -> None:
+    """Names are stored normalized and compared normalized again: one pass is final."""
+    once = normalize_name(raw)
+    assert normalize_name(once) == once
+    assert normalize_name("\u200b".join(raw)) == normalize_name(raw.replace("\u200b", ""))
