@@ -174,8 +174,15 @@ def safe_commands(profile: Profile, channels: list[int]) -> list[str]:
 
 
 def _channel_of(key: str) -> int | None:
-    head = key.split(".", 1)[0]
+    head = key.removeprefix("-").split(".", 1)[0]
     return int(head[2:]) if head.startswith("ch") and head[2:].isdigit() else None
+
+
+def _negate(value: str) -> str:
+    try:
+        return format_number(-Decimal(value))
+    except InvalidOperation:
+        return value  # unreadable stays unreadable: the envelope counts it outside
 
 
 def follow(profile: Profile, state: dict[str, str], changed: str | None = None
@@ -193,7 +200,9 @@ def follow(profile: Profile, state: dict[str, str], changed: str | None = None
             continue
         for source, targets in spec.copies.items():
             if source in out and changed in (None, source):
-                out.update(dict.fromkeys(targets, out[source]))
+                for target in targets:  # "-ch3.voltage": the opposite sign (E3631A)
+                    out[target.removeprefix("-")] = (_negate(out[source])
+                                                     if target.startswith("-") else out[source])
     return out
 
 

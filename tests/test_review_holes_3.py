@@ -49,12 +49,22 @@ def dp832_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread,
-           dp832_sim: SimServedThread) -> BenchConfig:
+def e3631a_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("e3631a") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, supply_sim: SimServedThread, dp832_sim: SimServedThread,
+           e3631a_sim: SimServedThread) -> BenchConfig:
     cfg = served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
-    cfg.instruments.append(InstrumentConfig(name="dp832", resource=dp832_sim.resource_name,
-                                            profile="dp832", socket_port=0))
+    for name, served in (("dp832", dp832_sim), ("e3631a", e3631a_sim)):
+        cfg.instruments.append(InstrumentConfig(name=name, resource=served.resource_name,
+                                                profile=name, socket_port=0))
     cfg.envelope["dp832"] = dict(SPD_LIMITS)
+    cfg.envelope["e3631a"] = {1: ChannelLimits(voltage=Decimal(6), current=Decimal(1)),
+                              2: ChannelLimits(voltage=Decimal(12), current=Decimal("0.5")),
+                              3: ChannelLimits(voltage=Decimal(5), current=Decimal("0.5"))}
     return cfg
 
 
@@ -178,6 +188,29 @@ async def test_a_dp832_setpoint_never_moves_a_tracking_channel_outside_its_envel
     assert done.status.value == "executed", done.outcome
     with own_port(dp832_sim.resource_name) as res:  # the simulator tracks
         assert Decimal(res.query("SOUR2:VOLT?")) == Decimal(res.query("SOUR1:VOLT?")) == 5
+
+
+
+@pytest.mark.parametrize("message", ["APPL P25V,10,0.1", "INST P25V;:VOLT 10"])
+async def test_an_e3631a_setpoint_never_moves_the_tracking_negative_output_outside(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread, message: str) -> None:
+    """Track mode set at the E3631A's panel (OUTPut:TRACk: the -25V output follows the +25V
+    output's voltage, with the opposite sign), outputs on, N25V at -3 V under its 5 V
+    envelope: +10 V on P25V (inside its 12 V) would put N25V at -10 V. Judged on N25V
+    (CH3) by magnitude, so refused (-222) naming CH3; one inside reads back as predicted."""
+    with own_port(e3631a_sim.resource_name) as res:
+        for command in ("APPL N25V,-3,0.2", "APPL P25V,3,0.2", "OUTP:TRAC ON", "OUTP ON"):
+            res.write(command)
+        assert res.query("OUTP:TRAC?").strip() in ("1", "ON")
+    run = gateway.create_run(script, "script", goal="a symmetric bias")
+    result = await gateway.submit(run.id, "e3631a", message)
+    assert result.status == "refused" and result.code == -222, result
+    assert "CH3" in result.reason, result.reason
+    inside = await _everything(gateway, run.id, "e3631a", "APPL P25V,4,0.1", olga, pete)
+    assert inside.request.status.value == "executed", inside.request.outcome
+    with own_port(e3631a_sim.resource_name) as res:  # the simulator tracks
+        assert Decimal(res.query("INST N25V;:VOLT?")) == -4
 
 
 # ------------------------------------------------------------------ 3. one person, two names
