@@ -10,6 +10,8 @@ simulator's own port (never the gateway's word for it) and each closed as a clas
 2. tracking on another profile: the DP832's ``OUTP:TRAC CH1,ON`` makes CH1 and CH2 follow
    each other's setpoints, which the prediction did not know (only the E36312A's was
    modelled); a coupling may copy both ways.
+4. approve-with-edits, for any edit text: an edit never leaves the envelope, never moves
+   another channel or another field, and every bad value is a clear error.
 3. one person, two token names: a format character (a zero-width space) between a letter
    and its combining accent survived as a second spelling of the same name.
 """
@@ -21,11 +23,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench_gate.auth import normalize_name
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
+from bench_gate.errors import GatewayError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from sim_instruments import SimBenchThread, SimServedThread
@@ -234,3 +237,44 @@ def test_normalizing_a_name_twice_changes_nothing(raw: str) -> None:
     once = normalize_name(raw)
     assert normalize_name(once) == once
     assert normalize_name("\u200b".join(raw)) == normalize_name(raw.replace("\u200b", ""))
+
+
+# ------------------------------------------------------------------ 4. edits, any text
+_EDIT_TEXT = st.one_of(
+    st.sampled_from(["1", "5.5", "MAX", "MIN", "DEF", "NaN", "INF", "-INF", "1e309", "-0",
+                     "1,(@1)", "(@3),1", "1;:OUTP ON,(@2)", "1\n", "#H10", "1 V", "1mV",
+                     "2.5E0,(@1:3)", "\"1\"", "#15hello", "", " ", "1,CH1"]),
+    st.text(alphabet=st.sampled_from(list("0123456789.,;:-+eE@()# VvMAXINF\"'\n")),
+            max_size=14))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=_EDIT_TEXT)
+async def test_an_edit_never_leaves_the_envelope_or_its_field(
+        gateway: Gateway, script: Principal, olga: Principal, sim: Any, raw: str) -> None:
+    """``VOLT 2,(@2)`` held on the E36312A (CH2 under 6 V here): olga approves it with the
+    edit ``CH2.voltage=<any text>``. Either a clear error (nothing recorded, the proposal
+    as it was), or the same one action on CH2's voltage with a value inside the envelope."""
+    gateway.config.envelope["psu"][2] = ChannelLimits(voltage=Decimal(6),
+                                                      current=Decimal("0.5"))
+    run = gateway.create_run(script, "script", goal="an edit")
+    held = await gateway.submit(run.id, "psu", "VOLT 2,(@2)")
+    req = held.request
+    assert req is not None
+    try:
+        done = await gateway.grant(req.id, olga, ["setpoint"], edits={"CH2.voltage": raw},
+                                   proposal_hash=req.proposal_hash)
+    except GatewayError as exc:
+        assert str(exc), "a reason"
+        after = gateway.get_request(req.id)
+        assert after.proposal_hash == req.proposal_hash and not after.approvals
+        await gateway.cancel(req.id, script)
+        return
+    (action,) = done.request.actions
+    assert (action.channel, action.field, action.effect) == (2, "voltage", "setpoint")
+    assert action.canonical.startswith("VOLT ") and action.canonical.endswith(",(@2)")
+    assert abs(Decimal(action.new or "nan")) <= 6, action
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert Decimal(panel.query("VOLT? (@2)")) == Decimal(action.new or "nan")
+        assert Decimal(panel.query("VOLT? (@1)")) == 0
