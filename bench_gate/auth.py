@@ -58,9 +58,11 @@ def normalize_name(name: str) -> str:
 
     Token names are unique in this form, and a verified token's Principal carries it, so
     every comparison of people (who requested, who approved what) sees one spelling."""
-    text = unicodedata.normalize("NFKC", name)
+    # Format characters go first: removed after, "o<ZWSP><U+0301>" came out as an
+    # uncomposed "o<U+0301>", a second name for "ó" (and normalizing again changed it).
+    text = "".join(c for c in name if unicodedata.category(c) != "Cf")
+    text = unicodedata.normalize("NFKC", text)
     text = unicodedata.normalize("NFKC", text.casefold())
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
     return _RE_SPACES.sub(" ", text).strip()
 
 

@@ -174,14 +174,23 @@ def safe_commands(profile: Profile, channels: list[int]) -> list[str]:
 
 
 def _channel_of(key: str) -> int | None:
-    head = key.split(".", 1)[0]
+    head = key.removeprefix("-").split(".", 1)[0]
     return int(head[2:]) if head.startswith("ch") and head[2:].isdigit() else None
 
 
-def follow(profile: Profile, state: dict[str, str]) -> dict[str, str]:
+def _negate(value: str) -> str:
+    try:
+        return format_number(-Decimal(value))
+    except InvalidOperation:
+        return value  # unreadable stays unreadable: the envelope counts it outside
+
+
+def follow(profile: Profile, state: dict[str, str], changed: str | None = None
+           ) -> dict[str, str]:
     """``state`` with the copies a coupling makes while it is on (``FieldSpec.copies``: the
     E36312A's tracking sets CH3's voltage with CH2's). A coupling whose state is unread
-    counts as on: a prediction that leaves a channel out fails open."""
+    counts as on: a prediction that leaves a channel out fails open. ``changed``: copy from
+    that key only, so a coupling both ways (the DP832's) copies the value just set."""
     out = dict(state)
     for name, spec in profile.fields.items():
         if not spec.copies:
@@ -190,8 +199,10 @@ def follow(profile: Profile, state: dict[str, str]) -> dict[str, str]:
         if all(flag in ("0", "OFF", "False") for flag in flags):
             continue
         for source, targets in spec.copies.items():
-            if source in out:
-                out.update(dict.fromkeys(targets, out[source]))
+            if source in out and changed in (None, source):
+                for target in targets:  # "-ch3.voltage": the opposite sign (E3631A)
+                    out[target.removeprefix("-")] = (_negate(out[source])
+                                                     if target.startswith("-") else out[source])
     return out
 
 

@@ -147,8 +147,8 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
                             f"plan's {format_number(scope.current_max)} A")
             else:
                 return f"{unit.canonical} is not covered by the plan"
-            state[f"ch{ch}.{unit.field}"] = format_number(value)
-            followed = follow(profile, state)  # a coupling moves other channels with it
+            state[key := f"ch{ch}.{unit.field}"] = format_number(value)
+            followed = follow(profile, state, key)  # a coupling moves other channels with it
             moved = sorted(k for k, v in followed.items() if state.get(k) != v)
             if moved:
                 return (f"{', '.join(moved)} would follow CH{ch} (a coupling is on): the "

@@ -122,9 +122,10 @@ class Snapshots(Part):
         state = dict(snap.values)
         for a in actions:
             if a.field is not None and a.new is not None:
-                state[snapshot_key(a.channel, a.field)] = a.new
+                key = snapshot_key(a.channel, a.field)
+                state[key] = a.new
                 if profile is not None:
-                    state = envelope.follow(profile, state)
+                    state = envelope.follow(profile, state, key)
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:

@@ -32,6 +32,8 @@ _MODE = re.compile(r"OUTP:MODE\? CH(\d)")
 _OUTPUT = re.compile(r"OUTP\? CH(\d)")
 #: :OUTPut:TRACk[:STATe] [CH1|CH2,]ON|OFF: kept by the model, one state per channel.
 _TRACK = re.compile(r"OUTP:TRAC(\?)? CH(\d)(?:,(ON|OFF))?")
+#: A CH1 or CH2 setpoint; while either's track is on, the other follows (DP800 guide).
+_SETPOINT = re.compile(r"SOUR([12]):(VOLT|CURR) ([-+0-9.E]+)")
 #: Clearing a protection that never trips here: taken, nothing to clear.
 _CLEAR = re.compile(r"(?:SOUR\d:(?:VOLT|CURR):PROT|OUTP:O[VC]P):CLE(?: CH\d)?")
 #: The rating each channel's APPL? names (DP800 guide: ``CH1:30V/3A,5.000,1.0000``).
@@ -71,6 +73,12 @@ class SimDp832(SimInstrument):
 
     def _selected(self) -> int:
         return int(self._get("selected"))
+
+    def _after_write(self, canonical: str) -> None:
+        super()._after_write(canonical)
+        if (m := _SETPOINT.fullmatch(canonical)) and "ON" in (self._track[1], self._track[2]):
+            other = 3 - int(m[1])
+            self._set(f"ch{other}_{'voltage' if m[2] == 'VOLT' else 'current'}", float(m[3]))
 
     def _model_write(self, canonical: str) -> bool:
         if (m := _TRACK.fullmatch(canonical)) and m[3]:

@@ -26,6 +26,8 @@ E3631A_PROFILE = "e3631a"
 _SELECTION = re.compile(r"INST:(N?)SEL\? \(@(\d)\)")
 _MEASURE = re.compile(r"MEAS:(VOLT|CURR)\? \(@(\d)\)")
 _NAMES = {1: "P6V", 2: "P25V", 3: "N25V"}
+#: A +25V or -25V voltage setpoint; in track mode the other takes it with the opposite sign.
+_TRACKED = re.compile(r"VOLT ([-+0-9.E]+),\(@([23])\)")
 
 
 class SimE3631a(SimInstrument):
@@ -54,6 +56,11 @@ class SimE3631a(SimInstrument):
         load = float(self._get(f"ch{channel}_load"))
         amps = min(abs(volts) / load, float(self._get(f"ch{channel}_current")))
         return (amps * load if volts >= 0 else -amps * load), amps
+
+    def _after_write(self, canonical: str) -> None:
+        super()._after_write(canonical)
+        if (m := _TRACKED.fullmatch(canonical)) and int(self._get("set_outp_trac")):
+            self._set(f"ch{5 - int(m[2])}_voltage", -float(m[1]))
 
     def _selected(self) -> int:
         return int(self._get("selected"))

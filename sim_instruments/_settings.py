@@ -36,6 +36,13 @@ __all__ = [
 
 #: A choice of ON, OFF (and ONCE) is kept as 1 or 0, as the instrument answers it.
 ON_OFF = frozenset({"ON", "OFF", "ONCE"})
+
+
+def on_off_choice(spec: ParamSpec) -> bool:
+    """A choice the simulator keeps as 1/0: ON with OFF (or ONCE). OFF alone (the
+    E36312A's ``OUTP:PAIR``, narrowed by its profile) is a word like any other."""
+    words = {c.upper() for c in spec.choices}
+    return "ON" in words and words <= ON_OFF
 #: SCPI-99 Vol. 1 §7.2.1.4: INFinity is 9.9E37.
 INFINITY = Decimal("9.9E37")
 #: Common commands bench.yaml models by hand (IEEE 488.2 status enables, saved states).
@@ -61,7 +68,7 @@ def _kind(spec: ParamSpec | None) -> str:
         return "float"
     if spec.type in ("integer", "boolean"):
         return "int"
-    if spec.type == "choice" and {c.upper() for c in spec.choices} <= ON_OFF:
+    if spec.type == "choice" and on_off_choice(spec):
         return "int"
     return "str"
 
@@ -276,7 +283,7 @@ def resolve_keywords(profile: Profile, canonical: str) -> str:
                 value = _number(spec, datum.text)
                 text = _render(value, spec) if value is not None else text
             elif spec.type == "boolean" or (
-                    spec.type == "choice" and {c.upper() for c in spec.choices} <= ON_OFF):
+                    spec.type == "choice" and on_off_choice(spec)):
                 text = "1" if datum.text == "ON" else "0"
         texts.append(text)
     return canonical.split(" ", 1)[0] + (" " + ",".join(texts) if texts else "")

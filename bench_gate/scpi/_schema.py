@@ -190,7 +190,8 @@ class FieldSpec(BaseModel):
     #: While this boolean field is on, the instrument copies fields into others: the
     #: E36312A's tracking (OUTPut:TRACk) makes CH3's voltage setpoint follow CH2's. Keys as
     #: in a snapshot (``ch2.voltage: [ch3.voltage]``); the predicted state applies them, so
-    #: a CH2 setpoint is judged on CH3 too.
+    #: a CH2 setpoint is judged on CH3 too. A target written ``-ch3.voltage`` takes the
+    #: opposite sign (the E3631A's -25V output tracking its +25V output).
     copies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 

@@ -56,7 +56,7 @@ def meter_panel(sim: SimBenchThread) -> Iterator[Any]:
     ("LIST:TOUT:BOST ON,0,1,(@1)", "LIST:TOUT:BOST 1,0,1,(@1)"),
     ("INST:COUP CH1,CH2", "INST:COUP CH1,CH2"),
     ("INST:COUP (@1:3)", "INST:COUP (@1,2,3)"),
-    ("OUTP:PAIR PAR", "OUTP:PAIR PAR"),
+    ("OUTP:PAIR OFF", "OUTP:PAIR OFF"),  # SER and PAR: tests/test_review_holes_3.py
 ])
 async def test_lists_and_coupling_are_held_for_every_approval(
         open_client: Callable[..., Any], gateway: Gateway, olga: Principal, message: str,
@@ -114,12 +114,12 @@ async def test_the_read_back_after_a_coupling_command_judges_the_real_state(
         open_client: Callable[..., Any], gateway: Gateway, olga: Principal,
         front_panel: Any) -> None:
     """The envelope is checked on what the instrument says after the write, whatever the
-    command was: CH2 above its limit and on, found after an approved OUTP:PAIR, is made
+    command was: CH2 above its limit and on, found after an approved OUTP:PAIR OFF, is made
     safe at once."""
     front_panel.write("VOLT 20,(@2)")
     front_panel.write("OUTP 1,(@2)")
     psu = open_client("psu", timeout=15000)
-    task = asyncio.ensure_future(in_thread(psu.write, "OUTP:PAIR SER"))
+    task = asyncio.ensure_future(in_thread(psu.write, "OUTP:PAIR OFF"))
     req = await next_pending(gateway)
     await gateway.grant(req.id, olga, EVERY, proposal_hash=req.proposal_hash)
     await task

@@ -5,9 +5,9 @@ left out, by the selection, which the gateway keeps per connection and always wr
 Through the socket door, with real pyvisa clients over TCP: reads pass; a setpoint is held
 and, once approved, reaches its channel alone (proven on the simulator's own port);
 ``OUTP CH1,ON`` needs the setpoint and output enable approvals and is read back from the
-status bit; the envelope applies per channel; series/parallel tracking needs every
-approval; the emergency stop switches every output off; a channel with no status bit
-(CH3) cannot be read, so it counts as energized.
+status bit; the envelope applies per channel; series/parallel tracking is refused
+(independent needs every approval); the emergency stop switches every output off; a
+channel with no status bit (CH3) cannot be read, so it counts as energized.
 """
 
 from __future__ import annotations
@@ -180,15 +180,23 @@ async def test_output_on_over_a_level_beyond_the_channels_envelope_is_refused(
 
 
 @pytest.mark.parametrize("mode", [1, 2])
-async def test_series_and_parallel_need_every_approval(
-        supply: Any, gateway: Gateway, olga: Principal, panel: Any, mode: int) -> None:
-    task = asyncio.ensure_future(in_thread(supply.write, f"OUTP:TRACK {mode}"))
-    req = await next_pending(gateway)
-    assert [(a.effect, a.canonical) for a in req.actions] == [("state", f"OUTP:TRACK {mode}")]
-    assert set(req.required) == set(ApprovalKind)
+async def test_series_and_parallel_are_refused(supply: Any, panel: Any, mode: int) -> None:
+    """Series and parallel join the terminals: no channel's envelope bounds the sum
+    (tests/test_review_holes_3.py). Refused through the door, never held."""
+    error = await in_thread(lambda: (supply.write(f"OUTP:TRACK {mode}"),
+                                     supply.query("SYST:ERR?"))[1])
+    assert error.startswith("-222,") and f"mode {mode} is outside" in error, error
     assert int(panel.query("SYST:STAT?"), 16) >> 2 & 3 == 0b01  # still independent
+
+
+async def test_independent_tracking_needs_every_approval(
+        supply: Any, gateway: Gateway, olga: Principal, panel: Any) -> None:
+    task = asyncio.ensure_future(in_thread(supply.write, "OUTP:TRACK 0"))
+    req = await next_pending(gateway)
+    assert [(a.effect, a.canonical) for a in req.actions] == [("state", "OUTP:TRACK 0")]
+    assert set(req.required) == set(ApprovalKind)
     await grant(gateway, olga, req, task)
-    assert int(panel.query("SYST:STAT?"), 16) >> 2 & 3 == {1: 0b11, 2: 0b10}[mode]
+    assert int(panel.query("SYST:STAT?"), 16) >> 2 & 3 == 0b01
 
 
 async def test_the_emergency_stop_switches_every_output_off(
