@@ -43,7 +43,7 @@ import pyvisa
 
 from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
-from bench_gate.scpi import ScpiError, classify
+from bench_gate.scpi import ScpiError, classify, get_profile
 from bench_gate.server import ServerThread
 from bench_gate.store import open_store
 from sim_instruments import SimBenchThread
@@ -209,11 +209,14 @@ def check_sims(logs: dict[str, SimLog], res: Results) -> None:
             # the write's own job: *IDN? and the read-back (channel 2's fields, and every
             # channel's enveloped fields), each asked once, then SYST:ERR?; nothing foreign
             # between. A client's read is a measurement or repeats a read-back query.
+            # A field with no channel in its query (a coupling's, OUTP:TRAC?) is read back too.
+            whole = {f.query for f in get_profile(PROFILES[name]).fields.values()
+                     if f.query and "{ch}" not in f.query}
             j = i + 1
             asked: set[str] = set()
             while j < len(msgs) and msgs[j] != "SYST:ERR?":
                 if msgs[j] in asked or msgs[j].startswith("MEAS:") or not (
-                        msgs[j].endswith(")") or msgs[j] == "*IDN?"):
+                        msgs[j].endswith(")") or msgs[j] == "*IDN?" or msgs[j] in whole):
                     res.errors.append(f"{name}: {msgs[j]!r} came between write {m!r} and its "
                                       f"read-back: {msgs[max(0, i - 8):j + 3]}")
                     break

@@ -9,6 +9,7 @@ triggers the profile's safe action at once. Pure functions: no I/O here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -195,8 +196,7 @@ def follow(profile: Profile, state: dict[str, str], changed: str | None = None
     for name, spec in profile.fields.items():
         if not spec.copies:
             continue
-        flags = [out.get(_key(ch, name)) for ch in (spec.channels or tuple(profile.channels))]
-        if all(flag in ("0", "OFF", "False") for flag in flags):
+        if not _coupled(profile, name, out):
             continue
         for source, targets in spec.copies.items():
             if source in out and changed in (None, source):
@@ -206,10 +206,23 @@ def follow(profile: Profile, state: dict[str, str], changed: str | None = None
     return out
 
 
-def followers(profile: Profile, channels: set[int]) -> set[int]:
-    """The channels a coupling may copy into from ``channels`` (judged with them)."""
+def _coupled(profile: Profile, name: str, state: Mapping[str, str]) -> bool:
+    """Whether coupling field ``name`` may be on in ``state``: on, or unread (fails closed)."""
+    spec = profile.fields[name]
+    flags = [state.get(_key(ch, name)) for ch in (spec.channels or tuple(profile.channels))]
+    return not all(flag in ("0", "OFF", "False") for flag in flags)
+
+
+def followers(profile: Profile, channels: set[int],
+              states: Iterable[Mapping[str, str]] | None = None) -> set[int]:
+    """The channels a coupling may copy into from ``channels`` (judged with them): with
+    ``states`` (the live one and those a write passes through), only a coupling that may be
+    on in one of them, so a channel no coupling joins is not judged for a write elsewhere."""
+    seen = list(states) if states is not None else None
     found: set[int] = set()
-    for spec in profile.fields.values():
+    for name, spec in profile.fields.items():
+        if seen is not None and not any(_coupled(profile, name, st) for st in seen):
+            continue
         for source, targets in spec.copies.items():
             if _channel_of(source) in channels:
                 found.update(c for t in targets if (c := _channel_of(t)) is not None)

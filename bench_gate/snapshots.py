@@ -145,12 +145,16 @@ class Snapshots(Part):
         if not named:
             return
         profile = inst.profile
-        named |= envelope.followers(profile, named)  # a coupling moves them too
+        states = [self.proposed(actions[:done], snap, profile)
+                  for done in range(1, len(actions) + 1)]
+        # A coupling that is (or may come) on moves its followers too: judge them with it;
+        # after a unit the gateway cannot predict (*RCL, OUTP:TRAC), any coupling may be on.
+        seen = None if any(a.unpredictable for a in actions) else [snap.values, *states]
+        named |= envelope.followers(profile, named, seen)
         before = {(b.channel, b.field): b for b in envelope.breaches(
             profile, limits, snap.values, named)}
-        for done in range(1, len(actions) + 1):
-            found = envelope.breaches(profile, limits,
-                                      self.proposed(actions[:done], snap, profile), named)
+        for done, state in enumerate(states, 1):
+            found = envelope.breaches(profile, limits, state, named)
             final = done == len(actions)
             worse = [b for b in found if not envelope.no_worse(b, before.get(
                 (b.channel, b.field)))]

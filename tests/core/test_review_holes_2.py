@@ -184,6 +184,25 @@ async def test_a_setpoint_never_moves_a_tracking_channel_outside_its_envelope(
     assert not breaches, breaches
 
 
+async def test_a_channel_no_coupling_joins_is_not_judged_for_a_write_elsewhere(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """The other side of the coupling rule: with tracking read off, CH3 (on, and outside the
+    envelope since someone set it at the front panel) does not follow CH2, so a CH2
+    setpoint is held as usual, not refused for CH3; once tracking may be on, it is judged."""
+    gateway.config.envelope["psu"][3] = ChannelLimits(voltage=Decimal(5),
+                                                      current=Decimal("0.5"))
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        panel.write("CURR 1,(@3);:VOLT 3,(@3);:OUTP ON,(@3)")
+        assert panel.query("OUTP:TRAC?").strip() == "0"
+    run = gateway.create_run(script, "script")
+    held = await gateway.submit(run.id, "psu", "VOLT 3,(@2)")
+    assert held.status == "pending" and held.request is not None, held
+    refused = await gateway.submit(run.id, "psu", "OUTP:TRAC ON;:VOLT 3,(@2)")
+    assert refused.status == "refused" and refused.code == -222, refused
+    assert "CH3 current limit" in refused.reason
+
+
 async def test_a_plan_never_moves_a_channel_it_does_not_name_through_a_coupling(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
         sim: Any) -> None:
