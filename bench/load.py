@@ -168,13 +168,16 @@ async def http_client(url: str, token: str, stop: float, res: Results, writer: b
                 res.errors.append("http " + wrong)
 
 
-async def approver(url: str, token: str, stop: float, res: Results) -> None:
+async def approver(url: str, token: str, stop: float, res: Results,
+                   clients_done: asyncio.Event) -> None:
+    """Grants what is pending until every client has finished: a write filed just before
+    ``stop`` (its POST still in flight) is granted too, not left to wait out its ``wait``."""
     async with httpx.AsyncClient(base_url=url, timeout=60,
                                  headers={"Authorization": f"Bearer {token}"}) as h:
         while time.monotonic() < stop + 60:
             r = await h.get("/v1/takeover", params={"status": "pending", "limit": 100})
             pending = r.json() if r.status_code == 200 else []
-            if not pending and time.monotonic() > stop:
+            if not pending and clients_done.is_set():
                 return
             for tk in pending:
                 g = await h.post(f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/grant",
@@ -324,8 +327,15 @@ def run_load(seconds: float, clients: int, tmp: Path) -> tuple[Results, dict[str
                          for inst in (["psu", "dmm", "psu2"] * clients)[:n_socket]]
                 tasks += [http_client(server.url, requester, stop, res, i < n_writers, seq)
                           for i in range(clients - n_socket)]
-                tasks += [approver(server.url, tok, stop, res) for tok in operators]
-                await asyncio.gather(*tasks)
+                clients_done = asyncio.Event()
+
+                async def the_clients() -> None:
+                    try:
+                        await asyncio.gather(*tasks)
+                    finally:
+                        clients_done.set()
+                await asyncio.gather(the_clients(), *(
+                    approver(server.url, tok, stop, res, clients_done) for tok in operators))
 
             t0 = time.monotonic()
             asyncio.run(main())
