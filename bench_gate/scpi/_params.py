@@ -44,6 +44,15 @@ class ParamReader:
                            f"channel {channel} does not exist (channels: {have})", pos)
 
     def convert(self, spec: ParamSpec, datum: Data, channel: int | None) -> Value:
+        try:
+            return self._convert(spec, datum, channel)
+        except ScpiExecutionError as exc:
+            if not spec.refused or exc.code not in (-222, -224):
+                raise
+            raise self.err(ScpiExecutionError, exc.code, f"{exc.detail} ({spec.refused})",
+                           datum.pos) from None
+
+    def _convert(self, spec: ParamSpec, datum: Data, channel: int | None) -> Value:
         kind = spec.type
         pos = datum.pos
         if spec.keywords and isinstance(datum, CharData):

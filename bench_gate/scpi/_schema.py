@@ -99,6 +99,9 @@ class ParamSpec(BaseModel):
     #: Takes up to this many comma-separated values (``<value>{,<value>}``: a list's points),
     #: each typed and ranged like one; only the last parameter may. 0: one value.
     repeat: int = Field(default=0, ge=0)
+    #: Why values outside ``choices`` or ``range`` are refused, when the instrument takes
+    #: more than the profile lets through (series and parallel pairing): said in the error.
+    refused: str = ""
 
 
 class FormSpec(BaseModel):

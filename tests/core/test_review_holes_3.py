@@ -94,6 +94,7 @@ async def test_the_gateway_never_enters_series_or_parallel_tracking(
     result = await gateway.submit(run.id, "spd", f"OUTP:TRACK {mode}")
     assert result.status == "refused", result
     assert result.code == -222 and f"mode {mode} is outside" in result.reason, result
+    assert "the bench envelope bounds each channel, not their sum" in result.reason  # why
     with own_port(supply_sim.resource_name) as res:
         assert int(res.query("SYST:STAT?"), 16) >> 2 & 0b11 == 0b01, "still independent"
     await _everything(gateway, run.id, "spd", "CH1:VOLT 10", olga, pete)
@@ -133,6 +134,7 @@ async def test_the_e36312a_never_enters_a_pairing(
         result = await gateway.submit(run.id, "psu", f"OUTP:PAIR {mode}")
         assert result.status == "refused" and result.code == -224, result
         assert "must be one of OFF" in result.reason, result.reason
+        assert "the bench envelope bounds each channel, not their sum" in result.reason
     with own_port(sim.psu_resource_name, panel=True) as panel:
         assert panel.query("OUTP:PAIR?").strip() == "OFF"
     off = await gateway.submit(run.id, "psu", "OUTP:PAIR OFF")
