@@ -5,6 +5,7 @@ A bad file gets an error naming the key and the problem, never a traceback.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +28,15 @@ __all__ = [
     "default_config",
     "load_config",
 ]
+
+
+def data_dir() -> Path:
+    """``$BENCH_GATE_HOME``, else ``$XDG_DATA_HOME/bench-gate`` (``~/.local/share``)."""
+    home = os.environ.get("BENCH_GATE_HOME")
+    if home:
+        return Path(home)
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "bench-gate"
 
 
 class _Strict(BaseModel):

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .config import BenchConfig, JournalConfig
+from .config import BenchConfig, JournalConfig, data_dir
 from .errors import GatewayError
 from .models import Action, ApprovalKind, Event
 
@@ -67,8 +67,6 @@ def read_log_path(store: Store, config: BenchConfig) -> Path | None:
     if isinstance(path, str):
         return None if path == ":memory:" else \
             Path(path).resolve().with_name(f"{Path(path).name}.reads-{name}")
-    from .server import data_dir
-
     where = hashlib.sha256(str(getattr(store, "where", "")).encode()).hexdigest()[:8]
     return data_dir() / "read-logs" / f"{name}@{where}.log"
 

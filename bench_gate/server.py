@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import socket
 import threading
 from collections.abc import Callable, Coroutine
@@ -22,7 +21,7 @@ from starlette.routing import Route
 
 from .api import create_app
 from .auth import Tokens
-from .config import BenchConfig
+from .config import BenchConfig, data_dir
 from .gateway import Gateway
 from .mcp import McpDoor
 from .models import now
@@ -43,15 +42,6 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
-
-
-def data_dir() -> Path:
-    """``$BENCH_GATE_HOME``, else ``$XDG_DATA_HOME/bench-gate`` (``~/.local/share``)."""
-    home = os.environ.get("BENCH_GATE_HOME")
-    if home:
-        return Path(home)
-    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(xdg) / "bench-gate"
 
 
 def default_db() -> Path:

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import data_dir
 from ..errors import InvalidInput, NotFound, StoreError
 from ..models import Event, now
 from ._chain import (
@@ -55,7 +56,6 @@ def default_archive_dir(store: Store, configured: str | None = None) -> Path:
     path = getattr(store, "path", None)
     if isinstance(path, str) and path != ":memory:":
         return Path(path).resolve().parent / "journal-archive"
-    from ..server import data_dir
 
     return data_dir() / "journal-archive"
 
