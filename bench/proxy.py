@@ -172,6 +172,9 @@ class _NoReadJournal(SqliteStore):
     def log_read(self, events: list[Event]) -> None:
         return None
 
+    def log_read_rows(self, rows: list[Any]) -> None:
+        return None
+
 
 class _NoChain(SqliteStore):
     """What-if only: the journal without its hash chain, appended as before issue 17 (the

@@ -21,16 +21,16 @@ from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .journal import ReadJournal, read_log_path
 from .leases import Leases
-from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest
+from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest, now
 from .planning import PlanDesk
 from .policy import Verdict, decide, unpredictable
+from .reads import ReadPlans, run_units
 from .runs import Runs
 from .scpi import (
     Classification,
     Effect,
     Excites,
     ScpiError,
-    Unit,
     as_exciting,
     classify,
     excitation_now,
@@ -38,12 +38,10 @@ from .scpi import (
     unanswered,
 )
 from .states import UNDECIDED, Outcome
+from .store import read_row
 from .takeover import Requests
 
 __all__ = ["Intake", "Outcome", "SubmitResult", "door_only"]
-
-#: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
-SELECT_NAME_QUERY = "INST:SEL?"
 
 
 @dataclass(slots=True)
@@ -75,16 +73,6 @@ def door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
     return None
 
 
-def join_answers(units: list[Unit], answers: dict[int, str]) -> str:
-    """IEEE 488.2 §8.4.1: ',' joins the parts of one unit's answer, ';' joins units."""
-    groups: dict[int, list[str]] = {}
-    for i, unit in enumerate(units):
-        if i in answers:
-            groups.setdefault(unit.source, []).append(answers[i])
-    return ";".join(",".join(parts) for parts in groups.values())
-
-
-
 class Intake(Part):
     def __init__(self, core: Core, requests: Requests, runs: Runs, plans: PlanDesk,
                  interlocks: Interlocks, leases: Leases) -> None:
@@ -96,6 +84,8 @@ class Intake(Part):
         self.leases = leases
         #: Each run's selected channel per instrument: selections are per run, never sent.
         self._selected: dict[tuple[str, str], int] = {}
+        #: Reads that passed, kept to run again without being worked out again (reads.py).
+        self._plans = ReadPlans()
         self._reads = ReadJournal(core.store, read_log_path(core.store, core.config),
                                   core.config.journal.fold_seconds)
 
@@ -127,6 +117,34 @@ class Intake(Part):
             self._selected[key] = c.selected
         return c
 
+    async def _read_again(self, run_id: str, inst: Instrument, message: str, origin: str
+                          ) -> SubmitResult | None:
+        """A read that passed before, run from its plan (reads.py); None: work it out."""
+        key = (run_id, inst.config.name)
+        selected = self._selected.get(key)
+        plan = self._plans.get(inst, message, selected, origin,
+                               self.config.envelope.get(inst.config.name), self.config.policy)
+        if plan is None or inst.timing.refusal(plan.units) is not None:
+            return None  # a refusal is journaled the long way
+        received_at = now()
+        c = plan.classification
+        if c.selected is not None:
+            self._selected[key] = c.selected
+        try:
+            response = await run_units(inst, plan.units, selected, read_only=True)
+        except InstrumentError as exc:
+            self.store.append([
+                Event(run_id=run_id, type=EventType.COMMAND_RECEIVED, at=received_at,
+                      data=plan.received),
+                Event(run_id=run_id, type=EventType.STEP_FAILED,
+                      data={"message": message, "reason": exc.message})])
+            raise
+        except Excites as exc:  # nothing was sent: decided again, as excites
+            return await self.submit(run_id, inst.config.name, message, origin=origin,
+                                     excites=exc.applies)
+        self._reads.append_rows(plan.rows(run_id, received_at, now(), response))
+        return SubmitResult(Outcome.EXECUTED, response=response)
+
     async def submit(self, run_id: str, instrument: str, message: str, *,
                      rationale: str | None = None, confidence: float | None = None,
                      step_id: str | None = None, idempotency_key: str | None = None,
@@ -138,6 +156,12 @@ class Intake(Part):
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if self.runs.known(run_id) else self.runs.get(run_id)
         inst = self.core.instrument(instrument)
+        if run is None and excites is None and rationale is None and confidence is None \
+                and step_id is None and idempotency_key is None and timeout_minutes is None \
+                and not self.runs.is_closed(run_id):
+            again = await self._read_again(run_id, inst, message, origin)
+            if again is not None:
+                return again
         asked = (instrument, message, rationale, confidence, step_id, timeout_minutes)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)
@@ -159,10 +183,14 @@ class Intake(Part):
                 Event(run_id=run_id, type=EventType.WRITE_REFUSED,
                       data={"message": redact(message), "code": code, "reason": reason})])
             return SubmitResult(Outcome.REFUSED, code=code, reason=reason)
-        received = Event(run_id=run_id, type=EventType.COMMAND_RECEIVED,
-                         data={"instrument": instrument, "message": message,
-                               "rationale": rationale, "confidence": confidence,
-                               "step_id": step_id, "origin": origin})
+        received_at = now()  # its event is made only if not a read (those are rows)
+        received_data: dict[str, str | float | list[str] | None] = {
+            "instrument": instrument, "message": message, "rationale": rationale,
+            "confidence": confidence, "step_id": step_id, "origin": origin}
+
+        def received() -> Event:
+            return Event(run_id=run_id, type=EventType.COMMAND_RECEIVED, at=received_at,
+                         data=received_data)
         selected_before = self._selected.get((run_id, inst.config.name))
         try:
             c = await self._classify(run_id, inst, message)
@@ -172,63 +200,72 @@ class Intake(Part):
             if too_long is not None:
                 raise ScpiError(-222, too_long)
         except ScpiError as exc:
-            self.store.append([received, Event(
+            self.store.append([received(), Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": exc.code, "reason": exc.message})])
             return SubmitResult(Outcome.REFUSED, code=exc.code, reason=exc.message)
-        limits = self.config.envelope.get(instrument, {})
-        decision = decide(c, limits, self.config.policy)
+        limits = self.config.envelope.get(instrument)
+        decision = decide(c, limits or {}, self.config.policy)
         if decision.verdict is Verdict.REFUSE:
-            self.store.append([received, Event(
+            self.store.append([received(), Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": decision.code, "reason": decision.reason})])
             return SubmitResult(Outcome.REFUSED, code=decision.code, reason=decision.reason)
-        if run is None and (not c.read_only or decision.verdict is not Verdict.PASS
+        read_only = c.read_only
+        if run is None and (not read_only or decision.verdict is not Verdict.PASS
                             or self.runs.is_closed(run_id)):
             run = self.runs.get(run_id)  # fresh: a takeover or suspension decides a write
         reason = ""
         if run is not None and run.status is RunStatus.CLOSED:
             reason = "the run is closed: nothing more runs in it; start a new run"
-        elif not c.read_only and not all(self.interlocks.allowed(u) for u in c.units):
+        elif not read_only and not all(self.interlocks.allowed(u) for u in c.units):
             try:
                 self.interlocks.check(instrument)  # an emergency stop refuses every write
             except Refused as exc:
                 reason = exc.message
         if reason:
-            self.store.append([received, Event(
+            self.store.append([received(), Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,
                 data={"message": message, "code": -203, "reason": reason})])
             return SubmitResult(Outcome.REFUSED, code=-203, reason=reason)
         if run is not None and run.status is RunStatus.SUSPENDED:
             reason = "the run is suspended; an operator must release it"
-            if not c.read_only:
-                self.store.append([received, Event(
+            if not read_only:
+                self.store.append([received(), Event(
                     run_id=run_id, type=EventType.WRITE_REFUSED,
                     data={"message": message, "code": -203, "reason": reason})])
                 return SubmitResult(Outcome.REFUSED, code=-203, reason=reason)
         held = decision.verdict is Verdict.HOLD or (
-            run is not None and run.status is RunStatus.TAKEN_OVER and not c.read_only)
+            run is not None and run.status is RunStatus.TAKEN_OVER and not read_only)
         if not held:
             found: str | None = None  # what the meter's function applies, if it excites
             try:
-                response = await self._run_units(inst, list(c.units), selected_before,
-                                                 read_only=c.read_only)
+                response = await run_units(inst, list(c.units), selected_before,
+                                           read_only=read_only)
             except InstrumentError as exc:
-                self.store.append([received, Event(
+                self.store.append([received(), Event(
                     run_id=run_id, type=EventType.STEP_FAILED,
                     data={"message": message, "reason": exc.message})])
                 raise
             except Excites as exc:  # nothing was sent: decided again, as excites
                 found = exc.applies
             else:
-                executed = [received, Event(
-                    run_id=run_id, type=EventType.READ_EXECUTED,
-                    data={"message": message, "canonical": list(c.canonical),
-                          "response": response})]
-                if c.read_only:  # in the read log before the answer leaves
-                    self._reads.append(executed)
+                data: dict[str, str | float | list[str] | None] = {
+                    "message": message, "canonical": list(c.canonical), "response": response}
+                if read_only:  # in the read log before the answer leaves
+                    self._reads.append_rows([
+                        read_row(run_id, EventType.COMMAND_RECEIVED, received_at,
+                                 received_data),
+                        read_row(run_id, EventType.READ_EXECUTED, now(), data)])
+                    if excites is None and rationale is None and confidence is None and \
+                            step_id is None and idempotency_key is None and \
+                            timeout_minutes is None and c is classify(
+                                message, inst.profile.name, selected=selected_before):
+                        self._plans.keep(inst, message, selected_before, origin, c, limits,
+                                         self.config.policy, received_data)
                 else:  # a write that runs unattended (the safe action): fsync'd like any
-                    self.store.append(executed)
+                    self.store.append([received(), Event(
+                        run_id=run_id, type=EventType.READ_EXECUTED, data=data)])
             if found is None:
                 return SubmitResult(Outcome.EXECUTED, response=response)
             return await self.submit(
@@ -248,7 +285,7 @@ class Intake(Part):
                     on_resend=on_resend)
         required = list(decision.required) or [ApprovalKind.STATE]
         gate_note: dict[str, Any] | None = None
-        unjournaled = [received]
+        unjournaled = [received()]
         try:
             if decision.verdict is Verdict.HOLD and run.status is RunStatus.ACTIVE:
                 via_plan = await self.plans.try_plan(run, inst, message, c, unjournaled,
@@ -356,37 +393,3 @@ class Intake(Part):
             return await inst.lane.run(job, whole=False)
         except InstrumentError as exc:  # the lane's link is down: unknown counts as exciting
             return unanswered(spec, exc.message)
-
-    async def _run_units(self, inst: Instrument, units: list[Unit],
-                         selected: int | None = None, *, read_only: bool = False) -> str:
-        """Send canonical units in order on the lane; selections are per run, never sent,
-        so a selection query is answered from the run's selection, not the instrument's."""
-        nsel = inst.profile.model.select_query
-        # A reading measures with the meter's function now: ask it first (scpi/_excitation).
-        excitation = inst.profile.model.excitation if any(u.measures for u in units) else None
-
-        async def job(link: AsyncLink) -> dict[int, str]:
-            if excitation is not None:  # asked on this turn: no cache, the panel may change it
-                found = await excitation_now(excitation, link.query)
-                if found is not None:
-                    raise Excites(found)
-            current = selected
-            answers: dict[int, str] = {}
-            for i, unit in enumerate(units):
-                if unit.effect is Effect.SELECT:
-                    if unit.channel is not None:
-                        current = unit.channel
-                    continue
-                if unit.local:  # *CLS: the instrument's status is every client's; the
-                    continue    # door clears its own connection's view (IEEE 488.2 §10.3)
-                if unit.query and current is not None and nsel and unit.canonical in (
-                        nsel, SELECT_NAME_QUERY):
-                    answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
-                    continue
-                if unit.query:
-                    answers[i] = await link.query(unit.canonical, inst.extra_seconds(unit))
-                else:
-                    await link.write(unit.canonical)
-                inst.ran(unit)  # what it set decides how long the next reading may take
-            return answers
-        return join_answers(units, await inst.lane.run(job, whole=not read_only))

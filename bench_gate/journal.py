@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from .config import BenchConfig, JournalConfig, data_dir
 from .errors import GatewayError
-from .models import Action, ApprovalKind, Event
+from .models import Action, ApprovalKind
 
 if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
-    from .store import ChainReport, ReadLog, Segment, Store
+    from .store import ChainReport, ReadLog, ReadRow, Segment, Store
 
 __all__ = ["ReadJournal", "Retention", "approval_meaning", "verify_chain"]
 
@@ -105,9 +105,10 @@ class ReadJournal:
         self.log = log
         return self.recovered
 
-    def append(self, events: list[Event]) -> None:
-        """Journal one read's events; returns once they would survive a crash."""
-        self.store.log_read(events)
+    def append_rows(self, rows: list[ReadRow]) -> None:
+        """Journal one read's events, as ``store.read_row`` (or ``rows_of``, or a
+        ``ReadTemplate``) gives them; returns once they would survive a crash."""
+        self.store.log_read_rows(rows)
         log = self.log
         if log is not None and self._folding is None:
             if log.pending >= FOLD_AT:

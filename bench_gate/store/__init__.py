@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
 from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
-from ._chain import GENESIS, ChainReport, Problem, Segment, canonical_at, link
-from ._readlog import READ_LOG_TABLE, ReadLog
+from ._chain import GENESIS, ChainReport, Problem, Segment, canonical_at, canonical_data, link
+from ._readlog import READ_LOG_TABLE, ReadLog, ReadTemplate, flat_data, rows_of
 from ._readlog import Row as ReadRow
+from ._readlog import row as read_row
 from ._sqlite import MIGRATIONS, SqliteStore
 
 if TYPE_CHECKING:
@@ -18,9 +19,10 @@ if TYPE_CHECKING:
 
 __all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "POSTGRES_MIGRATIONS", "READ_LOG_TABLE",
            "ChainReport", "PendingCheck", "PostgresStore", "Problem", "ReadLog", "ReadRow",
-           "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store", "archive",
-           "canonical_at", "default_archive_dir", "export_run", "link", "open_store",
-           "verify_file", "verify_store"]
+           "ReadTemplate", "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store",
+           "archive", "canonical_at", "canonical_data", "default_archive_dir", "export_run",
+           "flat_data", "link", "open_store", "read_row", "rows_of", "verify_file",
+           "verify_store"]
 
 #: URL schemes that select the PostgreSQL store (libpq accepts both).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")

@@ -17,6 +17,7 @@ from ..models import Event, Run, Status, TakeoverRequest
 if TYPE_CHECKING:
     from ._chain import Segment
     from ._readlog import ReadLog
+    from ._readlog import Row as ReadRow
 
 __all__ = ["LISTED_HANDOFF", "PendingCheck", "RequestPage", "RequestSort", "Store"]
 
@@ -107,6 +108,10 @@ class Store(Protocol):
     def log_read(self, events: list[Event]) -> None:
         """Journal one read's events: in the read log if one is attached (one write,
         folded later), else appended at once without waiting for the disk."""
+        ...
+
+    def log_read_rows(self, rows: list[ReadRow]) -> None:
+        """:meth:`log_read` of a read's events as ``store.read_row`` gives them (no models made)."""
         ...
 
     def attach_reads(self, log: ReadLog) -> int:

@@ -33,9 +33,10 @@ from typing import Any
 
 from ..errors import StoreError
 from ..models import Event, EventType
-from ._chain import canonical_at, canonical_data, link
+from ._chain import _CANONICAL, canonical_at, canonical_data, link
 
-__all__ = ["READ_LOG_TABLE", "ReadLog", "Record", "Row", "chained", "rows_of"]
+__all__ = ["READ_LOG_TABLE", "ReadLog", "ReadTemplate", "Record", "Row", "chained", "events_of",
+           "flat_data", "row", "rows_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,48 @@ _TYPES = frozenset(t.value for t in EventType)
 def rows_of(events: list[Event]) -> list[Row]:
     return [(e.run_id, e.request_id, e.type.value, canonical_at(e.at), canonical_data(e.data))
             for e in events]
+
+
+def row(run: str, type_: EventType, at: datetime,
+        data: dict[str, str | float | list[str] | None]) -> Row:
+    """One event of a read, without making an :class:`Event` on the read's path."""
+    return (run, None, type_.value, canonical_at(at), flat_data(data))
+
+
+class ReadTemplate:
+    """A repeated read's two events (``command_received``, ``read_executed``) in the chain's
+    form, all but their times and the answer encoded once: :meth:`rows` gives what
+    :func:`row` gives for the same events."""
+
+    __slots__ = ("_executed", "_received")
+
+    def __init__(self, received: dict[str, str | float | list[str] | None], message: str,
+                 canonical: list[str]) -> None:
+        self._received = flat_data(received)
+        # Sorted keys: canonical, message, response; the answer goes last, before the '}'.
+        empty = flat_data({"canonical": canonical, "message": message, "response": ""})
+        self._executed = empty[:-len('""}')]
+
+    def rows(self, run: str, received_at: datetime, executed_at: datetime,
+             response: str) -> list[Row]:
+        return [(run, None, EventType.COMMAND_RECEIVED.value, canonical_at(received_at),
+                 self._received),
+                (run, None, EventType.READ_EXECUTED.value, canonical_at(executed_at),
+                 f"{self._executed}{_quote(response)}}}")]
+
+
+def events_of(rows: list[Row]) -> list[Event]:
+    """The events ``rows`` hold (for a store without a read log)."""
+    return [Event(run_id=run, request_id=request, type=EventType(type_),
+                  at=datetime.fromisoformat(at), data=json.loads(data))
+            for run, request, type_, at, data in rows]
+
+
+def flat_data(data: dict[str, str | float | list[str] | None]) -> str:
+    """:func:`canonical_data` of a read's data, without its walk for keys that are not
+    strings: a read's data is an object of strings, numbers, nulls and lists of strings
+    under the gateway's own string keys, so the encoder alone gives the same text."""
+    return _CANONICAL.encode(data)
 
 
 def _line(number: int, rows: list[Row]) -> bytes:
@@ -190,7 +233,10 @@ class ReadLog:
     # -- the read's path
     def write(self, events: list[Event]) -> None:
         """Append one read's events as one record; returns once the kernel has it all."""
-        rows = rows_of(events)
+        self.write_rows(rows_of(events))
+
+    def write_rows(self, rows: list[Row]) -> None:
+        """Append one read's events, as :func:`row` gives them, as one record."""
         with self._lock:
             number = self._number + 1
             line = _line(number, rows)

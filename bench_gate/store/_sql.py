@@ -21,7 +21,7 @@ from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
 from ._chain import Segment, row_event, row_segment, with_meanings
-from ._readlog import READ_LOG_TABLE, ReadLog, Row
+from ._readlog import READ_LOG_TABLE, ReadLog, Row, events_of
 
 __all__ = ["Cursor", "SqlStore", "Tx"]
 
@@ -133,6 +133,14 @@ class SqlStore(abc.ABC):
             self.append(events, durable=False)
         else:
             log.write(events)
+
+    def log_read_rows(self, rows: list[Row]) -> None:
+        """:meth:`log_read` of a read's events as ``_readlog.row`` gives them."""
+        log = self._reads
+        if log is None:
+            self.append(events_of(rows), durable=False)
+        else:
+            log.write_rows(rows)
 
     def fold_reads(self) -> int:
         """Fold the read log's records into the journal, in their order, after everything

@@ -316,3 +316,27 @@ def test_profile_check_knows_acquiring_headers_by_their_names(tmp_path: Any,
     report = check_profile(str(path))
     assert [f.header for f in report.findings
             if f.level is Level.ERROR and "measures: true" in f.message] == [header]
+
+
+async def test_a_reading_that_passed_is_held_once_the_panel_makes_it_excite(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal, panel: Any,
+        received: list[str]) -> None:
+    """The same ``:READ?`` passes while the function is passive, many times (a repeated
+    read runs from its plan, bench_gate/reads.py); once the front panel selects resistance,
+    it is held, the function asked again on its own lane turn, the reading never sent."""
+    _front_panel(panel, "VOLT:DC")
+    meter = open_client("dmm6500", timeout=5000)  # a denied query: no answer
+    for _ in range(3):
+        received.clear()
+        float(await in_thread(meter.query, ":READ?"))
+        assert received == ["FUNC?", "READ?"]
+    _front_panel(panel, "RES")
+    received.clear()
+    task = asyncio.ensure_future(in_thread(meter.query, ":READ?"))
+    req = await _full(gateway, set())
+    assert [a.effect for a in req.actions] == ["excites"]
+    assert not _sent(received, "READ")
+    await gateway.deny(req.id, olga, "not on this DUT", proposal_hash=req.proposal_hash)
+    with pytest.raises(pyvisa.VisaIOError):  # a denied query gets no answer
+        await task
+    assert not _sent(received, "READ")

@@ -19,7 +19,7 @@ from bench_gate.errors import NotFound, StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.journal import ReadJournal
 from bench_gate.models import Event, EventType, Principal
-from bench_gate.store import ReadRow, SqliteStore
+from bench_gate.store import ReadRow, SqliteStore, rows_of
 
 
 def read_events(run: str, n: int) -> list[Event]:
@@ -58,7 +58,7 @@ async def test_reads_in_the_log_are_folded_in_batches_and_every_reader_sees_them
 
     async def read(n: int) -> None:
         await asyncio.sleep(0)
-        journal.append(read_events(f"run-{n % 4}", n))
+        journal.append_rows(rows_of(read_events(f"run-{n % 4}", n)))
         if n % 50 == 0:  # a reader of the journal folds first: it sees the read at once
             assert any(e.data.get("response") == str(n)
                        for e in store.journal(f"run-{n % 4}", limit=1000))
@@ -87,7 +87,7 @@ async def test_a_fold_that_fails_keeps_the_reads_in_the_log(tmp_path: Path) -> N
 
     store.fold_rows = broken  # type: ignore[method-assign]
     for n in range(5):
-        journal.append(read_events("run-x", n))
+        journal.append_rows(rows_of(read_events("run-x", n)))
     await asyncio.sleep(0.05)  # the journal's fold fails, and says so in the log
     assert journal.log is not None and journal.log.pending == 5
     with pytest.raises(StoreError):  # nothing is journaled over reads not folded
@@ -176,18 +176,18 @@ async def test_reads_go_to_the_read_log_and_an_unattended_write_is_fsynced(
     gw = Gateway(config, SqliteStore(db_path))
     await gw.start()
     seen: list[tuple[list[str], str]] = []
-    plain, logged = gw.store.append, gw.store.log_read
+    plain, logged = gw.store.append, gw.store.log_read_rows
 
     def spying(events: list[Event], durable: bool = True) -> list[Event]:
         seen.append(([e.type.value for e in events], "durable" if durable else "fast"))
         return plain(events, durable)
 
-    def logging_(events: list[Event]) -> None:
-        seen.append(([e.type.value for e in events], "read log"))
-        logged(events)
+    def logging_(rows: list[ReadRow]) -> None:
+        seen.append(([row[2] for row in rows], "read log"))
+        logged(rows)
 
     gw.store.append = spying  # type: ignore[method-assign]
-    gw.store.log_read = logging_  # type: ignore[method-assign]
+    gw.store.log_read_rows = logging_  # type: ignore[method-assign]
     try:
         run = gw.create_run(script, "script").id
         assert (await gw.submit(run, "psu", "VOLT? (@1)")).status == "executed"

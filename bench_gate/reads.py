@@ -1,0 +1,120 @@
+"""The read path: canonical units run on an instrument's lane, and a repeated read's
+shortcut.
+
+A read is what a busy bench does most, and most reads repeat: a script polls the same
+``MEAS:VOLT? (@1)`` thousands of times. What intake works out for a message before it runs
+(door-only screen, classification, decision) depends only on the message, the run's
+selected channel, the instrument's profile, the bench's envelope and policy, so a read that
+passed is kept as a :class:`ReadPlan` with its journal text half made. The next identical
+read on that instrument, with the same selection and nothing else attached to it
+(rationale, confidence, step, idempotency key, timeout), runs from the plan. What can change
+between two reads is checked every time as before: the run (known and not closed), the
+reading's timing, what the meter's function applies (asked on the lane's turn), the
+instrument lock, and the journal record written before the answer leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .core import Instrument
+from .instruments import AsyncLink
+from .scpi import Classification, Effect, Excites, Unit, excitation_now
+from .store import ReadRow, ReadTemplate
+
+__all__ = ["PLANS_KEPT", "SELECT_NAME_QUERY", "ReadPlan", "ReadPlans", "join_answers",
+           "run_units"]
+
+#: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
+SELECT_NAME_QUERY = "INST:SEL?"
+#: Read plans kept at most (then they are all dropped and made again as reads come).
+PLANS_KEPT = 4096
+
+
+def join_answers(units: list[Unit], answers: dict[int, str]) -> str:
+    """IEEE 488.2 §8.4.1: ',' joins the parts of one unit's answer, ';' joins units."""
+    groups: dict[int, list[str]] = {}
+    for i, unit in enumerate(units):
+        if i in answers:
+            groups.setdefault(unit.source, []).append(answers[i])
+    return ";".join(",".join(parts) for parts in groups.values())
+
+
+async def run_units(inst: Instrument, units: list[Unit], selected: int | None = None, *,
+                    read_only: bool = False) -> str:
+    """Send canonical units in order on the lane; selections are per run, never sent,
+    so a selection query is answered from the run's selection, not the instrument's."""
+    nsel = inst.profile.model.select_query
+    # A reading measures with the meter's function now: ask it first (scpi/_excitation).
+    excitation = inst.profile.model.excitation if any(u.measures for u in units) else None
+
+    async def job(link: AsyncLink) -> dict[int, str]:
+        if excitation is not None:  # asked on this turn: no cache, the panel may change it
+            found = await excitation_now(excitation, link.query)
+            if found is not None:
+                raise Excites(found)
+        current = selected
+        answers: dict[int, str] = {}
+        for i, unit in enumerate(units):
+            if unit.effect is Effect.SELECT:
+                if unit.channel is not None:
+                    current = unit.channel
+                continue
+            if unit.local:  # *CLS: the instrument's status is every client's; the
+                continue    # door clears its own connection's view (IEEE 488.2 §10.3)
+            if unit.query and current is not None and nsel and unit.canonical in (
+                    nsel, SELECT_NAME_QUERY):
+                answers[i] = str(current) if unit.canonical == nsel else f"CH{current}"
+                continue
+            if unit.query:
+                answers[i] = await link.query(unit.canonical, inst.extra_seconds(unit))
+            else:
+                await link.write(unit.canonical)
+            inst.ran(unit)  # what it set decides how long the next reading may take
+        return answers
+    return join_answers(units, await inst.lane.run(job, whole=not read_only))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """A read that passed, as intake worked it out, with what it was worked out from."""
+
+    classification: Classification
+    units: list[Unit]
+    profile: object
+    limits: object
+    policy: object
+    #: What ``command_received`` holds, and the two events' journal text but the times
+    #: and the answer.
+    received: dict[str, str | float | list[str] | None]
+    journal: ReadTemplate
+
+    def rows(self, run_id: str, received_at: datetime, executed_at: datetime,
+             response: str) -> list[ReadRow]:
+        return self.journal.rows(run_id, received_at, executed_at, response)
+
+
+class ReadPlans:
+    """Read plans by (instrument, message, the run's selected channel, origin)."""
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[str, str, int | None, str], ReadPlan] = {}
+
+    def get(self, inst: Instrument, message: str, selected: int | None, origin: str,
+            limits: object, policy: object) -> ReadPlan | None:
+        """The plan, if one was kept under the same profile, envelope and policy."""
+        plan = self._plans.get((inst.config.name, message, selected, origin))
+        if plan is None or plan.profile is not inst.profile or plan.limits is not limits \
+                or plan.policy is not policy:
+            return None
+        return plan
+
+    def keep(self, inst: Instrument, message: str, selected: int | None, origin: str,
+             c: Classification, limits: object, policy: object,
+             received: dict[str, str | float | list[str] | None]) -> None:
+        if len(self._plans) >= PLANS_KEPT:
+            self._plans.clear()
+        self._plans[(inst.config.name, message, selected, origin)] = ReadPlan(
+            c, list(c.units), inst.profile, limits, policy, dict(received),
+            ReadTemplate(received, message, list(c.canonical)))
