@@ -46,6 +46,7 @@ from bench_gate.store import (
     export_run,
     link,
     open_store,
+    rows_of,
     verify_file,
     verify_store,
 )
@@ -208,8 +209,9 @@ def test_reads_folded_from_the_read_log_are_in_the_chain(tmp_path: Path) -> None
         reads = ReadJournal(store, tmp_path / "store.db.reads", fold_seconds=0.001)
         reads.open()
         for n in range(300):
-            reads.append([ev("run-r", EventType.COMMAND_RECEIVED, message="VOLT? (@1)", n=n),
-                          ev("run-r", message="VOLT? (@1)", response="+0", n=n)])
+            reads.append_rows(rows_of([
+                ev("run-r", EventType.COMMAND_RECEIVED, message="VOLT? (@1)", n=n),
+                ev("run-r", message="VOLT? (@1)", response="+0", n=n)]))
             if n % 10 == 0:
                 await asyncio.to_thread(store.append, [ev("run-w", EventType.STEP_STARTED)])
             await asyncio.sleep(0)
