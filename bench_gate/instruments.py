@@ -3,8 +3,8 @@
 A lane runs one job at a time, in order, so two commands never interleave on an instrument.
 Jobs are coroutines over an :class:`AsyncLink`:
 
-- a raw-socket LAN instrument (``TCPIP0::<host>::<port>::SOCKET``) is reached with asyncio
-  streams on the event loop itself (:class:`SocketLink`): no thread hop per command;
+- a raw-socket LAN instrument (``TCPIP0::<host>::<port>::SOCKET``) is reached on the event
+  loop itself (:class:`SocketLink`, ``socket_link.py``): no thread hop per command;
 - every other resource (VXI-11, HiSLIP, USB, GPIB, serial, pyvisa-sim) goes through pyvisa
   (:class:`PyvisaLink`), whose blocking calls run on the lane's own thread.
 
@@ -28,14 +28,11 @@ import pyvisa.rname
 from .config import InstrumentConfig
 from .errors import InstrumentError
 from .locking import InstrumentLock
+from .socket_link import SocketLink
 
 __all__ = ["AsyncLink", "Lane", "Link", "PyvisaLink", "SocketLink", "open_link"]
 
 T = TypeVar("T")
-
-#: The longest answer a socket link accepts (a screenshot or a trace stays well below).
-MAX_ANSWER = 16 * 1024 * 1024
-
 
 class Link(Protocol):
     """A blocking link (pyvisa, or an in-memory simulator); a lane runs it on its thread."""
@@ -124,105 +121,6 @@ class PyvisaLink:
                 pass
 
 
-class SocketLink:
-    """A raw-socket SCPI instrument over asyncio streams, opened lazily and reopened after
-    an I/O error. A timeout or a broken answer drops the connection, so a late answer can
-    never be read as the answer to the next query."""
-
-    def __init__(self, config: InstrumentConfig) -> None:
-        parsed = pyvisa.rname.parse_resource_name(config.resource)
-        if not isinstance(parsed, pyvisa.rname.TCPIPSocket):
-            raise ValueError(f"{config.resource!r} is not a raw-socket resource")
-        self.config = config
-        self.host = str(parsed.host_address)
-        self.port = int(parsed.port)
-        self._timeout = config.timeout_ms / 1000
-        self._term = config.read_termination.encode("ascii") or b"\n"
-        self._wterm = config.write_termination
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: Connections opened so far: a new one needs the instrument lock again.
-        self.opens = 0
-
-    @property
-    def connected(self) -> bool:
-        return self._writer is not None
-
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        loop = asyncio.get_running_loop()
-        if self._writer is not None and self._loop is not loop:
-            self._drop()  # streams belong to the loop that opened them
-        if self._reader is None or self._writer is None:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    self._reader, self._writer = await asyncio.open_connection(
-                        self.host, self.port, limit=MAX_ANSWER)
-            except (OSError, TimeoutError) as exc:
-                raise InstrumentError(
-                    f"{self.config.name}: cannot open {self.config.resource}: "
-                    f"{_describe(exc)}") from exc
-            self._loop = loop
-            self.opens += 1
-        return self._reader, self._writer
-
-    def _fail(self, what: str, exc: BaseException) -> InstrumentError:
-        self._drop()  # reconnect on the next call
-        kind = "timed out" if isinstance(exc, TimeoutError) else "failed"
-        return InstrumentError(f"{self.config.name}: {what} {kind}: {_describe(exc)}")
-
-    def _drop(self) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None and self._loop is asyncio.get_running_loop():
-            writer.transport.abort()
-
-    async def write(self, command: str) -> None:
-        await self._exchange("write", command, answer=False)
-
-    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
-        return await self._exchange("query", command, answer=True, extra=extra_seconds)
-
-    async def _exchange(self, what: str, command: str, *, answer: bool,
-                        extra: float = 0.0) -> str:
-        """Send one command and, for a query, read its answer, all within the timeout
-        (plus ``extra`` seconds for a unit the instrument takes long over)."""
-        reader, writer = await self._open()
-        try:
-            async with asyncio.timeout(self._timeout + max(extra, 0.0)):
-                writer.write((command + self._wterm).encode("ascii"))
-                await writer.drain()
-                if not answer:
-                    return ""
-                line = await reader.readuntil(self._term)
-            return line.decode("ascii").strip()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                UnicodeError) as exc:
-            raise self._fail(f"{what} {command!r}", exc) from exc
-        except asyncio.CancelledError:
-            self._drop()  # an answer may still come; never read it as the next one's
-            raise
-
-    async def close(self) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None and self._loop is asyncio.get_running_loop():
-            writer.close()
-            try:
-                async with asyncio.timeout(1):
-                    await writer.wait_closed()
-            except (OSError, TimeoutError):
-                pass
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer within the timeout"
-    if isinstance(exc, asyncio.IncompleteReadError):
-        return "the connection closed before the answer ended"
-    if isinstance(exc, asyncio.LimitOverrunError):
-        return f"the answer is longer than {MAX_ANSWER} bytes"
-    return str(exc) or type(exc).__name__
-
-
 class _Threaded:
     """A blocking :class:`Link` run on one worker thread, seen as an :class:`AsyncLink`."""
 
@@ -256,8 +154,8 @@ class _Threaded:
 
 
 def open_link(config: InstrumentConfig) -> Link | AsyncLink:
-    """The link for an instrument: asyncio streams for a raw socket (unless the bench asks
-    for pyvisa), pyvisa for every other resource."""
+    """The link for an instrument: a socket on the event loop for a raw socket (unless the
+    bench asks for pyvisa), pyvisa for every other resource."""
     if config.io != "pyvisa" and config.backend == "@py":
         try:
             return SocketLink(config)

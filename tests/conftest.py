@@ -3,6 +3,7 @@ its socket doors with the pyvisa clients a script would open on them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -21,6 +22,21 @@ from bench_gate.models import Principal, Role, now
 from bench_gate.proxy import Doors, start_doors
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
+                                  ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]] | None:
+    """The loops a test marked ``asyncio(loop_factories=[...])`` runs on, by name; every
+    other test runs on asyncio's own loop."""
+    marker = item.get_closest_marker("asyncio")
+    if marker is None or "loop_factories" not in marker.kwargs:
+        return None
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop}
+    with contextlib.suppress(ImportError):
+        import uvloop
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
 
 # A gateway that is given no paths keeps its files (a PostgreSQL gateway's read log, a
 # default store) in the data directory: under test, a throwaway one per worker, never the

@@ -57,6 +57,11 @@ class FakeInstrument:
             await self.server.wait_closed()
 
 
+# Every async test here on both loops: the server runs on uvloop where it is installed,
+# and uvloop's transports are its own classes (tests/conftest.py names the loops).
+both_loops = pytest.mark.asyncio(loop_factories=["asyncio", "uvloop"])
+
+
 def config(port: int, timeout_ms: int = 300, **extra: str) -> InstrumentConfig:
     return InstrumentConfig(name="psu", resource=f"TCPIP0::127.0.0.1::{port}::SOCKET",
                             profile="e36312a", timeout_ms=timeout_ms, **extra)  # type: ignore[arg-type]
@@ -83,6 +88,7 @@ def test_open_link_picks_asyncio_for_raw_sockets_and_pyvisa_for_the_rest() -> No
     assert isinstance(open_link(sim), PyvisaLink)
 
 
+@both_loops
 async def test_queries_and_writes_reach_the_simulated_psu() -> None:
     with SimBenchThread() as bench:
         link = SocketLink(config(bench.psu_port, timeout_ms=2000))
@@ -95,6 +101,7 @@ async def test_queries_and_writes_reach_the_simulated_psu() -> None:
             await link.close()
 
 
+@both_loops
 async def test_a_timeout_drops_the_connection_so_the_late_answer_is_never_read(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -105,6 +112,7 @@ async def test_a_timeout_drops_the_connection_so_the_late_answer_is_never_read(
     assert inst.connections == 2
 
 
+@both_loops
 async def test_silence_times_out_and_the_next_call_reconnects(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -116,6 +124,7 @@ async def test_silence_times_out_and_the_next_call_reconnects(
     assert inst.received[-2:] == ["OUTP ON", "*IDN?"]
 
 
+@both_loops
 async def test_a_connection_closed_mid_answer_is_a_failure(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -125,6 +134,7 @@ async def test_a_connection_closed_mid_answer_is_a_failure(
     assert await link.query("OK?") == "answer to OK?"
 
 
+@both_loops
 async def test_a_non_ascii_answer_is_a_failure_never_a_value(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -134,6 +144,7 @@ async def test_a_non_ascii_answer_is_a_failure_never_a_value(
     assert await link.query("OK?") == "answer to OK?"
 
 
+@both_loops
 async def test_an_absent_instrument_cannot_be_opened() -> None:
     inst = FakeInstrument()
     port = await inst.start()
@@ -143,6 +154,7 @@ async def test_an_absent_instrument_cannot_be_opened() -> None:
         await link.query("*IDN?")
 
 
+@both_loops
 async def test_a_job_whose_caller_is_cancelled_still_ends_before_the_next_starts(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -163,6 +175,7 @@ async def test_a_job_whose_caller_is_cancelled_still_ends_before_the_next_starts
     await lane.close()
 
 
+@both_loops
 async def test_a_lane_counts_io_errors(fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
     inst.reply["MUTE?"] = None
@@ -173,6 +186,7 @@ async def test_a_lane_counts_io_errors(fake: tuple[FakeInstrument, SocketLink]) 
     await lane.close()
 
 
+@both_loops
 async def test_a_cancelled_read_in_its_callers_task_leaves_no_answer_behind(
         fake: tuple[FakeInstrument, SocketLink]) -> None:
     inst, link = fake
@@ -197,3 +211,93 @@ def test_the_example_bench_reaches_each_instrument_the_right_way() -> None:
     bench = load_config(Path(__file__).parent.parent.parent / "docs" / "bench.toml")
     links = {ic.name: type(open_link(ic)) for ic in bench.instruments}
     assert links == {"psu": PyvisaLink, "dmm": SocketLink}
+
+
+class Chunked(FakeInstrument):
+    """Answers in pieces: ``parts[msg]`` is sent one piece at a time, a pause between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: dict[str, list[bytes]] = {}
+        self.deaf = asyncio.Event()  # set: stop reading, as a wedged instrument does
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                      ) -> None:
+        self.connections += 1
+        try:
+            while line := await reader.readline():
+                msg = line.decode().strip()
+                self.received.append(msg)
+                if msg == "DEAF":
+                    await self.deaf.wait()
+                    continue
+                if not msg.endswith("?"):
+                    continue
+                for piece in self.parts.get(msg, [f"answer to {msg}\r\n".encode()]):
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.005)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def chunked() -> AsyncIterator[tuple[Chunked, SocketLink]]:
+    inst = Chunked()
+    port = await inst.start()
+    link = SocketLink(config(port, read_termination="\r\n"))
+    yield inst, link
+    inst.deaf.set()
+    await link.close()
+    await inst.stop()
+
+
+@both_loops
+async def test_an_answer_in_pieces_is_read_whole_even_with_its_terminator_split(
+        chunked: tuple[Chunked, SocketLink]) -> None:
+    inst, link = chunked
+    inst.parts["V?"] = [b"+1.2", b"5E+00\r", b"\n"]
+    inst.parts["W?"] = [b"a\rb", b"\r", b"\n"]  # a lone \r is data; \r\n ends it
+    assert await link.query("V?") == "+1.25E+00"
+    assert await link.query("W?") == "a\rb"
+    assert await link.query("X?") == "answer to X?"
+    assert inst.connections == 1
+
+
+@both_loops
+async def test_bytes_nobody_asked_for_are_never_read_as_the_next_answer(
+        chunked: tuple[Chunked, SocketLink]) -> None:
+    inst, link = chunked
+    inst.parts["TWICE?"] = [b"first\r\nsecond\r\n"]
+    assert await link.query("TWICE?") == "first"
+    await asyncio.sleep(0.02)
+    assert await link.query("NEXT?") == "answer to NEXT?"
+    assert inst.connections == 2, "the connection that answered twice was dropped"
+
+
+@both_loops
+async def test_an_answer_longer_than_the_bound_fails_and_drops_the_connection(
+        chunked: tuple[Chunked, SocketLink], monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench_gate import socket_link
+    monkeypatch.setattr(socket_link, "MAX_ANSWER", 4096)
+    inst, link = chunked
+    inst.parts["DUMP?"] = [b"#" * 3000, b"#" * 3000, b"\r\n"]
+    with pytest.raises(InstrumentError, match="the answer is longer than 4096 bytes"):
+        await link.query("DUMP?")
+    assert await link.query("OK?") == "answer to OK?"
+    assert inst.connections == 2
+
+
+@both_loops
+async def test_a_write_to_an_instrument_that_stopped_reading_times_out(
+        chunked: tuple[Chunked, SocketLink]) -> None:
+    inst, link = chunked
+    await link.write("DEAF")
+    with pytest.raises(InstrumentError, match="timed out"):
+        for _ in range(2000):  # far more than the kernel's and the transport's buffers
+            await link.write("VOLT " + "1" * 60_000)
+    inst.deaf.set()
+    assert await link.query("OK?") == "answer to OK?"
+    assert inst.connections == 2
