@@ -25,14 +25,15 @@ from sim_instruments import SimBenchThread
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
-                                  ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]] | None:
-    """The loops a test marked ``asyncio(loop_factories=[...])`` runs on, by name; every
-    other test runs on asyncio's own loop."""
-    marker = item.get_closest_marker("asyncio")
-    if marker is None or "loop_factories" not in marker.kwargs:
-        return None
+                                  ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loops a test marked ``asyncio(loop_factories=[...])`` may name; every other
+    async test runs on asyncio's own loop only (pytest-asyncio runs an unmarked test on
+    every factory this returns, and refuses an empty answer)."""
     factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
         "asyncio": asyncio.new_event_loop}
+    marker = item.get_closest_marker("asyncio")
+    if marker is None or "loop_factories" not in marker.kwargs:
+        return factories
     with contextlib.suppress(ImportError):
         import uvloop
         factories["uvloop"] = uvloop.new_event_loop
