@@ -32,8 +32,7 @@ async def timeline(request: Request, run_id: str) -> Response:
             break
         after = page[-1].seq
     return console.page(request, "timeline.html", {
-        "run": run, "rows": views.waterfall(events, run.principal, gateway.shown(run_id)),
-        "requests": gateway.list_requests(None, run_id, limit=200)})
+        "run": run, "rows": views.waterfall(events, run.principal, gateway.shown(run_id))})
 
 
 @router.get("/history", response_class=HTMLResponse)
