@@ -73,7 +73,9 @@ class _Resolver(ParamReader):
         if selected is None and profile.addressing is not None:
             selected = profile.addressing.default  # never the instrument's own selection
         self.selected = selected
-        self.path: tuple[str, ...] = ()
+        #: The header path for a relative header (SCPI-99 Vol. 1 §6.2.4): each node with the
+        #: numeric suffix it was sent with, so ``SOUR2:VOLT 5;CURR 1`` means ``SOUR2:CURR``.
+        self.path: tuple[tuple[str, int | None], ...] = ()
         #: The canonical header of the unit being resolved when a '#' keeps its number.
         self.numbered: str | None = None
 
@@ -151,14 +153,15 @@ class _Resolver(ParamReader):
             if _split_suffix(raw.mnemonics[0])[1] is not None:
                 return "*" + raw.mnemonics[0]
         else:
-            split = [_split_suffix(m) for m in raw.mnemonics]
-            stems = tuple(s for s, _ in split)
             # SCPI-99 Vol. 1 §6.2.4: after ';' a header without ':' is relative to the
-            # previous header's path; common commands leave the path alone.
-            base = () if raw.absolute else self.path
-            words = base + stems
-            suffixes = (None,) * len(base) + tuple(n for _, n in split)
-            self.path = words[:-1]
+            # previous header's path, the nodes as sent, numeric suffixes included (the
+            # path is "the characters up to and including the last colon"); common
+            # commands leave the path alone.
+            split = (() if raw.absolute else self.path) + tuple(
+                _split_suffix(m) for m in raw.mnemonics)
+            words = tuple(s for s, _ in split)
+            suffixes = tuple(n for _, n in split)
+            self.path = split[:-1]
         entry = self.profile.lookup(raw.common, words)
         if entry is not None and any(
                 node is not None and node.fixed is not None and number != node.fixed

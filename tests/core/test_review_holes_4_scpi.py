@@ -1,0 +1,99 @@
+"""The fourth hostile review, SCPI language layer: what a message means to the instrument
+(its manual) against what the gateway judged and sent, each proven on the simulator's own
+port through a door a real user has (docs/reliability.md section 7).
+
+1. A relative header keeps the numeric suffix of its path (SCPI-99 Vol. 1 §6.2.4):
+   ``:SOUR2:VOLT 5;CURR 0.2`` on the DP832 is ``SOUR2:CURR 0.2``; the gateway dropped the
+   suffix and set CH1's current limit instead, leaving CH2's where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import pyvisa
+
+from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal, Status
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import served_bench
+from tests.doors.proxy.test_proxy import POLL, POLLS, in_thread
+
+LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(2)),
+          2: ChannelLimits(voltage=Decimal(12), current=Decimal(2)),
+          3: ChannelLimits(voltage=Decimal(5), current=Decimal(2))}
+
+
+@pytest.fixture
+def dp832_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, dp832_sim: SimServedThread) -> BenchConfig:
+    return served_bench(sim, "dp832", dp832_sim, "dp832", LIMITS)
+
+
+async def _pending(gateway: Gateway, seen: set[str]) -> Any:
+    for _ in range(POLLS):
+        for req in gateway.store.list_requests(status=Status.PENDING):
+            if req.id not in seen:
+                return gateway.get_request(req.id)
+        await asyncio.sleep(POLL)
+    raise AssertionError("no pending request showed up")
+
+
+async def _grant_all(gateway: Gateway, req: Any, *people: Principal) -> None:
+    for who, kind in zip(people * 3, [k.value for k in req.missing()], strict=False):
+        await gateway.grant(req.id, who, [kind], proposal_hash=req.proposal_hash)
+
+
+@pytest.fixture
+def dp832_port(dp832_sim: SimServedThread) -> Iterator[Any]:
+    """The DP832's own port, open beside the door's clients (``own_port`` closes pyvisa's
+    shared resource manager, and with it every client)."""
+    rm = pyvisa.ResourceManager("@py")
+    res = rm.open_resource(dp832_sim.resource_name, read_termination="\n",
+                           write_termination="\n", timeout=4000)
+    yield res
+    res.close()
+    rm.close()
+
+
+def _levels(port: Any, channel: int) -> tuple[Decimal, Decimal]:
+    return (Decimal(port.query(f"SOUR{channel}:VOLT?")),
+            Decimal(port.query(f"SOUR{channel}:CURR?")))
+
+
+# ------------------------------------------------------------------ 1. a suffix in the path
+@pytest.mark.parametrize("message", [":SOUR2:VOLT 5;CURR 0.2", "SOURce2:CURRent 0.2;VOLTage 5",
+                                     ":SOUR2:VOLT:PROT 20;:SOUR2:VOLT 5;CURR 0.2"])
+async def test_a_relative_header_keeps_the_channel_its_path_names(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal, pete: Principal,
+        dp832_port: Any, message: str) -> None:
+    """SCPI-99 Vol. 1 §6.2.4 (and the Keysight guides: the path is "the characters up to and
+    including the last colon" of the previous header): after ``:SOUR2:VOLT 5`` a bare
+    ``CURR 0.2`` is ``SOUR2:CURR 0.2``. The gateway dropped the suffix from the path, so it
+    judged, showed and sent ``SOUR1:CURR 0.2``: CH1's limit moved, and CH2 (the DUT the
+    script meant to protect with 0.2 A) kept its 1 A. Through the socket door, every
+    approval granted: CH2 gets both, CH1 nothing."""
+    for command in ("SOUR1:CURR 1", "SOUR2:CURR 1"):
+        dp832_port.write(command)
+    before = _levels(dp832_port, 1)
+    client = open_client("dp832", timeout=20000)
+    seen = {r.id for r in gateway.store.list_requests(limit=1000)}
+    task = asyncio.ensure_future(in_thread(client.query, f"{message};*OPC?"))
+    req = await _pending(gateway, seen)
+    await _grant_all(gateway, req, olga, pete)
+    assert (await task).strip() == "1"
+    assert gateway.get_request(req.id).status.value == "executed"
+    assert _levels(dp832_port, 2) == (Decimal(5), Decimal("0.2"))
+    assert _levels(dp832_port, 1) == before
+    shown = [(a.canonical, a.channel) for a in req.actions if a.effect == "setpoint"]
+    assert {channel for _, channel in shown} == {2}, shown
