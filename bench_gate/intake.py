@@ -37,6 +37,7 @@ from .scpi import (
     lex,
     unanswered,
 )
+from .selections import Selections
 from .states import UNDECIDED, Outcome
 from .store import read_row
 from .takeover import Requests
@@ -82,8 +83,8 @@ class Intake(Part):
         self.plans = plans
         self.interlocks = interlocks
         self.leases = leases
-        #: Each run's selected channel per instrument: selections are per run, never sent.
-        self._selected: dict[tuple[str, str], int] = {}
+        #: Each run's selected channel per instrument: per run, never sent, kept in the store.
+        self._selected = Selections(core)
         #: Reads that passed, kept to run again without being worked out again (reads.py).
         self._plans = ReadPlans()
         self._reads = ReadJournal(core.store, read_log_path(core.store, core.config),
@@ -97,8 +98,7 @@ class Intake(Part):
         await self._reads.close()
 
     async def _classify(self, run_id: str, inst: Instrument, message: str) -> Classification:
-        key = (run_id, inst.config.name)
-        selected = self._selected.get(key)
+        selected = self._selected.get(run_id, inst.config.name)
         c = classify(message, inst.profile.name, selected=selected)
         needs_channel = any(
             u.channel is None and u.field is not None and inst.profile.channels
@@ -114,14 +114,13 @@ class Intake(Part):
                                       f"{answer!r}") from exc
             c = classify(message, inst.profile.name, selected=selected)
         if c.selected is not None:
-            self._selected[key] = c.selected
+            self._selected.set(run_id, inst.config.name, c.selected)
         return c
 
     async def _read_again(self, run_id: str, inst: Instrument, message: str, origin: str
                           ) -> SubmitResult | None:
         """A read that passed before, run from its plan (reads.py); None: work it out."""
-        key = (run_id, inst.config.name)
-        selected = self._selected.get(key)
+        selected = self._selected.get(run_id, inst.config.name)
         plan = self._plans.get(inst, message, selected, origin,
                                self.config.envelope.get(inst.config.name), self.config.policy)
         if plan is None or inst.timing.refusal(plan.units) is not None:
@@ -129,7 +128,7 @@ class Intake(Part):
         received_at = now()
         c = plan.classification
         if c.selected is not None:
-            self._selected[key] = c.selected
+            self._selected.set(run_id, inst.config.name, c.selected)
         try:
             response = await run_units(inst, plan.units, selected, read_only=True)
         except InstrumentError as exc:
@@ -191,7 +190,7 @@ class Intake(Part):
         def received() -> Event:
             return Event(run_id=run_id, type=EventType.COMMAND_RECEIVED, at=received_at,
                          data=received_data)
-        selected_before = self._selected.get((run_id, inst.config.name))
+        selected_before = self._selected.get(run_id, inst.config.name)
         try:
             c = await self._classify(run_id, inst, message)
             if excites is not None:

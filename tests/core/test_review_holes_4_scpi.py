@@ -5,6 +5,9 @@ port through a door a real user has (docs/reliability.md section 7).
 1. A relative header keeps the numeric suffix of its path (SCPI-99 Vol. 1 §6.2.4):
    ``:SOUR2:VOLT 5;CURR 0.2`` on the DP832 is ``SOUR2:CURR 0.2``; the gateway dropped the
    suffix and set CH1's current limit instead, leaving CH2's where it was.
+2. A run's channel selection survives a restart: after ``INST:NSEL 2`` an HTTP run's
+   ``VOLT 2.5`` went to CH1 once the gateway had restarted (the selection lived in memory
+   only, so the instrument's own selection, or the profile's default, decided).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +24,9 @@ import pyvisa
 from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
+from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
-from tests.conftest import served_bench
+from tests.conftest import Clock, served_bench
 from tests.doors.proxy.test_proxy import POLL, POLLS, in_thread
 
 LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(2)),
@@ -97,3 +102,48 @@ async def test_a_relative_header_keeps_the_channel_its_path_names(
     assert _levels(dp832_port, 1) == before
     shown = [(a.canonical, a.channel) for a in req.actions if a.effect == "setpoint"]
     assert {channel for _, channel in shown} == {2}, shown
+
+
+# ------------------------------------------------------------------ 2. a selection and a restart
+async def _restarted(config: BenchConfig, db: Path, clock: Clock) -> Gateway:
+    gw = Gateway(config, SqliteStore(db), clock=clock)
+    await gw.start()
+    return gw
+
+
+@pytest.mark.parametrize(("instrument", "select", "write", "read"), [
+    ("psu", "INST:NSEL 2", "VOLT 2.5", "VOLT? (@{ch})"),
+    ("psu", "INST CH2", "VOLT 2.5", "VOLT? (@{ch})"),
+    ("dp832", ":INST CH2", ":VOLT 2.5", "SOUR{ch}:VOLT?"),
+])
+async def test_a_runs_selection_survives_a_restart(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal, olga: Principal,
+        pete: Principal, sim: SimBenchThread, dp832_port: Any, instrument: str, select: str,
+        write: str, read: str) -> None:
+    """Invariant 6, a crash loses nothing: a run selects CH2 (per run, never sent), the
+    gateway restarts, and the same run's ``VOLT 2.5`` must still mean CH2. It meant the
+    instrument's own selection (the E36312A's INST:NSEL?, CH1) or the profile's default
+    (the DP832's CH1): under a plan for both channels it ran unattended on CH1."""
+    gateway = await _restarted(config, db_path, clock)
+    run = gateway.create_run(script, "script", goal="bias the DUT on CH2")
+    picked = await gateway.submit(run.id, instrument, select)
+    assert picked.status == "executed", picked
+    await gateway.close()
+    gateway.store.close()
+    gateway = await _restarted(config, db_path, clock)
+    rm = pyvisa.ResourceManager("@py")
+    port: Any = dp832_port if instrument == "dp832" else rm.open_resource(
+        sim.psu_resource_name, read_termination="\n", write_termination="\n", timeout=4000)
+    try:
+        before = Decimal(port.query(read.format(ch=1)))
+        result = await gateway.submit(run.id, instrument, write)
+        assert result.request is not None, result
+        await _grant_all(gateway, result.request, olga, pete)
+        assert gateway.get_request(result.request.id).status.value == "executed"
+        assert Decimal(port.query(read.format(ch=2))) == Decimal("2.5")
+        assert Decimal(port.query(read.format(ch=1))) == before
+    finally:
+        if port is not dp832_port:
+            port.close()
+        await gateway.close()
+        gateway.store.close()

@@ -1,0 +1,44 @@
+"""Each run's selected channel per instrument (``INST:NSEL 2``, ``INST CH2``).
+
+A selection is per run and never sent (docs/scpi.md): a later ``VOLT 5`` of the same run
+means the channel it selected, whatever the instrument's own selection. It is kept in the
+store, so a restart keeps it: held in memory only, a restart made the run's next ``VOLT 5``
+mean the instrument's own selection or the profile's default channel (DESIGN.md invariant
+6, a crash loses nothing).
+"""
+
+from __future__ import annotations
+
+from .core import Core, Part
+
+__all__ = ["SELECTIONS", "Selections"]
+
+#: The store's key-value table of selections: ``run/bench/instrument`` -> the channel.
+SELECTIONS = "selections"
+
+
+class Selections(Part):
+    """Read through to the store once per (run, instrument); written only on a change."""
+
+    def __init__(self, core: Core) -> None:
+        super().__init__(core)
+        self._known: dict[tuple[str, str], int | None] = {}
+
+    def _key(self, run_id: str, instrument: str) -> str:
+        # Instrument names are per bench: two gateways on one store may both have a psu.
+        return f"{run_id}/{self.config.bench}/{instrument}"
+
+    def get(self, run_id: str, instrument: str) -> int | None:
+        key = (run_id, instrument)
+        if key not in self._known:
+            kept = self.store.kv_get(SELECTIONS, self._key(run_id, instrument))
+            self._known[key] = int(kept["channel"]) if kept else None
+        return self._known[key]
+
+    def set(self, run_id: str, instrument: str, channel: int) -> None:
+        if self.get(run_id, instrument) == channel:
+            return
+        self.store.kv_put(SELECTIONS, self._key(run_id, instrument),
+                          {"run_id": run_id, "bench": self.config.bench, "instrument": instrument,
+                           "channel": channel})
+        self._known[(run_id, instrument)] = channel
