@@ -20,6 +20,7 @@ from typing import Any
 from bench_gate.scpi import CommandSpec, Effect, FormSpec, ParamSpec, Profile, lex
 from bench_gate.scpi._examples import sample_value
 from bench_gate.scpi._lexer import ChannelList, CharData
+from bench_gate.scpi._params import bound
 from bench_gate.scpi._patterns import canonical_header, canonical_with_suffix
 
 __all__ = [
@@ -252,9 +253,9 @@ def _number(spec: ParamSpec, keyword: str) -> Decimal | None:
     if keyword == "DEF":
         return spec.default if spec.default is not None else (
             spec.range[0] if spec.range is not None else None)
-    if spec.range is None:
+    if spec.range is None or keyword not in ("MIN", "MAX"):
         return None
-    return spec.range[0] if keyword == "MIN" else spec.range[1] if keyword == "MAX" else None
+    return bound(spec.range, keyword)  # the gateway's reading of MIN and MAX, manuals' too
 
 
 def _render(value: Decimal, spec: ParamSpec) -> str:

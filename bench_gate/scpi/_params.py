@@ -14,7 +14,7 @@ from ._profile import Profile
 from ._schema import ParamSpec
 from .units import Value, format_number
 
-__all__ = ["ParamReader"]
+__all__ = ["ParamReader", "bound"]
 
 #: SCPI-99 Vol. 1 §7.7.3 suffix multipliers that mean the same in SCPI and in SI.
 #: Upper-case 'M' is milli to SCPI and mega to SI, so it is refused as ambiguous.
@@ -154,7 +154,7 @@ class ParamReader:
             if bounds is None:
                 raise self.err(ScpiExecutionError, -224,
                                f"{spec.name} has no {keyword} on this instrument", pos)
-            return bounds[1] if keyword == "MAX" else bounds[0]
+            return bound(bounds, keyword)
         if not isinstance(datum, Number):
             raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number", pos)
         unit = spec.unit or (field.unit if field else "")
@@ -197,6 +197,17 @@ class ParamReader:
         if not ranges:
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def bound(bounds: tuple[Decimal, Decimal], keyword: str) -> Decimal:
+    """The value ``MIN`` or ``MAX`` names in a range. On a range with no positive value the
+    manuals count magnitudes: the E3631A's -25V output programs 0 to -25.75 V, and its MIN
+    is 0 V, its MAX -25.75 V (User's Guide, Table 4-1), so MIN never means the farthest
+    from zero. Elsewhere the lower and the upper end."""
+    low, high = bounds
+    if high <= 0 and low < 0:
+        low, high = high, low
+    return high if keyword == "MAX" else low
 
 
 def _keyword(keywords: tuple[str, ...], text: str) -> str | None:

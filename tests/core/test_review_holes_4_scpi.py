@@ -8,6 +8,9 @@ port through a door a real user has (docs/reliability.md section 7).
 2. A run's channel selection survives a restart: after ``INST:NSEL 2`` an HTTP run's
    ``VOLT 2.5`` went to CH1 once the gateway had restarted (the selection lived in memory
    only, so the instrument's own selection, or the profile's default, decided).
+3. MIN and MAX as the manual counts them: on the E3631A's -25V output MIN is 0 V and MAX
+   -25.75 V (User's Guide, Table 4-1); the gateway read the range's ends, so a script's
+   ``VOLT MIN`` (to park the output at zero) was sent as ``VOLT -25.75``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import pytest
 import pyvisa
 
-from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.store import SqliteStore
@@ -41,8 +44,22 @@ def dp832_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
-def config(sim: SimBenchThread, dp832_sim: SimServedThread) -> BenchConfig:
-    return served_bench(sim, "dp832", dp832_sim, "dp832", LIMITS)
+def e3631a_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("e3631a") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, dp832_sim: SimServedThread, e3631a_sim: SimServedThread
+           ) -> BenchConfig:
+    cfg = served_bench(sim, "dp832", dp832_sim, "dp832", LIMITS)
+    cfg.instruments.append(InstrumentConfig(name="e3631a", resource=e3631a_sim.resource_name,
+                                            profile="e3631a", socket_port=0))
+    # The -25V output may reach its full 25.75 V here: the envelope is not what decides.
+    cfg.envelope["e3631a"] = {1: ChannelLimits(voltage=Decimal(6), current=Decimal(1)),
+                              2: ChannelLimits(voltage=Decimal(26), current=Decimal(1)),
+                              3: ChannelLimits(voltage=Decimal(26), current=Decimal(1))}
+    return cfg
 
 
 async def _pending(gateway: Gateway, seen: set[str]) -> Any:
@@ -147,3 +164,40 @@ async def test_a_runs_selection_survives_a_restart(
             port.close()
         await gateway.close()
         gateway.store.close()
+
+
+# ------------------------------------------------------------------ 3. MIN and MAX
+@pytest.mark.parametrize(("message", "volts"), [
+    ("INST N25V;:VOLT MIN", Decimal(0)),
+    ("INST:NSEL 3;:VOLTage:LEVel MINimum", Decimal(0)),
+    ("APPL N25V,MIN,0.1", Decimal(0)),
+    ("APPL N25V,DEF,0.1", Decimal(0)),
+    ("INST N25V;:VOLT MAX", Decimal("-25.75")),
+    ("APPL P25V,MIN,0.1", Decimal(0)),
+])
+async def test_min_and_max_mean_what_the_manual_says(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread, message: str, volts: Decimal) -> None:
+    """E3631A User's Guide, Table 4-1: the -25V output programs 0 to -25.75 V; its MIN value
+    is 0 V and its MAX value -25.75 V. The gateway took MIN as the range's lower end, so a
+    script parking N25V with ``VOLT MIN`` got ``VOLT -25.75`` sent (approved as shown, or
+    under a plan): the opposite of what it asked. Every approval granted; the simulator's
+    own port shows the level (and the simulator answers ``VOLT? MIN`` as the manual)."""
+    rm = pyvisa.ResourceManager("@py")
+    port: Any = rm.open_resource(e3631a_sim.resource_name, read_termination="\n",
+                                 write_termination="\n", timeout=4000)
+    try:
+        for command in ("APPL N25V,-3,0.2", "APPL P25V,3,0.2"):
+            port.write(command)
+        run = gateway.create_run(script, "script", goal="park the outputs")
+        result = await gateway.submit(run.id, "e3631a", message)
+        assert result.request is not None, result
+        await _grant_all(gateway, result.request, olga, pete)
+        assert gateway.get_request(result.request.id).status.value == "executed"
+        channel = 2 if "P25V" in message else 3
+        assert Decimal(port.query(f"INST:NSEL {channel};:VOLT?")) == volts
+        assert Decimal(port.query("INST:NSEL 3;:VOLT? MIN")) == 0
+        assert Decimal(port.query("INST:NSEL 3;:VOLT? MAX")) == Decimal("-25.75")
+    finally:
+        port.close()
+

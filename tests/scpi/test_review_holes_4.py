@@ -6,10 +6,12 @@ tests/core/test_review_holes_4_scpi.py.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench_gate.scpi import classify
+from bench_gate.scpi import classify, get_profile
 
 #: (profile, a header prefix whose last node carries a numeric suffix, its suffixes, leaves
 #: that follow it). The prefix's suffix is the channel, the pin or the register.
@@ -70,3 +72,42 @@ def test_a_leading_colon_returns_to_the_root_and_the_selection() -> None:
     units = classify(":SOUR2:VOLT 5;:CURR 0.2", "dp832", selected=3).units
     assert [(u.canonical, u.channel) for u in units] == [
         ("SOUR2:VOLT 5.0", 2), ("SOUR3:CURR 0.2", 3)]
+
+
+#: A setpoint of ``{field}`` on channel ``{ch}``, as each profile's own clients write it.
+SETPOINTS = [
+    ("e36312a", "VOLT {v},(@{ch})", "voltage"), ("e36312a", "CURR {v},(@{ch})", "current"),
+    ("e3631a", "INST:NSEL {ch};:VOLT {v}", "voltage"),
+    ("e3631a", "INST:NSEL {ch};:CURR {v}", "current"),
+    ("e3631a", "APPL {name},{v}", "voltage"),
+    ("dp832", ":SOUR{ch}:VOLT {v}", "voltage"), ("dp832", ":SOUR{ch}:CURR {v}", "current"),
+    ("spd3303x", "CH{ch}:VOLT {v}", "voltage"), ("spd3303x", "CH{ch}:CURR {v}", "current"),
+    # (the SPD3303X's CH3 is fixed: only CH1 and CH2 take setpoints)
+    ("k2450", ":SOUR:VOLT {v}", "voltage"), ("k2450", ":SOUR:CURR {v}", "current_level"),
+    ("dl3021", ":CURR {v}", "current"), ("dl3021", ":VOLT {v}", "voltage"),
+]
+
+
+@settings(deadline=None, max_examples=200)
+@given(case=st.sampled_from(SETPOINTS), data=st.data(),
+       spelling=st.sampled_from([("MIN", "MAX"), ("MINimum", "MAXimum"), ("min", "max")]))
+def test_min_is_never_farther_from_zero_than_max(
+        case: tuple[str, str, str], data: st.DataObject, spelling: tuple[str, str]) -> None:
+    """The manuals count MIN and MAX in magnitude where a range has no positive value (the
+    E3631A's -25V output: MIN 0 V, MAX -25.75 V, User's Guide Table 4-1); the gateway took
+    the range's lower end for MIN, so ``VOLT MIN`` there was -25.75 V. For every profile,
+    channel and setpoint: MIN and MAX are the range's ends, and MIN is never farther from
+    zero than MAX."""
+    name, template, field = case
+    profile = get_profile(name)
+    ch = data.draw(st.sampled_from([c for c in profile.channels
+                                    if name != "spd3303x" or c < 3]))
+    low, high = profile.range_of(field, ch) or (None, None)
+    assert low is not None and high is not None
+    word = next(a for a, n in profile.channel_names.items() if n == ch) if "{name}" in \
+        template else ""
+    values = [classify(template.format(ch=ch, v=v, name=word), name, selected=ch).units[-1].value
+              for v in spelling]
+    least, most = (v for v in values if isinstance(v, Decimal))
+    assert {least, most} == {low, high}
+    assert abs(least) <= abs(most)
