@@ -323,8 +323,9 @@ class Executor(Part):
                     if inst.lane.halted:  # an emergency stop: not one more command
                         out.error = "an emergency stop was pressed during the write"
                         break
-                    if a.effect == "select":
-                        continue
+                    form = profile.form_of(a.canonical)
+                    if a.effect == "select" or (form is not None and form.local):
+                        continue  # per run, or answered by the gateway (*CLS): never sent
                     if a.canonical.split(" ")[0].endswith("?"):
                         out.answers[i] = await link.query(a.canonical,
                                                           inst.extra_seconds(a.canonical))

@@ -11,6 +11,8 @@ port through a door a real user has (docs/reliability.md section 7).
 3. MIN and MAX as the manual counts them: on the E3631A's -25V output MIN is 0 V and MAX
    -25.75 V (User's Guide, Table 4-1); the gateway read the range's ends, so a script's
    ``VOLT MIN`` (to park the output at zero) was sent as ``VOLT -25.75``.
+4. ``*CLS`` inside a held write reached the instrument: the read path answers it itself,
+   the executor wrote it.
 """
 
 from __future__ import annotations
@@ -201,3 +203,24 @@ async def test_min_and_max_mean_what_the_manual_says(
     finally:
         port.close()
 
+
+# ------------------------------------------------------------------ 4. *CLS inside a held write
+@pytest.mark.parametrize("message", ["*CLS;VOLT 2,(@1)", "VOLT 2,(@1);*cls",
+                                     "OUTP:STAT? (@1);*CLS;:VOLT 2,(@1)"])
+async def test_cls_in_a_held_write_never_reaches_the_instrument(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any, message: str) -> None:
+    """``*CLS`` clears the status every client of the instrument shares (IEEE 488.2 §10.3:
+    the event registers, the error queue), so the gateway answers it itself and never sends
+    it (docs/scpi.md). The read path skipped it; the executor did not: in a held message
+    (``*CLS;VOLT 2,(@1)``, approved for its setpoint) it was written to the instrument, and
+    the operation-complete bit another client's ``*OPC`` had set in the standard event
+    status register was gone."""
+    front_panel.write("*OPC")  # another client waits for its operation-complete bit
+    run = gateway.create_run(script, "script", goal="a clean start")
+    result = await gateway.submit(run.id, "psu", message)
+    assert result.request is not None, result
+    await _grant_all(gateway, result.request, olga, pete)
+    assert gateway.get_request(result.request.id).status.value == "executed"
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 2
+    assert int(front_panel.query("*ESR?")) & 1, "the other client's *OPC bit was cleared"
