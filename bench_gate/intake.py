@@ -100,8 +100,13 @@ class Intake(Part):
     async def _classify(self, run_id: str, inst: Instrument, message: str) -> Classification:
         selected = self._selected.get(run_id, inst.config.name)
         c = classify(message, inst.profile.name, selected=selected)
-        needs_channel = any(
-            u.channel is None and u.field is not None and inst.profile.channels
+        # A unit that acts on a channel but names none (``CURR:PROT:STAT 0``, ``VOLT:TRIG 5``)
+        # would act on the instrument's selection when it runs, which the approver never
+        # saw: the run's channel is asked for now and written out.
+        profile = inst.profile
+        needs_channel = bool(profile.channels) and any(
+            u.channel is None and (u.field is not None or (
+                (form := profile.form_of(u.canonical)) is not None and form.channel == "list"))
             for u in c.units
         )
         if needs_channel and selected is None and inst.profile.model.select_query:

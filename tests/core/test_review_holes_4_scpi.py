@@ -13,6 +13,9 @@ port through a door a real user has (docs/reliability.md section 7).
    ``VOLT MIN`` (to park the output at zero) was sent as ``VOLT -25.75``.
 4. ``*CLS`` inside a held write reached the instrument: the read path answers it itself,
    the executor wrote it.
+5. A unit that acts on a channel but names none (``CURR:PROT:STAT 0`` on the E36312A, with
+   no selection on the run) was shown without a channel and sent bare, so it acted on
+   whatever channel the instrument had selected when it ran.
 """
 
 from __future__ import annotations
@@ -224,3 +227,28 @@ async def test_cls_in_a_held_write_never_reaches_the_instrument(
     assert gateway.get_request(result.request.id).status.value == "executed"
     assert Decimal(front_panel.query("VOLT? (@1)")) == 2
     assert int(front_panel.query("*ESR?")) & 1, "the other client's *OPC bit was cleared"
+
+
+# ------------------------------------------------------------------ 5. a unit without its channel
+@pytest.mark.parametrize("message", ["CURR:PROT:STAT 0", "SOURce:CURRent:PROTection:STATe OFF"])
+async def test_a_unit_without_a_channel_runs_on_the_channel_the_approver_saw(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any, message: str) -> None:
+    """E36300 guide: without a channel list a command acts on the selected channel
+    (INSTrument:NSELect). With no selection on the run, the gateway asked the instrument's
+    selection only for a unit with a field (``VOLT 5``); ``CURR:PROT:STAT 0`` (over-current
+    protection off) was held as a protection change on no channel and sent bare. The panel
+    had CH2 selected when it was held and CH1 when it ran: CH1's protection went off, which
+    nobody was shown. Now the run's channel is asked for at once, shown and written out."""
+    for command in ("CURR:PROT:STAT 1,(@1)", "CURR:PROT:STAT 1,(@2)", "INST:NSEL 2"):
+        front_panel.write(command)
+    run = gateway.create_run(script, "script", goal="no trips during the ramp")
+    result = await gateway.submit(run.id, "psu", message)
+    assert result.request is not None, result
+    shown = [(a.canonical, a.channel) for a in result.request.actions]
+    front_panel.write("INST:NSEL 1")  # the person at the bench looks at CH1 meanwhile
+    await _grant_all(gateway, result.request, olga, pete)
+    assert gateway.get_request(result.request.id).status.value == "executed"
+    assert front_panel.query("CURR:PROT:STAT? (@1)").strip() == "1", shown
+    assert front_panel.query("CURR:PROT:STAT? (@2)").strip() == "0", shown
+    assert shown == [("CURR:PROT:STAT 0,(@2)", 2)], shown

@@ -11,7 +11,15 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench_gate.scpi import classify, get_profile
+from bench_gate.scpi import (
+    Effect,
+    ScpiError,
+    available_profiles,
+    classify,
+    command_examples,
+    get_profile,
+    query_examples,
+)
 
 #: (profile, a header prefix whose last node carries a numeric suffix, its suffixes, leaves
 #: that follow it). The prefix's suffix is the channel, the pin or the register.
@@ -111,3 +119,70 @@ def test_min_is_never_farther_from_zero_than_max(
     least, most = (v for v in values if isinstance(v, Decimal))
     assert {least, most} == {low, high}
     assert abs(least) <= abs(most)
+
+
+def _spellings(pattern_message: str) -> st.SearchStrategy[str]:
+    """A message of the profile's examples, its header in another legal spelling: long or
+    short form per node, either case."""
+    head, sep, rest = pattern_message.partition(" ")
+    nodes = head.split(":")
+
+    def spell(choices: list[tuple[bool, bool]]) -> str:
+        out = []
+        for node, (short, lower) in zip(nodes, choices, strict=True):
+            word = node
+            if short and not word.startswith("*"):
+                word = "".join(c for c in word if not c.islower())
+            out.append(word.lower() if lower else word)
+        return ":".join(out) + sep + rest
+    return st.lists(st.tuples(st.booleans(), st.booleans()), min_size=len(nodes),
+                    max_size=len(nodes)).map(spell)
+
+
+def _examples() -> list[tuple[str, str]]:
+    out = []
+    for name in available_profiles():
+        profile = get_profile(name)
+        for ex in [*command_examples(profile), *query_examples(profile, frozenset(Effect))]:
+            out.append((name, ex.message))
+    return out
+
+
+EXAMPLES = _examples()
+
+
+@settings(deadline=None, max_examples=600)
+@given(case=st.sampled_from(EXAMPLES), data=st.data())
+def test_every_canonical_unit_means_the_same_alone_to_a_naive_parser(
+        case: tuple[str, str], data: st.DataObject) -> None:
+    """Only canonical SCPI the gateway rendered reaches an instrument, one unit at a time,
+    and it must mean the same thing to the most naive parser: no separator a parser that
+    splits at ';' and line ends would see, and, read again alone (with any selection, since
+    the instrument's own is not the gateway's), the same one unit: header, effect, channel,
+    field and value. For every profile's every header, spelled any legal way."""
+    name, example = case
+    profile = get_profile(name)
+    message = data.draw(_spellings(example)) if ";" not in example else example
+    selected = data.draw(st.sampled_from([None, *profile.channels]))
+    if profile.channels and message.endswith(")") and data.draw(st.booleans()):
+        # Without its channel list: the run's channel decides (intake asks the instrument
+        # for it when the run has none, so a unit never goes out on no channel).
+        message = message[: message.rindex("(@")].rstrip(" ,") if "(@" in message else message
+        selected = data.draw(st.sampled_from(list(profile.channels)))
+    try:
+        units = classify(message, name, selected=selected).units
+    except ScpiError:
+        return  # a spelling that is no header of this profile: refused, nothing sent
+    for unit in units:
+        if unit.effect in (Effect.FORBIDDEN, Effect.SELECT) or unit.local:
+            continue
+        text = unit.canonical
+        assert not set(text) & set(";\r\n\x00"), text
+        assert len(text.split(";")) == 1
+        other = data.draw(st.sampled_from([None, *profile.channels]))
+        again = classify(text, name, selected=other).units
+        kinds = {(u.canonical, u.header, u.effect, u.field, u.value) for u in again}
+        assert kinds == {(text, unit.header, unit.effect, unit.field, unit.value)}, (
+            message, text, [u.canonical for u in again])
+        if unit.channel is not None:
+            assert unit.channel in {u.channel for u in again}, (message, text)
