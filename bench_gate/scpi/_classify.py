@@ -369,6 +369,8 @@ class _Resolver(ParamReader):
                               and s.name in values), None)
         if form.effect is Effect.SELECT:
             self.selected = channel
+        if form.reselects and self.profile.addressing is not None:
+            self.selected = self.profile.addressing.default
         effect, note = form.effect, ""
         applied = self.excitation(form, values)
         if applied is not None:

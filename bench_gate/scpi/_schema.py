@@ -140,6 +140,10 @@ class FormSpec(BaseModel):
     #: ``*TRG``): on a profile with ``excitation``, the gateway asks the instrument which
     #: function that is before it passes (scpi/_excitation.py).
     measures: bool = False
+    #: Puts the instrument's own channel selection back to its power-on one (the E3631A's
+    #: ``*RST`` selects the +6V output): after it, a connection's selection is the
+    #: profile's ``addressing.default`` again, as a unit after it means on the instrument.
+    reselects: bool = False
 
 
 class CommandSpec(BaseModel):

@@ -16,6 +16,8 @@ port through a door a real user has (docs/reliability.md section 7).
 5. A unit that acts on a channel but names none (``CURR:PROT:STAT 0`` on the E36312A, with
    no selection on the run) was shown without a channel and sent bare, so it acted on
    whatever channel the instrument had selected when it ran.
+6. ``*RST`` puts the E3631A's selection back to the +6V output (User's Guide, *RST: the
+   power-on state); the run's selection stayed on P25V, so the next ``VOLT 3`` set P25V.
 """
 
 from __future__ import annotations
@@ -252,3 +254,34 @@ async def test_a_unit_without_a_channel_runs_on_the_channel_the_approver_saw(
     assert front_panel.query("CURR:PROT:STAT? (@1)").strip() == "1", shown
     assert front_panel.query("CURR:PROT:STAT? (@2)").strip() == "0", shown
     assert shown == [("CURR:PROT:STAT 0,(@2)", 2)], shown
+
+
+# ------------------------------------------------------------------ 6. *RST and the selection
+@pytest.mark.parametrize("messages", [["INST P25V", "*RST", "VOLT 3"],
+                                      ["INST:NSEL 2", "*RST;:VOLT 3"],
+                                      ["INST P25V;*RST;:VOLT 3"]])
+async def test_a_reset_selects_what_the_manual_says(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread, messages: list[str]) -> None:
+    """E3631A User's Guide, chapter 4, *RST: the power-on state, with the +6V output
+    selected (INST:SEL P6V). A script that selected P25V, reset the supply and then set
+    ``VOLT 3`` for the +6V rail had P25V set to 3 V: the run's selection (per run, never
+    sent) outlived the reset. Every approval granted; the simulator's own port shows which
+    output moved."""
+    run = gateway.create_run(script, "script", goal="reset, then the logic rail")
+    for message in messages:
+        result = await gateway.submit(run.id, "e3631a", message)
+        if result.request is not None:
+            await _grant_all(gateway, result.request, olga, pete)
+            done = gateway.get_request(result.request.id)
+            assert done.status.value == "executed", (message, done.outcome)
+        else:
+            assert result.status == "executed", (message, result)
+    rm = pyvisa.ResourceManager("@py")
+    port: Any = rm.open_resource(e3631a_sim.resource_name, read_termination="\n",
+                                 write_termination="\n", timeout=4000)
+    try:
+        assert Decimal(port.query("INST:NSEL 1;:VOLT?")) == 3
+        assert Decimal(port.query("INST:NSEL 2;:VOLT?")) == 0
+    finally:
+        port.close()
