@@ -18,6 +18,9 @@ port through a door a real user has (docs/reliability.md section 7).
    whatever channel the instrument had selected when it ran.
 6. ``*RST`` puts the E3631A's selection back to the +6V output (User's Guide, *RST: the
    power-on state); the run's selection stayed on P25V, so the next ``VOLT 3`` set P25V.
+7. ``APPLy`` selects its output on the E3631A (User's Guide, "Using the APPLy command"):
+   after ``APPL P25V,5,0.1`` a bare ``VOLT 3`` went to P6V; ``APPL P25V`` alone (a
+   selection) was refused.
 """
 
 from __future__ import annotations
@@ -283,5 +286,37 @@ async def test_a_reset_selects_what_the_manual_says(
     try:
         assert Decimal(port.query("INST:NSEL 1;:VOLT?")) == 3
         assert Decimal(port.query("INST:NSEL 2;:VOLT?")) == 0
+    finally:
+        port.close()
+
+
+# ------------------------------------------------------------------ 7. APPLy selects its output
+@pytest.mark.parametrize("messages", [["APPL P25V,5,0.1", "VOLT 3"],
+                                      ["APPL P25V,5,0.1;:VOLT 3"],
+                                      ["APPL P25V", "VOLT 3"]])
+async def test_apply_selects_its_output_as_the_manual_says(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread, messages: list[str]) -> None:
+    """E3631A User's Guide, "Using the APPLy command": APPLy "is combination of
+    INSTrument:SELect, [SOURce:]VOLTage, and [SOURce:]CURRent commands", and with no value
+    "only selects the output specified and acts as the INSTrument command". After
+    ``APPL P25V,5,0.1`` the gateway kept the run on P6V, so ``VOLT 3`` (for P25V) set P6V;
+    ``APPL P25V`` alone was refused (-109). Every approval granted; the simulator's own port
+    shows P25V at 3 V and P6V untouched."""
+    run = gateway.create_run(script, "script", goal="the analog rail")
+    for message in messages:
+        result = await gateway.submit(run.id, "e3631a", message)
+        if result.request is not None:
+            await _grant_all(gateway, result.request, olga, pete)
+            done = gateway.get_request(result.request.id)
+            assert done.status.value == "executed", (message, done.outcome)
+        else:
+            assert result.status == "executed", (message, result)
+    rm = pyvisa.ResourceManager("@py")
+    port: Any = rm.open_resource(e3631a_sim.resource_name, read_termination="\n",
+                                 write_termination="\n", timeout=4000)
+    try:
+        assert Decimal(port.query("INST:NSEL 2;:VOLT?")) == 3
+        assert Decimal(port.query("INST:NSEL 1;:VOLT?")) == 0
     finally:
         port.close()

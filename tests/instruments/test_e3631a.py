@@ -165,8 +165,8 @@ async def test_apply_names_its_output(
         supply: Any, gateway: Gateway, olga: Principal, panel: Any) -> None:
     task = asyncio.ensure_future(in_thread(supply.write, "APPL N25V,-5,0.25"))
     req = await approve(gateway, olga, task)
-    assert [(a.channel, a.canonical) for a in req.actions] == [
-        (3, "VOLT -5.0,(@3)"), (3, "CURR 0.25,(@3)")]
+    assert [(a.channel, a.canonical) for a in req.actions] == [  # APPLy selects, too
+        (3, "INST:NSEL 3"), (3, "VOLT -5.0,(@3)"), (3, "CURR 0.25,(@3)")]
     assert levels(panel)[3] == (Decimal(-5), Decimal("0.25"))
 
 
