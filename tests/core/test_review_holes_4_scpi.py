@@ -291,27 +291,37 @@ async def test_a_reset_selects_what_the_manual_says(
 
 
 # ------------------------------------------------------------------ 7. APPLy selects its output
-@pytest.mark.parametrize("messages", [["APPL P25V,5,0.1", "VOLT 3"],
-                                      ["APPL P25V,5,0.1;:VOLT 3"],
-                                      ["APPL P25V", "VOLT 3"]])
+@pytest.mark.parametrize(("instrument", "messages"), [
+    ("e3631a", ["APPL P25V,5,0.1", "VOLT 3"]),
+    ("e3631a", ["APPL P25V,5,0.1;:VOLT 3"]),
+    ("e3631a", ["APPL P25V", "VOLT 3"]),
+    ("dp832", [":APPL CH2,5,1", ":VOLT 3"]),
+    ("dp832", [":APPL CH2", ":VOLT 3"]),
+])
 async def test_apply_selects_its_output_as_the_manual_says(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
-        e3631a_sim: SimServedThread, messages: list[str]) -> None:
+        e3631a_sim: SimServedThread, dp832_port: Any, instrument: str,
+        messages: list[str]) -> None:
     """E3631A User's Guide, "Using the APPLy command": APPLy "is combination of
     INSTrument:SELect, [SOURce:]VOLTage, and [SOURce:]CURRent commands", and with no value
-    "only selects the output specified and acts as the INSTrument command". After
-    ``APPL P25V,5,0.1`` the gateway kept the run on P6V, so ``VOLT 3`` (for P25V) set P6V;
-    ``APPL P25V`` alone was refused (-109). Every approval granted; the simulator's own port
-    shows P25V at 3 V and P6V untouched."""
+    "only selects the output specified and acts as the INSTrument command"; the DP800 guide's
+    :APPLy likewise "select[s] the specified channel as the current channel". After
+    ``APPL P25V,5,0.1`` the gateway kept the run on the first output, so ``VOLT 3`` (meant for
+    P25V) set P6V; ``APPL P25V`` alone was refused (-109). Every approval granted; the
+    simulator's own port shows the second output at 3 V and the first untouched."""
     run = gateway.create_run(script, "script", goal="the analog rail")
     for message in messages:
-        result = await gateway.submit(run.id, "e3631a", message)
+        result = await gateway.submit(run.id, instrument, message)
         if result.request is not None:
             await _grant_all(gateway, result.request, olga, pete)
             done = gateway.get_request(result.request.id)
             assert done.status.value == "executed", (message, done.outcome)
         else:
             assert result.status == "executed", (message, result)
+    if instrument == "dp832":
+        assert Decimal(dp832_port.query("SOUR2:VOLT?")) == 3
+        assert Decimal(dp832_port.query("SOUR1:VOLT?")) == 0
+        return
     rm = pyvisa.ResourceManager("@py")
     port: Any = rm.open_resource(e3631a_sim.resource_name, read_termination="\n",
                                  write_termination="\n", timeout=4000)

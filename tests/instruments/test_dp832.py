@@ -80,7 +80,8 @@ async def grant(gateway: Gateway, olga: Principal, req: Any, task: Any) -> None:
 def test_channel_words_and_booleans_in_the_dp832s_spelling() -> None:
     assert classify("OUTP CH2,1", PROFILE).canonical == ("OUTP CH2,ON",)
     assert classify("OUTP OFF", PROFILE, selected=3).canonical == ("OUTP CH3,OFF",)
-    assert classify("APPL CH3,3,0.5", PROFILE).canonical == ("SOUR3:VOLT 3.0", "SOUR3:CURR 0.5")
+    assert classify("APPL CH3,3,0.5", PROFILE).canonical == (  # :APPLy selects, too
+        "INST:NSEL 3", "SOUR3:VOLT 3.0", "SOUR3:CURR 0.5")
     assert classify("VOLT 5", PROFILE, selected=2).canonical == ("SOUR2:VOLT 5.0",)
     assert classify("MEAS:CURR?", PROFILE, selected=2).canonical == ("MEAS:CURR? CH2",)
     # The E3631A's booleans and channel lists are untouched.
@@ -167,8 +168,8 @@ async def test_apply_names_its_channel(
         supply: Any, gateway: Gateway, olga: Principal, panel: Any) -> None:
     task = asyncio.ensure_future(in_thread(supply.write, "APPL CH3,3,0.25"))
     req = await next_pending(gateway)
-    assert [(a.channel, a.canonical) for a in req.actions] == [
-        (3, "SOUR3:VOLT 3.0"), (3, "SOUR3:CURR 0.25")]
+    assert [(a.channel, a.canonical) for a in req.actions] == [  # :APPLy selects, too
+        (3, "INST:NSEL 3"), (3, "SOUR3:VOLT 3.0"), (3, "SOUR3:CURR 0.25")]
     await grant(gateway, olga, req, task)
     assert levels(panel)[3][:2] == (Decimal(3), Decimal("0.25"))
 
