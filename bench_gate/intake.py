@@ -119,7 +119,7 @@ class Intake(Part):
                                       f"{answer!r}") from exc
             c = classify(message, inst.profile.name, selected=selected)
         if c.selected is not None:
-            self._selected.set(run_id, inst.config.name, c.selected)
+            self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
         return c
 
     async def _read_again(self, run_id: str, inst: Instrument, message: str, origin: str
@@ -133,7 +133,7 @@ class Intake(Part):
         received_at = now()
         c = plan.classification
         if c.selected is not None:
-            self._selected.set(run_id, inst.config.name, c.selected)
+            self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
         try:
             response = await run_units(inst, plan.units, selected, read_only=True)
         except InstrumentError as exc:

@@ -10,6 +10,7 @@ mean the instrument's own selection or the profile's default channel (DESIGN.md 
 from __future__ import annotations
 
 from .core import Core, Part
+from .scpi import Profile
 
 __all__ = ["SELECTIONS", "Selections"]
 
@@ -35,8 +36,12 @@ class Selections(Part):
             self._known[key] = int(kept["channel"]) if kept else None
         return self._known[key]
 
-    def set(self, run_id: str, instrument: str, channel: int) -> None:
-        if self.get(run_id, instrument) == channel:
+    def set(self, run_id: str, instrument: str, channel: int, profile: Profile) -> None:
+        """Keep ``channel``. A run still on the profile's default (``addressing``) with
+        nothing kept needs no row: no selection means the default."""
+        kept = self.get(run_id, instrument)
+        default = profile.addressing.default if profile.addressing is not None else None
+        if kept == channel or (kept is None and channel == default):
             return
         self.store.kv_put(SELECTIONS, self._key(run_id, instrument),
                           {"run_id": run_id, "bench": self.config.bench, "instrument": instrument,
