@@ -59,6 +59,9 @@ class Plan(BaseModel):
     expires_at: datetime | None = None
     approved_by: list[str] = Field(default_factory=list)
     revoked_by: str | None = None
+    #: The bench whose instrument the plan was approved for: instrument names are per
+    #: bench, so another bench's ``psu`` is another instrument (and another DUT).
+    bench: str = ""
 
     @property
     def writes_left(self) -> int:

@@ -140,6 +140,8 @@ class Requests(Part):
         for r in sorted(earlier, key=lambda r: r.created_at):
             if r.id == skip or any(a.unpredictable for a in r.actions):
                 continue
+            if r.bench not in ("", self.config.bench):
+                continue  # another bench's instrument of the same name: another instrument
             for a in r.actions:
                 key = snapshot_key(a.channel, a.field) if a.field is not None else ""
                 if a.new is not None and key in values and values[key] != a.new:
