@@ -32,15 +32,17 @@ logger = logging.getLogger(__name__)
 
 
 def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
-                     message: str = "") -> str:
+                     message: str = "", present: Iterable[str] = ()) -> str:
     """What an approval of ``kind`` means, in the words its approver is shown beside the
     box they tick (the console's request page): ``I approve the setpoint: CH1 voltage
-    setpoint 0.000 V → 5.000 V``. Built from each action's ``words``; ``message`` (the
-    request's command) is what a state change shows when no action has words."""
+    setpoint 0.000 V → 5.000 V``. Built from each action's ``words``, and for a setpoint
+    the ``present`` fields it approves as they are (``handoff.present_words``); ``message``
+    (the request's command) is what a state change shows when no action has words."""
     kind = ApprovalKind(kind)
     actions = list(actions)
     if kind is ApprovalKind.SETPOINT:
-        words = "; ".join(a.words for a in actions if a.approval is ApprovalKind.SETPOINT)
+        words = "; ".join([*(a.words for a in actions if a.approval is ApprovalKind.SETPOINT),
+                           *present])
         return f"I approve the setpoint: {words or 'the setpoint this output needs'}"
     if kind is ApprovalKind.OUTPUT_ENABLE:
         channels = ", ".join(f"CH{a.channel}" for a in actions

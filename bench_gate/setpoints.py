@@ -27,17 +27,22 @@ class Setpoints(Part):
         super().__init__(core)
 
     def energize_needs_setpoint(self, inst: Instrument, actions: list[Action],
-                                snap: Snapshot) -> list[int]:
-        """Channels turned on here with no approved setpoint matching the live one."""
-        missing = []
+                                snap: Snapshot) -> dict[int, list[str]]:
+        """Channels turned on here with no approved setpoint matching the live one, each
+        with the fields of its setpoint this request does not set: the present values its
+        setpoint approval approves as they are. A request that sets one field (``CURR 0.1,
+        (@1);:OUTP ON,(@1)``) leaves the other (a voltage turned at the panel) to be
+        approved too, never passed over because something on the channel was."""
+        fields = setpoint_fields(inst.profile)
+        missing: dict[int, list[str]] = {}
         for a in actions:
             if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
                 continue
-            if any(b.approval is ApprovalKind.SETPOINT and b.channel == a.channel
-                   for b in actions):
-                continue
-            if not self.still_approved(inst, a.channel, snap):
-                missing.append(a.channel)
+            mine = {b.field for b in actions if b.approval is ApprovalKind.SETPOINT
+                    and b.channel == a.channel}
+            rest = [f for f in fields if f not in mine]
+            if rest and not self.still_approved(inst, a.channel, snap):
+                missing[a.channel] = rest
         return missing
 
     def still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:

@@ -7,6 +7,10 @@ gateway's word for it) and closed as a class (docs/reliability.md section 7).
    bench A's psu ran writes on bench B's psu unattended (B's DUT energized with nobody
    asked); a run's pending writes on A's psu were shown as the state B's would start from;
    and a lease on A's psu was overwritten by one on B's, so A's output outlived its client.
+2. a setpoint approval of one field standing in for another: ``CURR 0.1,(@1);:OUTP ON,(@1)``
+   with CH1's voltage turned to 5.9 V at the panel needed a setpoint approval that said
+   only "CH1 current limit 1.000 A → 0.100 A"; the DUT got 5.9 V nobody approved, and the
+   gateway then remembered that voltage as approved by her (the cover of later enables).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import pytest
 
 from bench_gate.errors import IdempotencyKeyReused
 from bench_gate.gateway import Gateway
-from bench_gate.models import Status
+from bench_gate.models import EventType, Principal, Status
 from tests import pg
+from tests.conftest import own_port
 from tests.core.test_multibench import OLGA, PETE, SCRIPT, benches, panel, sims
 
 pg_cluster = pg.pg_cluster
@@ -121,3 +126,49 @@ async def test_an_idempotency_key_never_answers_for_another_benchs_instrument(
     assert refused.value.differences[0] == "bench", refused.value.differences
     assert _psu(sims[1], "VOLT? (@3)") == 0
     assert a.get_request(first.request.id).status is Status.PENDING
+
+
+# ------------------------------------------------------------ 2. one field for another
+async def test_an_energize_that_sets_one_field_has_the_other_approved_as_it_is(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal, sim: Any,
+        front_panel: Any) -> None:
+    """CH1 at 5.9 V from the panel (inside its 6 V), no setpoint approved: ``CURR 0.1,(@1);
+    :OUTP ON,(@1)``. Its setpoint approval said only the current; the voltage the DUT got
+    was approved by nobody, yet remembered as olga's. Now the request shows the voltage as
+    a setpoint it approves as it is, and olga's approval says so in the journal."""
+    front_panel.write("VOLT 5.9,(@1)")
+    run = gateway.create_run(script, "script", goal="power the DUT at a low current")
+    held = await gateway.submit(run.id, "psu", "CURR 0.1,(@1);:OUTP ON,(@1)")
+    req = held.request
+    assert req is not None and held.status == "pending", held
+    assert req.handoff.get("setpoint_needed") == [{"channel": 1, "voltage": "5.9"}], \
+        req.handoff.get("setpoint_needed")
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    done = await gateway.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.message
+    meanings = [e.data["meaning"] for e in gateway.store.journal(run.id, limit=500)
+                if e.type is EventType.APPROVAL_GRANTED and e.data.get("kind") == "setpoint"]
+    assert meanings == ["I approve the setpoint: CH1 current limit 1.000 A → 0.100 A; "
+                        "CH1 voltage setpoint 5.900 V as it is now"], meanings
+    with own_port(sim.psu_resource_name, panel=True) as psu:  # what she approved is what ran
+        assert Decimal(psu.query("VOLT? (@1)")) == Decimal("5.9")
+        assert Decimal(psu.query("CURR? (@1)")) == Decimal("0.1")
+        assert psu.query("OUTP? (@1)").strip() == "1"
+
+
+@pytest.mark.parametrize("sets", [(), ("voltage",), ("current",), ("voltage", "current")])
+async def test_every_setpoint_field_of_an_energized_channel_is_approved_by_someone(
+        gateway: Gateway, script: Principal, front_panel: Any, sets: tuple[str, ...]) -> None:
+    """Whatever an energize sets itself, with no setpoint in force every other field of the
+    channel's setpoint is shown as one its setpoint approval approves as it is."""
+    front_panel.write("VOLT 4.5,(@1)")
+    command = {"voltage": "VOLT 5,(@1)", "current": "CURR 0.2,(@1)"}
+    message = ";:".join([*(command[f] for f in sets), "OUTP ON,(@1)"])
+    run = gateway.create_run(script, "script", goal="energize")
+    held = await gateway.submit(run.id, "psu", message)
+    assert held.request is not None, held
+    needed = held.request.handoff.get("setpoint_needed") or []
+    shown = {f for entry in needed for f in entry if f != "channel"}
+    assert shown | set(sets) == {"voltage", "current"}, (message, needed)
+    assert not shown & set(sets), (message, needed)
+    assert "setpoint" in [k.value for k in held.request.required]
