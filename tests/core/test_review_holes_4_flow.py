@@ -11,6 +11,10 @@ gateway's word for it) and closed as a class (docs/reliability.md section 7).
    with CH1's voltage turned to 5.9 V at the panel needed a setpoint approval that said
    only "CH1 current limit 1.000 A → 0.100 A"; the DUT got 5.9 V nobody approved, and the
    gateway then remembered that voltage as approved by her (the cover of later enables).
+3. an edit that leaves the handoff behind: approve-with-edits re-rendered the action and
+   its hash, but the margins, their warnings, the change and the reversibility stayed those
+   of the value before the edit: 1 V edited to 5.9 V against 6 V still read "margin 5.000 V
+   (83%)" and "ch1.voltage 0.0 → 1.0" to the second approver (console and ``show``).
 """
 
 from __future__ import annotations
@@ -172,3 +176,32 @@ async def test_every_setpoint_field_of_an_energized_channel_is_approved_by_someo
     assert shown | set(sets) == {"voltage", "current"}, (message, needed)
     assert not shown & set(sets), (message, needed)
     assert "setpoint" in [k.value for k in held.request.required]
+
+
+# ------------------------------------------------------------ 3. the handoff after an edit
+async def test_an_edit_shows_the_next_approver_the_margins_of_the_edited_value(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """olga approves the output enable of ``VOLT 1,(@1);:OUTP ON,(@1)`` with the edit
+    CH1.voltage=5.9; pete, deciding the setpoint next, read the margin of 1 V (83 %), no
+    "within 2 %" warning and the change 0.0 → 1.0. Now every part of the handoff made from
+    the actions is made again, journaled with the edit, and the value read back is it."""
+    run = gateway.create_run(script, "script", goal="power the DUT")
+    req = (await gateway.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
+    assert req is not None
+    await gateway.grant(req.id, olga, ["output_enable"], edits={"CH1.voltage": "5.9"},
+                        proposal_hash=req.proposal_hash)
+    edited = gateway.get_request(req.id)
+    h = edited.handoff
+    assert [m["words"] for m in h["risk"]["envelope"]] == [
+        "CH1 voltage 5.900 V of limit 6.000 V: margin 0.100 V (2%)"], h["risk"]
+    assert "CH1 voltage within 2% of the bench limit" in h["risk"]["signals"], h["risk"]
+    assert h["diff"]["ch1.voltage"] == ["0.0", "5.9"], h["diff"]
+    assert h["proposal_hash"] == edited.proposal_hash != req.proposal_hash
+    [event] = [e for e in gateway.store.journal(run.id, limit=500)
+               if e.type is EventType.PROPOSAL_EDITED]
+    assert event.data["risk"] == h["risk"] and event.data["diff"] == h["diff"]
+    done = await gateway.grant(req.id, pete, ["setpoint"], proposal_hash=edited.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.message
+    with own_port(sim.psu_resource_name, panel=True) as psu:
+        assert Decimal(psu.query("VOLT? (@1)")) == Decimal("5.9")
