@@ -89,12 +89,19 @@ def scope_words(scope: PlanScope) -> list[str]:
     return lines
 
 
+def _energized(profile: Profile, ch: int, state: dict[str, str]) -> bool:
+    """CH``ch`` is on in ``state``, or its output is not known (then it may be)."""
+    name = profile.safe_action.field if profile.safe_action is not None else "output"
+    return state.get(f"ch{ch}.{name}", "1") not in ("0", "OFF", "False", "false")
+
+
 def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
-                       state: dict[str, str]) -> str | None:
-    """Why switching CH``ch`` on leaves the plan, or None. The scope is an envelope inside
-    the envelope, judged like it (``envelope.bounded``): every field the voltage or the
-    current bounds, under whatever name (an SMU's current source level and voltage limit,
-    whatever its function), and a field the live state does not show is outside."""
+                       state: dict[str, str], doing: str = "output enable") -> str | None:
+    """Why CH``ch`` switched on (or left on, ``doing``) leaves the plan, or None. The scope
+    is an envelope inside the envelope, judged like it (``envelope.bounded``): every field
+    the voltage or the current bounds, under whatever name (an SMU's current source level
+    and voltage limit, whatever its function), and a field the live state does not show is
+    outside."""
     lo, hi = scope.voltage
     limits = ChannelLimits(voltage=hi, current=scope.current_max)
     for name, limit in bounded(profile, limits).items():
@@ -104,11 +111,11 @@ def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
         try:
             value = Decimal(state[f"ch{ch}.{name}"])
         except (KeyError, ArithmeticError):
-            return f"CH{ch} output enable with its {spec.label} unknown is outside the plan"
+            return f"CH{ch} {doing} with its {spec.label} unknown is outside the plan"
         low = lo if name == "voltage" else Decimal(0)
         if not value.is_finite() or not low <= abs(value) <= limit or (
                 name == "voltage" and value < lo):
-            return (f"CH{ch} output enable with its {spec.label} at {format_number(value)} "
+            return (f"CH{ch} {doing} with its {spec.label} at {format_number(value)} "
                     f"{spec.unit} is outside the plan")
     return None
 
@@ -156,6 +163,13 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
             if moved:
                 return (f"{', '.join(moved)} would follow CH{ch} (a coupling is on): the "
                         "plan covers only what it names")
+            if _energized(profile, ch, state):
+                # The plan is a rule about the state it leaves, like the envelope: a setpoint
+                # on a channel that is on (switched on under another approval, say at 1 A)
+                # runs the DUT at every field of that state, not only the one it sets.
+                outside = _outside_at_enable(scope, profile, ch, state, "left on")
+                if outside is not None:
+                    return outside
             continue
         if unit.effect is Effect.OUTPUT:
             if value is True:
@@ -164,7 +178,7 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
                 outside = _outside_at_enable(scope, profile, ch, state)
                 if outside is not None:
                     return outside
-            state[f"ch{ch}.output"] = "1" if value is True else "0"
+            state[f"ch{ch}.{unit.field or 'output'}"] = "1" if value is True else "0"
             continue
         return f"{unit.canonical} ({unit.effect.value}) is not covered by a plan"
     return None

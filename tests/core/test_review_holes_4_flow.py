@@ -15,21 +15,30 @@ gateway's word for it) and closed as a class (docs/reliability.md section 7).
    its hash, but the margins, their warnings, the change and the reversibility stayed those
    of the value before the edit: 1 V edited to 5.9 V against 6 V still read "margin 5.000 V
    (83%)" and "ch1.voltage 0.0 → 1.0" to the second approver (console and ``show``).
+4. a plan's scope on a channel already on: a plan for CH1 "0 to 5 V, current limit at most
+   0.1 A, output enable NOT included" ran ``VOLT 5,(@1)`` unattended on CH1 switched on
+   earlier (another approval) at a 1 A limit: 5 V with 1 A behind it, outside the scope.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bench_gate.errors import IdempotencyKeyReused
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status
+from bench_gate.plans import Plan, PlanScope, covers
+from bench_gate.scpi import classify, get_profile
 from tests import pg
 from tests.conftest import own_port
 from tests.core.test_multibench import OLGA, PETE, SCRIPT, benches, panel, sims
+from tests.core.test_review_holes_2 import _everything
 
 pg_cluster = pg.pg_cluster
 __all__ = ["benches", "pg_cluster", "sims"]  # fixtures, used by name
@@ -205,3 +214,73 @@ async def test_an_edit_shows_the_next_approver_the_margins_of_the_edited_value(
     assert done.request.status is Status.EXECUTED, done.message
     with own_port(sim.psu_resource_name, panel=True) as psu:
         assert Decimal(psu.query("VOLT? (@1)")) == Decimal("5.9")
+
+
+# ------------------------------------------------------------ 4. a plan on a channel that is on
+async def test_a_plan_never_runs_a_channel_that_is_on_outside_its_scope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: Any) -> None:
+    """CH1 on at 1 V with a 1 A limit (approved by two people), then a plan for CH1: 0 to
+    5 V, current limit at most 0.1 A, outputs not included. ``VOLT 5,(@1)`` ran at once and
+    the simulator read 5 V at 1 A. Now it is held for a person; once CH1's limit is inside
+    the plan (0.1 A, approved), the same write runs inside the plan."""
+    run = gateway.create_run(script, "script", goal="a gentle ramp")
+    on = await _everything(gateway, run.id, "psu", "VOLT 1,(@1);:CURR 1,(@1);:OUTP ON,(@1)",
+                           olga, pete)
+    assert on.request.status is Status.EXECUTED, on
+    asked = await gateway.request_plan(run.id, {
+        "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": "0.1",
+        "output_enable": False, "max_writes": 10})
+    await gateway.grant(asked.id, olga, ["setpoint"], proposal_hash=asked.proposal_hash)
+    held = await gateway.submit(run.id, "psu", "VOLT 5,(@1)")
+    assert held.status == "pending" and held.request is not None, held
+    assert held.request.plan_id is None
+    with own_port(sim.psu_resource_name, panel=True) as psu:
+        assert Decimal(psu.query("VOLT? (@1)")) == 1, "ran unattended outside the plan"
+    await gateway.cancel(held.request.id, script)
+    lowered = await _everything(gateway, run.id, "psu", "CURR 0.1,(@1)", olga, pete)
+    assert lowered.request.status is Status.EXECUTED, lowered
+    inside = await gateway.submit(run.id, "psu", "VOLT 5,(@1)")
+    assert inside.status == "executed" and inside.request is not None, inside
+    assert inside.request.plan_id is not None
+    with own_port(sim.psu_resource_name, panel=True) as psu:
+        assert (Decimal(psu.query("VOLT? (@1)")), Decimal(psu.query("CURR? (@1)"))) == (
+            Decimal(5), Decimal("0.1"))
+
+
+_LEVEL = st.decimals(min_value=0, max_value=5, places=2)  # inside CH1's ranges
+_UNIT = st.one_of(st.tuples(st.just("VOLT"), _LEVEL), st.tuples(st.just("CURR"), _LEVEL),
+                  st.tuples(st.just("OUTP"), st.sampled_from(["ON", "OFF"])))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(units=st.lists(_UNIT, min_size=1, max_size=4), voltage=_LEVEL, current=_LEVEL,
+       output=st.booleans(), low=st.decimals(min_value=0, max_value=2, places=1),
+       high=st.decimals(min_value=2, max_value=6, places=1),
+       cmax=st.decimals(min_value=0, max_value=1, places=2), enable=st.booleans())
+def test_a_plan_covers_only_states_inside_its_scope_wherever_a_channel_is_on(
+        units: list[tuple[str, Any]], voltage: Decimal, current: Decimal, output: bool,
+        low: Decimal, high: Decimal, cmax: Decimal, enable: bool) -> None:
+    """For any live state of CH1 and any scope: a message the plan covers leaves CH1, after
+    every unit that leaves it on, at a voltage in the scope's range and a current limit at
+    most its ceiling (the plan is an envelope inside the envelope, about state)."""
+    profile = get_profile("e36312a")
+    message = ";:".join(f"{head} {value},(@1)" for head, value in units)
+    scope = PlanScope(instrument="psu", channels=[1], voltage=(low, high), current_max=cmax,
+                      output_enable=enable, max_writes=10)
+    plan = Plan(id="plan-1", run_id="run-1", request_id="tk-1", scope=scope,
+                scope_hash=scope.digest(), created_at=datetime.now(UTC))
+    live = {"ch1.voltage": str(voltage), "ch1.current": str(current),
+            "ch1.output": "1" if output else "0", "ch1.ovp": "6.6", "ch1.ovp_tripped": "0"}
+    parsed = classify(message, profile.name).units
+    if covers(plan, "psu", parsed, live, profile) is not None:
+        return
+    state = {"voltage": voltage, "current": current, "on": output}
+    for head, value in units:
+        if head == "OUTP":
+            state["on"] = value == "ON"
+        else:
+            state["voltage" if head == "VOLT" else "current"] = Decimal(value)
+        if state["on"]:
+            assert low <= Decimal(state["voltage"]) <= high, (message, live, scope)
+            assert Decimal(state["current"]) <= cmax, (message, live, scope)
