@@ -26,9 +26,16 @@ from .models import Action, ApprovalKind
 if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
     from .store import ChainReport, ReadLog, ReadRow, Segment, Store
 
-__all__ = ["ReadJournal", "Retention", "approval_meaning", "verify_chain"]
+__all__ = ["PLAN_OUTPUT", "PLAN_SETPOINT", "ReadJournal", "Retention", "approval_meaning",
+           "verify_chain"]
 
 logger = logging.getLogger(__name__)
+
+
+#: What a plan's approval of each half means, before its scope in words (the console's box
+#: says the same).
+PLAN_SETPOINT = "a standing plan: every write inside it runs without asking again: "
+PLAN_OUTPUT = "a standing plan that switches outputs on, unattended, inside its scope: "
 
 
 def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
@@ -40,6 +47,11 @@ def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
     (the request's command) is what a state change shows when no action has words."""
     kind = ApprovalKind(kind)
     actions = list(actions)
+    scope = "; ".join(a.words for a in actions if a.effect == "plan")
+    if scope and kind is ApprovalKind.SETPOINT:  # a plan: a standing approval, its scope
+        return f"I approve the setpoint: {PLAN_SETPOINT}{scope}"
+    if scope and kind is ApprovalKind.OUTPUT_ENABLE:
+        return f"I approve the output enable: {PLAN_OUTPUT}{scope}"
     if kind is ApprovalKind.SETPOINT:
         words = "; ".join([*(a.words for a in actions if a.approval is ApprovalKind.SETPOINT),
                            *present])

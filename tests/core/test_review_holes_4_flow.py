@@ -18,12 +18,20 @@ gateway's word for it) and closed as a class (docs/reliability.md section 7).
 4. a plan's scope on a channel already on: a plan for CH1 "0 to 5 V, current limit at most
    0.1 A, output enable NOT included" ran ``VOLT 5,(@1)`` unattended on CH1 switched on
    earlier (another approval) at a 1 A limit: 5 V with 1 A behind it, outside the scope.
+5. the words beside a plan's boxes: the console offered "I approve the setpoint: the
+   setpoint this output needs" and "the output of  turns ON" for a standing plan, and the
+   journal's ``meaning`` (the proof of what was approved) said the same, nothing of a plan
+   or its scope.
 """
 
 from __future__ import annotations
 
+import html
+import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +44,7 @@ from bench_gate.models import EventType, Principal, Status
 from bench_gate.plans import Plan, PlanScope, covers
 from bench_gate.scpi import classify, get_profile
 from tests import pg
+from tests._http_bench import Bench, shown_hash, start_bench
 from tests.conftest import own_port
 from tests.core.test_multibench import OLGA, PETE, SCRIPT, benches, panel, sims
 from tests.core.test_review_holes_2 import _everything
@@ -275,7 +284,7 @@ def test_a_plan_covers_only_states_inside_its_scope_wherever_a_channel_is_on(
     parsed = classify(message, profile.name).units
     if covers(plan, "psu", parsed, live, profile) is not None:
         return
-    state = {"voltage": voltage, "current": current, "on": output}
+    state: dict[str, Any] = {"voltage": voltage, "current": current, "on": output}
     for head, value in units:
         if head == "OUTP":
             state["on"] = value == "ON"
@@ -284,3 +293,64 @@ def test_a_plan_covers_only_states_inside_its_scope_wherever_a_channel_is_on(
         if state["on"]:
             assert low <= Decimal(state["voltage"]) <= high, (message, live, scope)
             assert Decimal(state["current"]) <= cmax, (message, live, scope)
+
+
+# ------------------------------------------------------------ 5. a plan's boxes, in words
+@pytest.fixture
+def http_bench(tmp_path: Path) -> Iterator[Bench]:
+    yield from start_bench(tmp_path)
+
+
+def _signed_in(bench: Bench, who: str) -> tuple[Any, str]:
+    import httpx
+
+    c = httpx.Client(base_url=bench.url, timeout=30, follow_redirects=False)
+    csrf = re.compile(r'name="csrf" value="([^"]+)"')
+    found = csrf.search(c.get("/login").text)
+    assert found
+    r = c.post("/login", data={"csrf": found.group(1), "token": bench.tokens[who], "next": "/"})
+    assert r.status_code == 303
+    again = csrf.search(c.get("/").text)
+    assert again
+    return c, again.group(1)
+
+
+def test_a_plans_approvals_say_they_approve_a_standing_plan_and_its_scope(
+        http_bench: Bench) -> None:
+    """The console's two boxes for a plan request, and the meaning journaled with each
+    approval, name the standing plan and its scope: the words the approver ticked."""
+    with http_bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script", "goal": "an IV sweep"}).json()["id"]
+        r = h.post(f"/v1/runs/{run}/plans", json={
+            "instrument": "psu", "channels": [1], "voltage": [0, 5], "currentMax": 0.5,
+            "outputEnable": True, "maxWrites": 40, "timeoutMinutes": 30})
+        assert r.status_code == 202, r.text
+        tk = r.json()["takeover"]["id"]
+    labels = re.compile(r'<label class="decision">(.*?)</label>', re.S)
+    shown = {}
+    for who, kind in (("olga", "setpoint"), ("oscar", "output_enable")):
+        console, csrf = _signed_in(http_bench, who)
+        try:
+            page = console.get(f"/requests/{tk}").text
+            words = {re.search(r'value="([a-z_]+)"', lab).group(1):  # type: ignore[union-attr]
+                     " ".join(html.unescape(re.sub(r"<[^>]+>", " ", lab)).split())
+                     .replace(" :", ":") for lab in labels.findall(page)}
+            shown[kind] = words[kind]
+            form = {"csrf": csrf, "kind": kind,
+                    "shown_hash": shown_hash(http_bench.http("olga"), tk),
+                    "shown_live": html.unescape(re.search(  # type: ignore[union-attr]
+                        r'name="shown_live" value="([^"]*)"', page).group(1))}
+            assert console.post(f"/requests/{tk}/approve", data=form).status_code in (200, 303)
+        finally:
+            console.close()
+    assert shown["setpoint"].startswith("I approve the setpoint: a standing plan: every "
+                                        "write inside it runs without asking again: psu CH1: "
+                                        "voltage setpoints from 0.0 V to 5.0 V"), shown
+    assert "outputs on, unattended" in shown["output_enable"], shown
+    assert "the output of turns ON" not in shown["output_enable"], shown
+    with http_bench.http("ada") as h:
+        events = h.get(f"/v1/runs/{run}/journal").json()
+        events = events["events"] if isinstance(events, dict) else events
+        meanings = {e["data"]["kind"]: e["data"]["meaning"] for e in events
+                    if e["type"] == "approval_granted"}
+    assert meanings == shown, (meanings, shown)
