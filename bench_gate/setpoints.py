@@ -28,15 +28,17 @@ class Setpoints(Part):
 
     def energize_needs_setpoint(self, inst: Instrument, actions: list[Action],
                                 snap: Snapshot) -> dict[int, list[str]]:
-        """Channels turned on here with no approved setpoint matching the live one, each
-        with the fields of its setpoint this request does not set: the present values its
-        setpoint approval approves as they are. A request that sets one field (``CURR 0.1,
-        (@1);:OUTP ON,(@1)``) leaves the other (a voltage turned at the panel) to be
-        approved too, never passed over because something on the channel was."""
+        """Channels turned on, or given a setpoint, here with no approved setpoint matching
+        the live one, each with the fields of its setpoint this request does not set: the
+        present values its setpoint approval approves as they are. A request that sets one
+        field (``CURR 0.1,(@1)``, with or without ``OUTP ON,(@1)``) has the other (a voltage
+        turned at the panel) approved too, in words, never passed over because something
+        on the channel was, nor remembered as approved by someone who never saw it."""
         fields = setpoint_fields(inst.profile)
         missing: dict[int, list[str]] = {}
         for a in actions:
-            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+            if a.approval not in (ApprovalKind.OUTPUT_ENABLE, ApprovalKind.SETPOINT) \
+                    or a.channel is None or a.channel in missing:
                 continue
             mine = {b.field for b in actions if b.approval is ApprovalKind.SETPOINT
                     and b.channel == a.channel}

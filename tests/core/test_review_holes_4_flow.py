@@ -178,14 +178,19 @@ async def test_an_energize_that_sets_one_field_has_the_other_approved_as_it_is(
         assert psu.query("OUTP? (@1)").strip() == "1"
 
 
+@pytest.mark.parametrize("energize", [True, False])
 @pytest.mark.parametrize("sets", [(), ("voltage",), ("current",), ("voltage", "current")])
 async def test_every_setpoint_field_of_an_energized_channel_is_approved_by_someone(
-        gateway: Gateway, script: Principal, front_panel: Any, sets: tuple[str, ...]) -> None:
-    """Whatever an energize sets itself, with no setpoint in force every other field of the
-    channel's setpoint is shown as one its setpoint approval approves as it is."""
+        gateway: Gateway, script: Principal, front_panel: Any, sets: tuple[str, ...],
+        energize: bool) -> None:
+    """Whatever an energize (or a setpoint) sets itself, with no setpoint in force every
+    other field of the channel's setpoint is shown as one its setpoint approval approves as
+    it is."""
+    if not sets and not energize:
+        return  # nothing on the channel is approved: nothing to show
     front_panel.write("VOLT 4.5,(@1)")
     command = {"voltage": "VOLT 5,(@1)", "current": "CURR 0.2,(@1)"}
-    message = ";:".join([*(command[f] for f in sets), "OUTP ON,(@1)"])
+    message = ";:".join([*(command[f] for f in sets), *(["OUTP ON,(@1)"] if energize else [])])
     run = gateway.create_run(script, "script", goal="energize")
     held = await gateway.submit(run.id, "psu", message)
     assert held.request is not None, held
@@ -194,6 +199,38 @@ async def test_every_setpoint_field_of_an_energized_channel_is_approved_by_someo
     assert shown | set(sets) == {"voltage", "current"}, (message, needed)
     assert not shown & set(sets), (message, needed)
     assert "setpoint" in [k.value for k in held.request.required]
+
+
+async def test_a_setpoint_of_one_field_never_remembers_another_as_approved(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal, sim: Any,
+        front_panel: Any) -> None:
+    """The same, split in two: ``CURR 0.1,(@1)`` approved by olga ("CH1 current limit 1.000
+    A → 0.100 A"), with CH1 at 5.9 V from the panel, was remembered as a setpoint of 5.9 V
+    and 0.1 A by olga, so ``OUTP ON,(@1)`` needed only an output enable, its cover naming
+    olga for a voltage she never saw as hers. Now her approval names the voltage as it is,
+    and the cover is what she approved."""
+    front_panel.write("VOLT 5.9,(@1)")
+    run = gateway.create_run(script, "script", goal="power the DUT at a low current")
+    held = await gateway.submit(run.id, "psu", "CURR 0.1,(@1)")
+    req = held.request
+    assert req is not None
+    assert req.handoff.get("setpoint_needed") == [{"channel": 1, "voltage": "5.9"}]
+    done = await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.message
+    [meaning] = [e.data["meaning"] for e in gateway.store.journal(run.id, limit=500)
+                 if e.type is EventType.APPROVAL_GRANTED]
+    assert meaning.endswith("; CH1 voltage setpoint 5.900 V as it is now"), meaning
+    enable = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert enable.request is not None
+    assert [k.value for k in enable.request.required] == ["output_enable"]
+    [cover] = enable.request.handoff["setpoint_cover"]
+    assert {f["field"]: (f["value"], f["by"]) for f in cover["fields"]} == {
+        "voltage": ("5.9", ["olga"]), "current": ("0.1", ["olga"])}
+    on = await gateway.grant(enable.request.id, pete, ["output_enable"],
+                             proposal_hash=enable.request.proposal_hash)
+    assert on.request.status is Status.EXECUTED, on.message
+    with own_port(sim.psu_resource_name, panel=True) as psu:
+        assert Decimal(psu.query("VOLT? (@1)")) == Decimal("5.9")
 
 
 # ------------------------------------------------------------ 3. the handoff after an edit
