@@ -21,7 +21,8 @@ from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
 
-__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words"]
+__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words",
+           "within"]
 
 
 class PlanScope(BaseModel):
@@ -95,8 +96,22 @@ def _energized(profile: Profile, ch: int, state: dict[str, str]) -> bool:
     return state.get(f"ch{ch}.{name}", "1") not in ("0", "OFF", "False", "false")
 
 
+def within(scope: PlanScope, profile: Profile, ch: int, name: str, value: str | None) -> bool:
+    """A channel's field at ``value`` lies inside the plan's scope (the scope as an envelope
+    inside the envelope, as at an output enable). A field no limit bounds is not judged."""
+    if not profile.has_field(name, ch):
+        return True
+    limit = bounded(profile, ChannelLimits(voltage=scope.voltage[1],
+                                           current=scope.current_max)).get(name)
+    if limit is None:
+        return True
+    return _outside_at_enable(scope, profile, ch, {f"ch{ch}.{name}": value}
+                              if value is not None else {}, only=name) is None
+
+
 def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
-                       state: dict[str, str], doing: str = "output enable") -> str | None:
+                       state: dict[str, str], doing: str = "output enable",
+                       only: str | None = None) -> str | None:
     """Why CH``ch`` switched on (or left on, ``doing``) leaves the plan, or None. The scope
     is an envelope inside the envelope, judged like it (``envelope.bounded``): every field
     the voltage or the current bounds, under whatever name (an SMU's current source level
@@ -105,7 +120,7 @@ def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
     lo, hi = scope.voltage
     limits = ChannelLimits(voltage=hi, current=scope.current_max)
     for name, limit in bounded(profile, limits).items():
-        if not profile.has_field(name, ch):
+        if not profile.has_field(name, ch) or only not in (None, name):
             continue
         spec = profile.fields[name]
         try:

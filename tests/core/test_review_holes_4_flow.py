@@ -233,6 +233,33 @@ async def test_a_setpoint_of_one_field_never_remembers_another_as_approved(
         assert Decimal(psu.query("VOLT? (@1)")) == Decimal("5.9")
 
 
+async def test_a_plan_step_never_remembers_a_value_outside_its_plan_as_approved(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal, sim: Any,
+        front_panel: Any) -> None:
+    """CH1's current limit at 0.9 A from the panel; a plan for 0 to 5 V and at most 0.1 A
+    (olga); its step ``VOLT 5,(@1)`` was remembered as a setpoint of 5 V and 0.9 A approved
+    by olga, so an ordinary ``OUTP ON,(@1)`` needed only an output enable, its cover naming
+    olga's plan for 0.9 A. A value outside the plan is nobody's approval: the enable asks
+    for the present setpoint to be approved."""
+    front_panel.write("CURR 0.9,(@1)")
+    run = gateway.create_run(script, "script", goal="a ramp")
+    asked = await gateway.request_plan(run.id, {
+        "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": "0.1",
+        "output_enable": False, "max_writes": 10})
+    await gateway.grant(asked.id, olga, ["setpoint"], proposal_hash=asked.proposal_hash)
+    step = await gateway.submit(run.id, "psu", "VOLT 5,(@1)")
+    assert step.status == "executed" and step.request is not None, step
+    assert step.request.plan_id is not None
+    enable = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    req = enable.request
+    assert req is not None
+    assert [k.value for k in req.required] == ["setpoint", "output_enable"], req.required
+    assert "setpoint_cover" not in req.handoff, req.handoff["setpoint_cover"]
+    assert req.handoff["setpoint_needed"] == [{"channel": 1, "voltage": "5.0", "current": "0.9"}]
+    with own_port(sim.psu_resource_name, panel=True) as psu:
+        assert psu.query("OUTP? (@1)").strip() == "0"
+
+
 # ------------------------------------------------------------ 3. the handoff after an edit
 async def test_an_edit_shows_the_next_approver_the_margins_of_the_edited_value(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
