@@ -42,7 +42,11 @@ def _setpoints(tk: dict[str, Any], h: dict[str, Any]) -> None:
     for need in needed or []:
         # Every field under the envelope (an SMU's level and limit in both functions too).
         values = ", ".join(f"{k} {v}" for k, v in need.items() if k != "channel")
-        _line("setpoint", f"CH{need['channel']} has no approved setpoint in force: this "
+        sets = any(a.get("channel") == need["channel"] and a.get("effect") == "setpoint"
+                   for a in h.get("actions") or [])
+        _line("setpoint", f"CH{need['channel']} {values}: not set here and not approved "
+                          "before, so the setpoint approval approves it as it is" if sets else
+                          f"CH{need['channel']} has no approved setpoint in force: this "
                           f"request needs a setpoint approval too ({values})")
     for cover in h.get("setpointCover") or []:
         for f in cover.get("fields") or []:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 
 from .approvals import Grant, person, require_operator, violation
 from .auth import refuse_token
+from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
 from .errors import InvalidInput, PermissionDenied, ProposalChanged, TransitionError
 from .executor import Executor
 from .federation import Rules
-from .handoff import describe
+from .handoff import build_handoff, describe
 from .models import (
     Approval,
     ApprovalKind,
@@ -29,14 +30,17 @@ from .models import (
 )
 from .policy import envelope_breach
 from .runs import Runs
-from .scpi import ScpiError, classify, render_value
+from .scpi import Profile, ScpiError, classify, render_value
 from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
 from .takeover import Requests
 from .wire import rfc3339
 
-__all__ = ["Decisions", "GrantResult"]
+__all__ = ["EDITED_SHOWN", "Decisions", "GrantResult"]
+
+#: The parts of a handoff made from its actions: an edit makes them again.
+EDITED_SHOWN = ("actions", "reversibility", "risk", "proposed", "diff")
 
 
 @dataclass(slots=True)
@@ -221,13 +225,27 @@ class Decisions(Part):
                 a.words = describe(profile, a)
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
                                           req.snapshot)
-        req.handoff["actions"] = [a.model_dump(mode="json") for a in req.actions]
-        req.handoff["proposed"] = self.snaps.proposed(req.actions, req.snapshot, profile)
-        req.handoff["proposal_hash"] = req.proposal_hash
+        self._reshow(req, profile, limits)
         return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
                       data={"by": who.name, "edits": edits, "old_commands": old_commands,
                             "new_commands": [a.canonical for a in req.actions],
-                            "old_hash": old_hash, "new_hash": req.proposal_hash})]
+                            "old_hash": old_hash, "new_hash": req.proposal_hash,
+                            # what the next approver is shown now, as takeover_requested
+                            # keeps what the first one was
+                            **{k: req.handoff[k] for k in EDITED_SHOWN}})]
+
+    def _reshow(self, req: TakeoverRequest, profile: Profile,
+                limits: dict[int, ChannelLimits]) -> None:
+        """Everything the handoff derives from the actions, made again from the edited ones:
+        the margins and their warnings, the change and the proposed state, reversibility
+        (the margin of a value edited from 1 V to 5.9 V against 6 V still read 83 %)."""
+        fresh = build_handoff(req, self.runs.get(req.run_id), profile, limits, [],
+                              self.snaps.proposed(req.actions, req.snapshot, profile))
+        gate = req.handoff.get("confidence_gate")
+        if gate is not None:  # the gate's reason leads the signals, as when it was held
+            fresh["risk"]["signals"].insert(0, gate["reason"])
+        for key in (*EDITED_SHOWN, "proposal_hash"):
+            req.handoff[key] = fresh[key]
 
     async def deny(self, request_id: str, approver: Principal, notes: str, *,
                    proposal_hash: str) -> TakeoverRequest:

@@ -105,6 +105,11 @@ class Executor(Part):
         approved = self.store.get_request(str(raw.get("request_id", "")))
         if approved is None:
             return f"the request that approved plan {req.plan_id} is gone"
+        if approved.bench not in ("", req.bench) or approved.instrument != req.instrument:
+            # Instrument names are per bench: a plan approved for bench A's psu says
+            # nothing about bench B's psu, another instrument on another DUT.
+            return (f"its plan {req.plan_id} was approved for {approved.instrument} on bench "
+                    f"{approved.bench!r}, not {req.instrument} on bench {req.bench!r}")
         grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
         why = violation(approved, run, self.config.policy, grants, {})
         return f"this bench's rules refuse its plan now: {why}" if why else None

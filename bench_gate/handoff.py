@@ -13,7 +13,8 @@ from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import Profile, ProfileError, ScpiError, classify
 
-__all__ = ["applies", "build_handoff", "describe", "show_value", "snapshot_key"]
+__all__ = ["applies", "build_handoff", "describe", "present_words", "show_value",
+           "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
@@ -43,6 +44,22 @@ def show_value(profile: Profile | None, field: str, value: str | None,
             return value
         return f"{shown:f} {spec.unit}".strip()
     return value
+
+
+def present_words(profile: Profile | None, needed: list[dict[str, Any]] | None) -> list[str]:
+    """The present setpoint fields an energize's setpoint approval approves as they are
+    (the handoff's ``setpoint_needed``), in words: ``CH1 voltage setpoint 5.900 V as it is
+    now``. They are part of what that approval means, as much as the values it sets."""
+    out: list[str] = []
+    for entry in needed or []:
+        for name, value in entry.items():
+            if name == "channel":
+                continue
+            spec = profile.fields.get(name) if profile is not None else None
+            label = spec.label if spec is not None else name
+            out.append(f"CH{entry.get('channel')} {label} "
+                       f"{show_value(profile, name, value)} as it is now")
+    return out
 
 
 def describe(profile: Profile, action: Action) -> str:

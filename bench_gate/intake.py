@@ -358,6 +358,8 @@ class Intake(Part):
         minutes = self.config.policy.default_timeout_minutes \
             if timeout_minutes is None else timeout_minutes
         differs = [name for name, was, now_ in (
+            # Instrument names are per bench: another bench's psu is another instrument.
+            ("bench", earlier.bench or self.config.bench, self.config.bench),
             ("instrument", earlier.instrument, instrument),
             ("command", earlier.message, message),
             ("rationale", earlier.rationale, rationale),

@@ -26,21 +26,35 @@ from .models import Action, ApprovalKind
 if TYPE_CHECKING:  # the store imports this module (approval_meaning): no import at run time
     from .store import ChainReport, ReadLog, ReadRow, Segment, Store
 
-__all__ = ["ReadJournal", "Retention", "approval_meaning", "verify_chain"]
+__all__ = ["PLAN_OUTPUT", "PLAN_SETPOINT", "ReadJournal", "Retention", "approval_meaning",
+           "verify_chain"]
 
 logger = logging.getLogger(__name__)
 
 
+#: What a plan's approval of each half means, before its scope in words (the console's box
+#: says the same).
+PLAN_SETPOINT = "a standing plan: every write inside it runs without asking again: "
+PLAN_OUTPUT = "a standing plan that switches outputs on, unattended, inside its scope: "
+
+
 def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
-                     message: str = "") -> str:
+                     message: str = "", present: Iterable[str] = ()) -> str:
     """What an approval of ``kind`` means, in the words its approver is shown beside the
     box they tick (the console's request page): ``I approve the setpoint: CH1 voltage
-    setpoint 0.000 V → 5.000 V``. Built from each action's ``words``; ``message`` (the
-    request's command) is what a state change shows when no action has words."""
+    setpoint 0.000 V → 5.000 V``. Built from each action's ``words``, and for a setpoint
+    the ``present`` fields it approves as they are (``handoff.present_words``); ``message``
+    (the request's command) is what a state change shows when no action has words."""
     kind = ApprovalKind(kind)
     actions = list(actions)
+    scope = "; ".join(a.words for a in actions if a.effect == "plan")
+    if scope and kind is ApprovalKind.SETPOINT:  # a plan: a standing approval, its scope
+        return f"I approve the setpoint: {PLAN_SETPOINT}{scope}"
+    if scope and kind is ApprovalKind.OUTPUT_ENABLE:
+        return f"I approve the output enable: {PLAN_OUTPUT}{scope}"
     if kind is ApprovalKind.SETPOINT:
-        words = "; ".join(a.words for a in actions if a.approval is ApprovalKind.SETPOINT)
+        words = "; ".join([*(a.words for a in actions if a.approval is ApprovalKind.SETPOINT),
+                           *present])
         return f"I approve the setpoint: {words or 'the setpoint this output needs'}"
     if kind is ApprovalKind.OUTPUT_ENABLE:
         channels = ", ".join(f"CH{a.channel}" for a in actions

@@ -46,7 +46,9 @@ class Leases(Part):
                            and after.get(f"ch{a.channel}.{safe.field}") == "1"})
         if not channels:
             return
-        key = f"{req.run_id}/{req.instrument}"
+        # Keyed by bench too: a run may energize bench A's psu and bench B's psu through
+        # two gateways on one store, and each lease must outlive the other's renewal.
+        key = f"{req.run_id}/{self.core.qualified(req.instrument)}"
         held = self.store.kv_get(LEASES, key) or {}
         self.store.kv_put(LEASES, key, {
             "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
@@ -89,7 +91,8 @@ class Leases(Part):
         policy = self.config.policy
         run_id, name = str(lease["run_id"]), str(lease["instrument"])
         channels = [int(c) for c in lease["channels"]]
-        self.store.kv_delete(LEASES, f"{run_id}/{name}")
+        self.store.kv_delete(LEASES, f"{run_id}/{self.core.qualified(name)}")
+        self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
         self._renewed.pop(run_id, None)
         data: dict[str, Any] = {"instrument": name, "channels": channels,
                                 "policy": policy.on_client_lost,

@@ -70,6 +70,18 @@ class PlanDesk(Part):
         return [Plan.model_validate(p) for p in self.store.kv_list("plans")
                 if p.get("run_id") == run_id]
 
+    def _here(self, plan: Plan, instrument: str) -> bool:
+        """``plan`` covers this bench's ``instrument``: its scope names it, and it was asked
+        for on this bench (a run may write through several gateways on one store, and two
+        benches may both have a ``psu``: another bench's plan is for another DUT)."""
+        if plan.scope.instrument != instrument:
+            return False
+        bench = plan.bench
+        if not bench:  # a plan kept before plans named their bench: its request does
+            asked = self.store.get_request(plan.request_id)
+            bench = asked.bench if asked is not None else ""
+        return bench == self.config.bench
+
     def of_run(self, run_id: str) -> list[Plan]:
         self.runs.get(run_id)
         plans = self.plans_of(run_id)
@@ -162,7 +174,7 @@ class PlanDesk(Part):
             "standing approval: writes inside this scope will run without asking again"
             + (", outputs included" if scope.output_enable else ""))
         plan = Plan(id=plan_id, run_id=run.id, request_id=req.id, scope=scope,
-                    scope_hash=scope.digest(), created_at=created)
+                    scope_hash=scope.digest(), created_at=created, bench=self.config.bench)
         self._save(plan)
         stored = self.store.create_request(req, [Event(
             run_id=run.id, request_id=req.id, type=EventType.TAKEOVER_REQUESTED,
@@ -220,7 +232,7 @@ class PlanDesk(Part):
 
         A run's plan writes are judged and spent one at a time (a lock per run), so two
         concurrent writes can never both spend the last write. Every write unit counts."""
-        if not any(p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name
+        if not any(p.status is PlanStatus.ACTIVE and self._here(p, inst.config.name)
                    for p in self.plans_of(run.id)):
             return None
         lock = self._locks.setdefault(run.id, asyncio.Lock())
@@ -235,7 +247,7 @@ class PlanDesk(Part):
                      idempotency_key: str | None,
                           ) -> TakeoverRequest | dict[str, Any] | None:
         plans = [p for p in self.plans_of(run.id)  # read again, under the lock
-                 if p.status is PlanStatus.ACTIVE and p.scope.instrument == inst.config.name]
+                 if p.status is PlanStatus.ACTIVE and self._here(p, inst.config.name)]
         if not plans:
             return None
         actions = self.snaps.actions(inst, c, None)

@@ -21,7 +21,8 @@ from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
 
-__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words"]
+__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words",
+           "within"]
 
 
 class PlanScope(BaseModel):
@@ -59,6 +60,9 @@ class Plan(BaseModel):
     expires_at: datetime | None = None
     approved_by: list[str] = Field(default_factory=list)
     revoked_by: str | None = None
+    #: The bench whose instrument the plan was approved for: instrument names are per
+    #: bench, so another bench's ``psu`` is another instrument (and another DUT).
+    bench: str = ""
 
     @property
     def writes_left(self) -> int:
@@ -86,26 +90,47 @@ def scope_words(scope: PlanScope) -> list[str]:
     return lines
 
 
+def _energized(profile: Profile, ch: int, state: dict[str, str]) -> bool:
+    """CH``ch`` is on in ``state``, or its output is not known (then it may be)."""
+    name = profile.safe_action.field if profile.safe_action is not None else "output"
+    return state.get(f"ch{ch}.{name}", "1") not in ("0", "OFF", "False", "false")
+
+
+def within(scope: PlanScope, profile: Profile, ch: int, name: str, value: str | None) -> bool:
+    """A channel's field at ``value`` lies inside the plan's scope (the scope as an envelope
+    inside the envelope, as at an output enable). A field no limit bounds is not judged."""
+    if not profile.has_field(name, ch):
+        return True
+    limit = bounded(profile, ChannelLimits(voltage=scope.voltage[1],
+                                           current=scope.current_max)).get(name)
+    if limit is None:
+        return True
+    return _outside_at_enable(scope, profile, ch, {f"ch{ch}.{name}": value}
+                              if value is not None else {}, only=name) is None
+
+
 def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
-                       state: dict[str, str]) -> str | None:
-    """Why switching CH``ch`` on leaves the plan, or None. The scope is an envelope inside
-    the envelope, judged like it (``envelope.bounded``): every field the voltage or the
-    current bounds, under whatever name (an SMU's current source level and voltage limit,
-    whatever its function), and a field the live state does not show is outside."""
+                       state: dict[str, str], doing: str = "output enable",
+                       only: str | None = None) -> str | None:
+    """Why CH``ch`` switched on (or left on, ``doing``) leaves the plan, or None. The scope
+    is an envelope inside the envelope, judged like it (``envelope.bounded``): every field
+    the voltage or the current bounds, under whatever name (an SMU's current source level
+    and voltage limit, whatever its function), and a field the live state does not show is
+    outside."""
     lo, hi = scope.voltage
     limits = ChannelLimits(voltage=hi, current=scope.current_max)
     for name, limit in bounded(profile, limits).items():
-        if not profile.has_field(name, ch):
+        if not profile.has_field(name, ch) or only not in (None, name):
             continue
         spec = profile.fields[name]
         try:
             value = Decimal(state[f"ch{ch}.{name}"])
         except (KeyError, ArithmeticError):
-            return f"CH{ch} output enable with its {spec.label} unknown is outside the plan"
+            return f"CH{ch} {doing} with its {spec.label} unknown is outside the plan"
         low = lo if name == "voltage" else Decimal(0)
         if not value.is_finite() or not low <= abs(value) <= limit or (
                 name == "voltage" and value < lo):
-            return (f"CH{ch} output enable with its {spec.label} at {format_number(value)} "
+            return (f"CH{ch} {doing} with its {spec.label} at {format_number(value)} "
                     f"{spec.unit} is outside the plan")
     return None
 
@@ -153,6 +178,13 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
             if moved:
                 return (f"{', '.join(moved)} would follow CH{ch} (a coupling is on): the "
                         "plan covers only what it names")
+            if _energized(profile, ch, state):
+                # The plan is a rule about the state it leaves, like the envelope: a setpoint
+                # on a channel that is on (switched on under another approval, say at 1 A)
+                # runs the DUT at every field of that state, not only the one it sets.
+                outside = _outside_at_enable(scope, profile, ch, state, "left on")
+                if outside is not None:
+                    return outside
             continue
         if unit.effect is Effect.OUTPUT:
             if value is True:
@@ -161,7 +193,7 @@ def covers(plan: Plan, instrument: str, units: tuple[Unit, ...],
                 outside = _outside_at_enable(scope, profile, ch, state)
                 if outside is not None:
                     return outside
-            state[f"ch{ch}.output"] = "1" if value is True else "0"
+            state[f"ch{ch}.{unit.field or 'output'}"] = "1" if value is True else "0"
             continue
         return f"{unit.canonical} ({unit.effect.value}) is not covered by a plan"
     return None

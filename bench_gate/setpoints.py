@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
 from .handoff import snapshot_key
 from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
+from .plans import PlanScope, within
 
 __all__ = ["SETPOINT_FIELDS", "Setpoints"]
 
@@ -27,17 +30,24 @@ class Setpoints(Part):
         super().__init__(core)
 
     def energize_needs_setpoint(self, inst: Instrument, actions: list[Action],
-                                snap: Snapshot) -> list[int]:
-        """Channels turned on here with no approved setpoint matching the live one."""
-        missing = []
+                                snap: Snapshot) -> dict[int, list[str]]:
+        """Channels turned on, or given a setpoint, here with no approved setpoint matching
+        the live one, each with the fields of its setpoint this request does not set: the
+        present values its setpoint approval approves as they are. A request that sets one
+        field (``CURR 0.1,(@1)``, with or without ``OUTP ON,(@1)``) has the other (a voltage
+        turned at the panel) approved too, in words, never passed over because something
+        on the channel was, nor remembered as approved by someone who never saw it."""
+        fields = setpoint_fields(inst.profile)
+        missing: dict[int, list[str]] = {}
         for a in actions:
-            if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
+            if a.approval not in (ApprovalKind.OUTPUT_ENABLE, ApprovalKind.SETPOINT) \
+                    or a.channel is None or a.channel in missing:
                 continue
-            if any(b.approval is ApprovalKind.SETPOINT and b.channel == a.channel
-                   for b in actions):
-                continue
-            if not self.still_approved(inst, a.channel, snap):
-                missing.append(a.channel)
+            mine = {b.field for b in actions if b.approval is ApprovalKind.SETPOINT
+                    and b.channel == a.channel}
+            rest = [f for f in fields if f not in mine]
+            if rest and not self.still_approved(inst, a.channel, snap):
+                missing[a.channel] = rest
         return missing
 
     def still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
@@ -123,16 +133,23 @@ class Setpoints(Part):
         # approval approved their present setpoint as it was.
         needed_on = {int(n["channel"]) for n in req.handoff.get("setpoint_needed") or []}
         fields = setpoint_fields(inst.profile)
+        scope = self._step_scope(req)
         for ch in channels:
             mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
             needed = ch in needed_on
             prior = self.store.get_setpoint(key, ch) or {}
             by_field: dict[str, list[str]] = {}
             source: dict[str, dict[str, str]] = {}
+            values: dict[str, str | None] = {}
             for f in fields:
-                value = after.get(snapshot_key(ch, f))
+                value = values[f] = after.get(snapshot_key(ch, f))
                 kept = (prior.get("by_field") or {}).get(f) or prior.get("people") or []
-                if f in mine or needed or prior.get(f) != value or not kept:
+                if scope is not None and f not in mine and (prior.get(f) != value or not kept) \
+                        and not within(scope, inst.profile, ch, f, value):
+                    # A plan's step: its approvers approved its scope, not a value outside
+                    # it left on the channel (a current limit turned at the panel): nobody's.
+                    values[f], by_field[f] = None, []
+                elif f in mine or needed or prior.get(f) != value or not kept:
                     by_field[f] = people
                     source[f] = {"request": req.id, "at": approved_at}
                 else:
@@ -140,8 +157,17 @@ class Setpoints(Part):
                     source[f] = (prior.get("source") or {}).get(f) or {
                         "request": prior.get("request", ""), "at": prior.get("at", "")}
             self.store.put_setpoint(key, ch, {
-                **{f: after.get(snapshot_key(ch, f)) for f in fields},
+                **values,
                 "request": req.id, "by": by, "by_field": by_field, "source": source,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})
 
+    def _step_scope(self, req: TakeoverRequest) -> PlanScope | None:
+        """The scope of the plan a write ran inside unattended, or None."""
+        if req.plan_id is None or not req.handoff.get("auto_step"):
+            return None
+        raw = self.store.kv_get("plans", req.plan_id) or {}
+        try:
+            return PlanScope.model_validate(raw.get("scope"))
+        except ValidationError:
+            return None

@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any
 
 from .core import MAX_RETRIES, Core, Instrument, Part, new_id
-from .envelope import setpoint_fields
 from .errors import InvalidInput, NotFound, Refused
 from .handoff import build_handoff, snapshot_key
 from .models import (
@@ -108,9 +107,10 @@ class Requests(Part):
             req.handoff["after_earlier"] = earlier
             req.handoff["live"] = live.values
         if energize:
-            req.handoff["setpoint_needed"] = [  # every field under the envelope (an SMU's too)
-                {"channel": ch, **{f: snap.values.get(snapshot_key(ch, f))
-                                   for f in setpoint_fields(inst.profile)}} for ch in energize]
+            # Every field under the envelope (an SMU's too) that this request does not set.
+            req.handoff["setpoint_needed"] = [
+                {"channel": ch, **{f: snap.values.get(snapshot_key(ch, f)) for f in rest}}
+                for ch, rest in energize.items()]
         cover = self.setpoints.cover(inst, actions, snap)
         if cover:  # the setpoint approval an output enable stands on (setpointCover)
             req.handoff["setpoint_cover"] = cover
@@ -140,6 +140,8 @@ class Requests(Part):
         for r in sorted(earlier, key=lambda r: r.created_at):
             if r.id == skip or any(a.unpredictable for a in r.actions):
                 continue
+            if r.bench not in ("", self.config.bench):
+                continue  # another bench's instrument of the same name: another instrument
             for a in r.actions:
                 key = snapshot_key(a.channel, a.field) if a.field is not None else ""
                 if a.new is not None and key in values and values[key] != a.new:

@@ -10,6 +10,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..auth import TOKEN_IN_TEXT, carries_token
 from ..errors import GatewayError, NotFound
+from ..handoff import present_words
+from ..journal import PLAN_OUTPUT, PLAN_SETPOINT
 from ..models import ApprovalKind, Principal, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..states import TERMINAL
 from . import _views as views
@@ -51,9 +53,13 @@ async def request_page(console: Console, request: Request, req: TakeoverRequest,
         "self_blocked": self_blocked, "kind_words": views.KIND_WORDS,
         "energize_channels": [a.channel for a in req.actions
                               if a.approval is ApprovalKind.OUTPUT_ENABLE],
-        "setpoint_words": [a.words for a in req.actions
-                           if a.approval is ApprovalKind.SETPOINT],
+        "setpoint_words": [*(a.words for a in req.actions
+                             if a.approval is ApprovalKind.SETPOINT),
+                           *present_words(profile, req.handoff.get("setpoint_needed"))],
         "cover": views.cover_rows(req, profile),
+        # A plan's two halves are standing approvals of its scope (journal.approval_meaning).
+        "plan_words": [a.words for a in req.actions if a.effect == "plan"],
+        "plan_setpoint": PLAN_SETPOINT, "plan_output": PLAN_OUTPUT,
         "run_note": suspended(run) if req.status is Status.DENIED else None,
         "refusal": refusal, "changed": changed or [], "terminal": req.status in TERMINAL,
         "now": gateway.clock()}, status_code=status_code)
