@@ -1,0 +1,102 @@
+"""The fourth hostile review: the shipped profiles against the instruments' own manuals. A
+header a profile passes, or holds as something it is not, is tried through the gateway with
+every approval a careless operator would give, and the result is read on the simulator's own
+port (never the gateway's word for it); the simulator models what the manual says.
+
+1. a stored sequence: the SPD3303X's timer (``TIMEr:SET``, ``TIMEr CH1,ON``) applies levels
+   one after another, each for its time, long after the read-back that judged the command
+   that started it (docs/reliability.md section 7, "A level applied after the read-back").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+
+from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal
+from bench_gate.scpi import ScpiError, classify
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
+from tests.core.test_review_holes_2 import _everything
+
+SPD_LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
+              2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5"))}
+
+
+@pytest.fixture
+def supply_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("spd3303x") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
+    return served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+
+
+def _spd_ch1(supply_sim: SimServedThread) -> tuple[Decimal, bool]:
+    """What CH1's DUT sees on the SPD3303X's own port: volts at the terminals, output on."""
+    with own_port(supply_sim.resource_name) as res:
+        word = int(res.query("SYST:STAT?"), 16)
+        return Decimal(res.query("MEAS:VOLT? CH1")), bool(word >> 4 & 1)
+
+
+# ------------------------------------------------------------------ 1. a stored sequence
+async def test_an_spd3303x_timer_never_applies_a_level_outside_the_envelope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        supply_sim: SimServedThread) -> None:
+    """CH1 on at 3 V under a 12 V envelope. ``TIMEr:SET CH1,2,20,0.5,100`` (a header the
+    incomplete profile did not know: held, every approval) stored 20 V; ``TIMEr CH1,ON``
+    (every approval) applied group 1 (3 V, 0.3 s), the read-back saw 3 V and said
+    "executed", and 0.3 s later the supply put 20 V on the DUT. A group's levels are now
+    judged before they are stored (-222), and starting the timer is refused: it applies
+    stored levels after any read-back, including groups set at the front panel."""
+    run = gateway.create_run(script, "script", goal="a power-on sequence")
+    done = await _everything(gateway, run.id, "spd",
+                             "CH1:CURR 0.5;:CH1:VOLT 3;:OUTP CH1,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    first = await _everything(gateway, run.id, "spd", "TIMEr:SET CH1,1,3,0.5,0.3", olga, pete)
+    assert getattr(first, "request", None) is not None, first  # inside: held for a person
+    second = await _everything(gateway, run.id, "spd", "TIMEr:SET CH1,2,20,0.5,100",
+                               olga, pete)
+    assert second.status == "refused" and second.code == -222, second
+    assert "12" in second.reason, second.reason
+    started = await _everything(gateway, run.id, "spd", "TIMEr CH1,ON", olga, pete)
+    assert started.status == "refused" and started.code == -224, started
+    assert "after the read-back" in started.reason, started.reason
+    await asyncio.sleep(0.6)
+    volts, on = _spd_ch1(supply_sim)
+    assert on and volts == Decimal(3), (volts, on)
+    with own_port(supply_sim.resource_name) as res:
+        assert res.query("TIME:SET? CH1,2").startswith("0.000"), "20 V was never stored"
+
+
+async def test_an_spd3303x_timer_set_at_the_panel_is_never_started(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        supply_sim: SimServedThread) -> None:
+    """Timer groups stored at the front panel (30 V in group 2): ``TIMEr CH1,ON`` would run
+    them with no parameter the gateway could judge. Refused, whatever the approvals; the
+    timer's stop (``TIMEr CH1,OFF``) is still taken, held for every approval."""
+    run = gateway.create_run(script, "script", goal="a power-on sequence")
+    done = await _everything(gateway, run.id, "spd",
+                             "CH1:CURR 0.5;:CH1:VOLT 3;:OUTP CH1,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    with own_port(supply_sim.resource_name, panel=True) as panel:
+        panel.write("TIME:SET CH1,1,3,0.5,0.2")
+        panel.write("TIME:SET CH1,2,30,0.5,100")
+    for spelling in ("TIMEr CH1,ON", "TIME CH1,1", "timer ch1,on"):
+        started = await _everything(gateway, run.id, "spd", spelling, olga, pete)
+        assert started.status == "refused" and started.code == -224, (spelling, started)
+    stop = await gateway.submit(run.id, "spd", "TIMEr CH1,OFF")
+    assert stop.status == "pending" and len(stop.request.required) == 3, stop
+    # SCPI-99 §7.3: 0 is OFF where OFF is a choice, and 1 is ON, refused with the reason.
+    assert classify("TIME CH2,0", "spd3303x").canonical == ("TIME CH2,OFF",)
+    with pytest.raises(ScpiError, match=r"-224.*after the read-back"):
+        classify("TIME CH2,1", "spd3303x")
+    await asyncio.sleep(0.4)
+    assert _spd_ch1(supply_sim) == (Decimal(3), True)
