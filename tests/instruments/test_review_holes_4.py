@@ -6,23 +6,31 @@ port (never the gateway's word for it); the simulator models what the manual say
 1. a stored sequence: the SPD3303X's timer (``TIMEr:SET``, ``TIMEr CH1,ON``) applies levels
    one after another, each for its time, long after the read-back that judged the command
    that started it (docs/reliability.md section 7, "A level applied after the read-back").
+2. a measure setting that moves the source: the 2450's remote sense (``:SENS:VOLT:RSEN ON``)
+   was measure-config, but its manual says the voltage source regulates at the SENSE
+   terminals in 4-wire, so with nothing wired there the force voltage runs away.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
 
-from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from bench_gate.scpi import ScpiError, classify
-from sim_instruments import SimBenchThread, SimServedThread
+from sim_instruments import SimBenchThread, SimServedThread, SimSmu
 from tests.conftest import own_port, served_bench
 from tests.core.test_review_holes_2 import _everything
+from tests.instruments import test_k2450
+
+smu_sim = test_k2450.smu_sim
+SMU_LIMITS = {1: ChannelLimits(voltage=Decimal(10), current=Decimal("0.1"))}
 
 SPD_LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
               2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5"))}
@@ -35,8 +43,13 @@ def supply_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
-    return served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+def config(sim: SimBenchThread, supply_sim: SimServedThread,
+           smu_sim: SimServedThread) -> BenchConfig:
+    cfg = served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
+    cfg.instruments.append(InstrumentConfig(name="smu", resource=smu_sim.resource_name,
+                                            profile="k2450", socket_port=0))
+    cfg.envelope["smu"] = dict(SMU_LIMITS)
+    return cfg
 
 
 def _spd_ch1(supply_sim: SimServedThread) -> tuple[Decimal, bool]:
@@ -100,3 +113,54 @@ async def test_an_spd3303x_timer_set_at_the_panel_is_never_started(
         classify("TIME CH2,1", "spd3303x")
     await asyncio.sleep(0.4)
     assert _spd_ch1(supply_sim) == (Decimal(3), True)
+
+
+# ------------------------------------------------------------------ 2. remote sense
+def _smu_terminals(smu_sim: SimServedThread) -> tuple[float, float]:
+    inst = smu_sim.instrument
+    assert isinstance(inst, SimSmu)
+    return inst.terminals()
+
+
+@pytest.mark.parametrize("function", ["VOLT", "CURR", "RES"])
+async def test_the_2450s_remote_sense_never_passes_unattended(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        smu_sim: SimServedThread, function: str) -> None:
+    """The 2450 sourcing 3 V (ILIM 0.1 A) into 1 kOhm, on, under a 10 V / 0.1 A envelope.
+    ``:SENS:<function>:RSEN ON`` was measure-config and passed unattended; 2450 Reference
+    Manual, [:SENSe[1]]:<function>:RSENse: in 4-wire "the voltage source increases the
+    voltage until the sensed voltage is the same as the programmed amplitude", so with only
+    the force leads on the DUT it drove 21 V into it (the simulator's terminals). Remote sense
+    now needs every approval, and the handoff says why."""
+    run = gateway.create_run(script, "script", goal="4-wire voltage readings")
+    done = await _everything(gateway, run.id, "smu",
+                             ":SOUR:FUNC VOLT;:SOUR:CURR:VLIM 5;:SOUR:VOLT:ILIM 0.1;"
+                             ":SOUR:VOLT 3;:OUTP ON",
+                             olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    if function != "VOLT":  # the measure function whose sense setting applies
+        await gateway.submit(run.id, "smu", f':SENS:FUNC "{function}"')
+    assert _smu_terminals(smu_sim) == pytest.approx((3.0, 0.003))
+    result = await gateway.submit(run.id, "smu", f":SENS:{function}:RSEN ON")
+    assert result.status == "pending", f"remote sense passed unattended: {result}"
+    assert result.request is not None and len(result.request.required) == 3
+    told = json.dumps(result.request.handoff)
+    assert "force voltage" in told, told  # what the approver is told
+    with own_port(smu_sim.resource_name) as res:
+        assert res.query(f":SENS:{function}:RSEN?") == "0"
+    assert _smu_terminals(smu_sim) == pytest.approx((3.0, 0.003))
+
+
+def test_the_simulated_2450_regulates_at_its_sense_terminals(smu_sim: SimServedThread) -> None:
+    """The model the test above relies on: 4-wire with nothing on SENSE runs to the range's
+    top (with the current limit still clamping); sense leads on the DUT regulate there."""
+    inst = smu_sim.instrument
+    assert isinstance(inst, SimSmu)
+    for message in (":SOUR:FUNC VOLT", ":SOUR:VOLT:ILIM 0.1", ":SOUR:VOLT 3", ":OUTP ON",
+                    ":SENS:VOLT:RSEN ON"):
+        inst.handle_message(message)
+    assert inst.terminals() == pytest.approx((21.0, 0.021))
+    inst.handle_message(":SOUR:VOLT:ILIM 0.01")
+    assert inst.terminals() == pytest.approx((10.0, 0.01))
+    inst.execute("SIM:SENSE 1", False)
+    assert inst.terminals() == pytest.approx((3.0, 0.003))
