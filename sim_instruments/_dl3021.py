@@ -5,6 +5,10 @@ CV level, drawing up to its current limit (VOLT:ILIM) while the DUT is above it;
 DUT's voltage over the resistance, in CP the power over the voltage, each up to its own
 current limit (RES:ILIM, POW:ILIM): the guide's chapter 2, :SOURce:<function>:ILIMit.
 
+Short-circuit mode (guide, [:SOURce]:INPut:SHORt[:STATe]): with the input on, the load draws
+as much current as it can, the top of its current range (40 A, or 4 A on the low range),
+whatever its levels say.
+
 The DUT is a source of ``SIM:SOURCE`` volts (12 V). A message with a channel list is refused
 as the DL3021 refuses it, so a test proves the gateway sends its units bare.
 """
@@ -22,6 +26,8 @@ DL3021_RESOURCE = "TCPIP0::sim-dl3021::5025::SOCKET"
 DL3021_PROFILE = "dl3021"
 
 _MEASURE = re.compile(r"MEAS:(VOLT|CURR|POW|RES)\?(?: \(@1\))?")
+#: [:SOURce]:INPut:SHORt[:STATe], short or long, as the profile renders it or a client sent it.
+_SHORT = re.compile(r"(?:SOUR(?:CE)?:)?INP(?:UT)?:SHOR(?:T)?(?::STAT(?:E)?)?(\?| (\S+))")
 
 
 class SimDl3021(SimInstrument):
@@ -38,6 +44,8 @@ class SimDl3021(SimInstrument):
             return None
         return super().handle_message(message, session)
 
+    short = False
+
     def drawn(self) -> tuple[float, float]:
         """(volts, amps) at the input now: what the DUT sees."""
         with self._lock:
@@ -47,6 +55,8 @@ class SimDl3021(SimInstrument):
         volts = float(self._get("source"))
         if not int(self._get("ch1_input")):
             return volts, 0.0
+        if self.short:  # all it can draw: the top of its current range
+            return volts, 4.0 if 0 < float(self._get("set_curr_rang")) <= 4 else 40.0
         function = str(self._get("set_func"))
         if function == "CURR":
             return volts, float(self._get("ch1_current"))
@@ -61,7 +71,17 @@ class SimDl3021(SimInstrument):
             return volts, min(wanted, float(self._get("set_pow_ilim")))
         return volts, 0.0
 
+    def _model_write(self, canonical: str) -> bool:
+        if (m := _SHORT.fullmatch(canonical)) and m[2] is not None:
+            self.short = m[2] in ("ON", "1", "1.0")
+            return True
+        if canonical == "*RST":
+            self.short = False
+        return False
+
     def _model_answer(self, canonical: str) -> str | None:
+        if (m := _SHORT.fullmatch(canonical)) and m[1] == "?":
+            return "1" if self.short else "0"
         if m := _MEASURE.fullmatch(canonical):
             volts, amps = self._drawn()
             value = {"VOLT": volts, "CURR": amps, "POW": volts * amps,

@@ -9,6 +9,8 @@ port (never the gateway's word for it); the simulator models what the manual say
 2. a measure setting that moves the source: the 2450's remote sense (``:SENS:VOLT:RSEN ON``)
    was measure-config, but its manual says the voltage source regulates at the SENSE
    terminals in 4-wire, so with nothing wired there the force voltage runs away.
+3. a mode no level bounds: the DL3021's short circuit (``:INP:SHOR ON``) draws all the DUT
+   gives, whatever the CC level the read-back judges.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from bench_gate.scpi import ScpiError, classify
-from sim_instruments import SimBenchThread, SimServedThread, SimSmu
+from sim_instruments import SimBenchThread, SimDl3021, SimServedThread, SimSmu
 from tests.conftest import own_port, served_bench
 from tests.core.test_review_holes_2 import _everything
 from tests.instruments import test_k2450
 
 smu_sim = test_k2450.smu_sim
 SMU_LIMITS = {1: ChannelLimits(voltage=Decimal(10), current=Decimal("0.1"))}
+LOAD_LIMITS = {1: ChannelLimits(voltage=Decimal(20), current=Decimal(10))}
 
 SPD_LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
               2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5"))}
@@ -43,12 +46,20 @@ def supply_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread,
-           smu_sim: SimServedThread) -> BenchConfig:
+def load_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dl3021") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, supply_sim: SimServedThread, smu_sim: SimServedThread,
+           load_sim: SimServedThread) -> BenchConfig:
     cfg = served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
-    cfg.instruments.append(InstrumentConfig(name="smu", resource=smu_sim.resource_name,
-                                            profile="k2450", socket_port=0))
-    cfg.envelope["smu"] = dict(SMU_LIMITS)
+    for name, served, profile, limits in (("smu", smu_sim, "k2450", SMU_LIMITS),
+                                          ("load", load_sim, "dl3021", LOAD_LIMITS)):
+        cfg.instruments.append(InstrumentConfig(name=name, resource=served.resource_name,
+                                                profile=profile, socket_port=0))
+        cfg.envelope[name] = dict(limits)
     return cfg
 
 
@@ -164,3 +175,52 @@ def test_the_simulated_2450_regulates_at_its_sense_terminals(smu_sim: SimServedT
     assert inst.terminals() == pytest.approx((10.0, 0.01))
     inst.execute("SIM:SENSE 1", False)
     assert inst.terminals() == pytest.approx((3.0, 0.003))
+
+
+# ------------------------------------------------------------------ 3. a mode no level bounds
+def _drawn(load_sim: SimServedThread) -> tuple[float, float]:
+    inst = load_sim.instrument
+    assert isinstance(inst, SimDl3021)
+    return inst.drawn()
+
+
+@pytest.mark.parametrize("message", [":INP:SHOR ON", ":SOUR:INP:SHOR:STAT 1", "INPut:SHORt ON"])
+async def test_the_dl3021_never_short_circuits_the_dut(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        load_sim: SimServedThread, message: str) -> None:
+    """The DL3021 drawing 2 A (CC) from a 12 V DUT under a 10 A envelope. ``:INP:SHOR ON``
+    (a header the incomplete profile did not know: held, every approval) put the load in
+    short-circuit mode (DL3000 guide, [:SOURce]:INPut:SHORt: it draws as much current as it
+    can, 40 A); the read-back judged the CC level and the current limits, all unchanged, and
+    said "executed". No level bounds a short, so entering one is refused (-224, with why)."""
+    run = gateway.create_run(script, "script", goal="a load test")
+    done = await _everything(gateway, run.id, "load", ":FUNC CURR;:CURR 2;:INP ON",
+                             olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    assert _drawn(load_sim) == (12.0, 2.0)
+    result = await _everything(gateway, run.id, "load", message, olga, pete)
+    assert getattr(result, "status", None) == "refused" and result.code == -224, result
+    assert "no envelope" in result.reason, result.reason
+    assert _drawn(load_sim) == (12.0, 2.0)
+    with own_port(load_sim.resource_name) as res:
+        assert res.query(":INP:SHOR?") == "0"
+    asked = await gateway.submit(run.id, "load", ":INP:SHOR?")
+    assert asked.status == "executed" and asked.response == "0", asked
+    off = await gateway.submit(run.id, "load", ":INP:SHOR OFF")
+    assert off.status == "pending" and len(off.request.required) == 3, off
+
+
+def test_the_simulated_dl3021_short_draws_all_it_can(load_sim: SimServedThread) -> None:
+    """The model the test above relies on: short-circuit mode with the input on draws the
+    top of the current range (40 A, 4 A on the low range), whatever the CC level."""
+    inst = load_sim.instrument
+    assert isinstance(inst, SimDl3021)
+    for message in (":FUNC CURR", ":CURR 2", ":INP ON"):
+        inst.handle_message(message)
+    inst.execute("INP:SHOR ON", False)
+    assert inst.drawn() == (12.0, 40.0)
+    assert inst.execute("INP:SHOR?", True) == "1"
+    inst.handle_message(":CURR:RANG 4")
+    assert inst.drawn() == (12.0, 4.0)
+    inst.execute("INP:SHOR OFF", False)
+    assert inst.drawn() == (12.0, 2.0)
