@@ -11,12 +11,16 @@ port (never the gateway's word for it); the simulator models what the manual say
    terminals in 4-wire, so with nothing wired there the force voltage runs away.
 3. a mode no level bounds: the DL3021's short circuit (``:INP:SHOR ON``) draws all the DUT
    gives, whatever the CC level the read-back judges.
+4. the same class as 1 on the load: the DL3021's list mode (``:FUNC:MODE LIST``, then a
+   trigger) draws each step's level (``:LIST:LEV``, a header the profile does not know) long
+   after the read-back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -223,4 +227,48 @@ def test_the_simulated_dl3021_short_draws_all_it_can(load_sim: SimServedThread) 
     inst.handle_message(":CURR:RANG 4")
     assert inst.drawn() == (12.0, 4.0)
     inst.execute("INP:SHOR OFF", False)
+    assert inst.drawn() == (12.0, 2.0)
+
+
+# ------------------------------------------------------------------ 4. a load's list
+@pytest.mark.parametrize("mode", ["LIST", "WAV", "BATT", "OCP", "OPP"])
+async def test_the_dl3021_never_runs_a_list_or_test_mode(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        load_sim: SimServedThread, mode: str) -> None:
+    """The DL3021 drawing 2 A (CC) from a 12 V DUT under a 10 A envelope. List steps
+    ``:LIST:LEV 2,30`` (unknown: held, every approval, never judged), ``:FUNC:MODE LIST`` and
+    ``:TRIG`` (every approval): the read-back after the trigger saw the fixed levels and said
+    "executed", and 0.3 s later the load drew 30 A. A mode other than FIXed (list, wave,
+    battery, OCP/OPP tests) applies levels no parameter here names, after the read-back: it
+    is refused (-224), and so is a trigger (-203), which only ever starts such a mode (one
+    set at the panel included)."""
+    run = gateway.create_run(script, "script", goal="a load profile")
+    done = await _everything(gateway, run.id, "load", ":FUNC CURR;:CURR 2;:INP ON",
+                             olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    await _everything(gateway, run.id, "load",
+                      ":LIST:LEV 1,2;:LIST:WID 1,0.3;:LIST:LEV 2,30;:LIST:WID 2,100",
+                      olga, pete)
+    entered = await _everything(gateway, run.id, "load", f":FUNC:MODE {mode}", olga, pete)
+    assert getattr(entered, "status", None) == "refused" and entered.code == -224, entered
+    assert "after the read-back" in entered.reason, entered.reason
+    load_sim.instrument.execute("FUNC:MODE LIST", False)  # the panel's key
+    for trigger in (":TRIG", "*TRG", ":TRIG:IMM"):
+        fired = await _everything(gateway, run.id, "load", trigger, olga, pete)
+        assert getattr(fired, "status", None) == "refused" and fired.code == -203, fired
+    await asyncio.sleep(0.6)
+    assert _drawn(load_sim) == (12.0, 2.0)
+
+
+def test_the_simulated_dl3021_runs_its_list_after_a_trigger(load_sim: SimServedThread) -> None:
+    """The model the test above relies on: in list mode a trigger draws each step's level for
+    its width, then the fixed levels again."""
+    inst = load_sim.instrument
+    assert isinstance(inst, SimDl3021)
+    for message in (":FUNC CURR", ":CURR 2", ":INP ON"):
+        inst.handle_message(message)
+    for unit in ("LIST:LEV 1,5", "LIST:WID 1,0.2", "FUNC:MODE LIST", "TRIG"):
+        inst.execute(unit, False)
+    assert inst.drawn() == (12.0, 5.0)
+    time.sleep(0.4)
     assert inst.drawn() == (12.0, 2.0)
