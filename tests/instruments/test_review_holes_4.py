@@ -14,6 +14,9 @@ port (never the gateway's word for it); the simulator models what the manual say
 4. the same class as 1 on the load: the DL3021's list mode (``:FUNC:MODE LIST``, then a
    trigger) draws each step's level (``:LIST:LEV``, a header the profile does not know) long
    after the read-back.
+5. a limit with nothing behind it: an envelope's ``ovp`` on the DP832, whose profile reads no
+   OVP level, was silently ignored (an OVP of 30 V under ``ovp = 6``), and so was a channel
+   the profile does not have.
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ import json
 import time
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
+from bench_gate.envelope import unbounded
+from bench_gate.errors import InvalidInput
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
-from bench_gate.scpi import ScpiError, classify
+from bench_gate.scpi import ScpiError, classify, get_profile
+from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimDl3021, SimServedThread, SimSmu
 from tests.conftest import own_port, served_bench
 from tests.core.test_review_holes_2 import _everything
@@ -272,3 +281,41 @@ def test_the_simulated_dl3021_runs_its_list_after_a_trigger(load_sim: SimServedT
     assert inst.drawn() == (12.0, 5.0)
     time.sleep(0.4)
     assert inst.drawn() == (12.0, 2.0)
+
+
+# ------------------------------------------------------------------ 5. a limit that bounds nothing
+@pytest.mark.parametrize(("profile", "limits", "named"), [
+    ("dp832", {1: ChannelLimits(voltage=Decimal(5), ovp=Decimal(6))}, "channel 1 ovp"),
+    ("spd3303x", {1: ChannelLimits(ovp=Decimal(6))}, "channel 1 ovp"),
+    ("k2450", {1: ChannelLimits(voltage=Decimal(5), ovp=Decimal(6))}, "channel 1 ovp"),
+    ("e36312a", {4: ChannelLimits(voltage=Decimal(5))}, "no channel 4"),
+    ("34465a", {1: ChannelLimits(voltage=Decimal(5))}, "no channel 1"),
+])
+def test_an_envelope_limit_that_bounds_nothing_is_refused_at_start(
+        sim: SimBenchThread, tmp_path: Path, clock: Any, profile: str,
+        limits: dict[int, ChannelLimits], named: str) -> None:
+    """``ovp = 6`` on the DP832's CH1: no field of its profile is bounded by ovp, so the
+    gateway never read the OVP level, and ``:OUTP:OVP:VAL CH1,30`` then ``:OUTP CH1,ON`` ran
+    (every approval) with the supply's OVP at 30 V under a limit that looked enforced. A
+    channel the profile lacks was skipped the same way. Either is refused at start, naming
+    the limit, never silently ignored."""
+    cfg = served_bench(sim, "x", SimpleNamespace(resource_name="TCPIP0::127.0.0.1::9::SOCKET"),
+                       profile, limits)
+    store = SqliteStore(tmp_path / "gate.db")
+    try:
+        with pytest.raises(InvalidInput, match=named) as caught:
+            Gateway(cfg, store, clock=clock)
+        assert caught.value.message.startswith("envelope.x: "), caught.value.message
+    finally:
+        store.close()
+
+
+def test_every_shipped_envelope_key_bounds_a_field_where_it_is_read() -> None:
+    """The keys each shipped profile does bound (so a bench may use them), for the record:
+    the OVP level only on the E36312A."""
+    every = ChannelLimits(voltage=Decimal(1), current=Decimal(1), ovp=Decimal(1))
+    idle = {name: [p.split(": ", 1)[0] for p in unbounded(get_profile(name), {1: every})]
+            for name in ("e36312a", "e3631a", "dp832", "spd3303x", "dl3021", "k2450")}
+    assert idle == {"e36312a": [], "e3631a": ["channel 1 ovp"], "dp832": ["channel 1 ovp"],
+                    "spd3303x": ["channel 1 ovp"], "dl3021": ["channel 1 ovp"],
+                    "k2450": ["channel 1 ovp"]}
