@@ -14,6 +14,7 @@ port (never the gateway's word for it); the simulator models what the manual say
 4. the same class as 1 on the load: the DL3021's list mode (``:FUNC:MODE LIST``, then a
    trigger) draws each step's level (``:LIST:LEV``, a header the profile does not know) long
    after the read-back.
+6. the same class as 1 on the DP832: its timer (``:TIMEr:PARAmeter``, ``:TIMEr ON``).
 5. a limit with nothing behind it: an envelope's ``ovp`` on the DP832, whose profile reads no
    OVP level, was silently ignored (an OVP of 30 V under ``ovp = 6``), and so was a channel
    the profile does not have.
@@ -65,11 +66,18 @@ def load_sim() -> Iterator[SimServedThread]:
 
 
 @pytest.fixture
+def dp832_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+@pytest.fixture
 def config(sim: SimBenchThread, supply_sim: SimServedThread, smu_sim: SimServedThread,
-           load_sim: SimServedThread) -> BenchConfig:
+           load_sim: SimServedThread, dp832_sim: SimServedThread) -> BenchConfig:
     cfg = served_bench(sim, "spd", supply_sim, "spd3303x", SPD_LIMITS)
     for name, served, profile, limits in (("smu", smu_sim, "k2450", SMU_LIMITS),
-                                          ("load", load_sim, "dl3021", LOAD_LIMITS)):
+                                          ("load", load_sim, "dl3021", LOAD_LIMITS),
+                                          ("dp832", dp832_sim, "dp832", SPD_LIMITS)):
         cfg.instruments.append(InstrumentConfig(name=name, resource=served.resource_name,
                                                 profile=profile, socket_port=0))
         cfg.envelope[name] = dict(limits)
@@ -319,3 +327,54 @@ def test_every_shipped_envelope_key_bounds_a_field_where_it_is_read() -> None:
     assert idle == {"e36312a": [], "e3631a": ["channel 1 ovp"], "dp832": ["channel 1 ovp"],
                     "spd3303x": ["channel 1 ovp"], "dl3021": ["channel 1 ovp"],
                     "k2450": ["channel 1 ovp"]}
+
+
+# ------------------------------------------------------------------ 6. the DP832's timer
+def _dp832_ch1(dp832_sim: SimServedThread) -> tuple[float, float]:
+    inst: Any = dp832_sim.instrument  # the DP832's model: its terminals, as the DUT sees them
+    return tuple(inst.terminals(1))
+
+
+async def test_a_dp832_timer_never_applies_a_level_outside_the_envelope(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread) -> None:
+    """CH1 on at 3 V (100 Ohm) under a 12 V envelope. ``:TIME:PARA 2,20,0.5,100`` on the
+    selected CH1 (unknown: held, every approval, never judged) and ``:TIME ON`` (every
+    approval): group 1 (3 V, 1 s) was read back as "executed", then the supply put 20 V on
+    the DUT. A group's levels are judged before they are stored (-222), and the timer and the
+    delayer are never started (-224)."""
+    run = gateway.create_run(script, "script", goal="a power-on sequence")
+    done = await _everything(gateway, run.id, "dp832",
+                             ":SOUR1:CURR 0.5;:SOUR1:VOLT 3;:OUTP CH1,ON", olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    await _everything(gateway, run.id, "dp832", ":INST:NSEL 1;:TIME:PARA 1,3,0.5,1",
+                      olga, pete)
+    high = await _everything(gateway, run.id, "dp832", ":TIME:PARA 2,20,0.5,100", olga, pete)
+    assert getattr(high, "status", None) == "refused" and high.code == -222, high
+    for start in (":TIME ON", ":TIMEr:STATe 1", ":DELAY ON", ":DELAY:STAT 1"):
+        started = await _everything(gateway, run.id, "dp832", start, olga, pete)
+        assert getattr(started, "status", None) == "refused" and started.code == -224, \
+            (start, started)
+        assert "after the read-back" in started.reason, started.reason
+    for start in (":TIME ON,CH1", ":TIME CH1,ON", ":DELAY CH2,ON"):  # a channel: -108
+        started = await _everything(gateway, run.id, "dp832", start, olga, pete)
+        assert getattr(started, "status", None) == "refused", (start, started)
+    dp832_sim.instrument.execute("TIME:PARA 2,20,0.5,100,(@1)", False)  # the panel's groups
+    await asyncio.sleep(1.3)
+    assert _dp832_ch1(dp832_sim) == pytest.approx((3.0, 0.03))
+    stop = await gateway.submit(run.id, "dp832", ":TIME OFF")
+    assert stop.status == "pending" and len(stop.request.required) == 3, stop
+
+
+def test_the_simulated_dp832_runs_its_timer(dp832_sim: SimServedThread) -> None:
+    """The model the test above relies on: each group for its time, on the selected channel."""
+    inst: Any = dp832_sim.instrument
+    for message in (":SOUR1:CURR 0.5", ":SOUR1:VOLT 3", ":OUTP CH1,ON", ":INST:NSEL 1"):
+        inst.handle_message(message)
+    inst.execute("TIME:PARA 1,4,0.5,0.2", False)
+    inst.execute("TIME:PARA 2,6,0.5,100", False)
+    inst.execute("TIME ON", False)
+    assert inst.terminals(1) == pytest.approx((4.0, 0.04))
+    time.sleep(0.4)
+    assert inst.terminals(1) == pytest.approx((6.0, 0.06))
+    inst.execute("TIME OFF", False)
