@@ -36,6 +36,8 @@ _NUM = r"([-+0-9.E]+)"
 _TIMER_SET = re.compile(rf"TIME(?:R)?:SET CH([12]),{_NUM},{_NUM},{_NUM},{_NUM}")
 _TIMER_ASK = re.compile(rf"TIME(?:R)?:SET\? CH([123])(?:,{_NUM})?")
 _TIMER_RUN = re.compile(r"TIME(?:R)? CH([12]),(ON|OFF|1|0)")
+#: DHCP ON|OFF: the network set-up, kept by the model (the profile forbids it).
+_DHCP = re.compile(r"DHCP (ON|OFF|1|0|1\.0|0\.0)")
 
 
 class SimSpd3303x(SimInstrument):
@@ -51,6 +53,7 @@ class SimSpd3303x(SimInstrument):
         #: TIMEr:SET groups per channel: group -> (volts, amps, seconds).
         self._groups: dict[int, dict[int, tuple[float, float, float]]] = {1: {}, 2: {}}
         self._timers: dict[int, threading.Timer] = {}
+        self._dhcp = False
 
     def handle_message(self, message: str, session: Session = PANEL) -> str | None:
         if "(@" in message:  # channels are CH1..CH3, never a list
@@ -113,6 +116,9 @@ class SimSpd3303x(SimInstrument):
             timer.start()
 
     def _model_write(self, canonical: str) -> bool:
+        if m := _DHCP.fullmatch(canonical):
+            self._dhcp = m[1] in ("ON", "1", "1.0")
+            return True
         if m := _TIMER_SET.fullmatch(canonical):
             self._groups[int(m[1])][int(float(m[2]))] = (float(m[3]), float(m[4]), float(m[5]))
             return True
@@ -130,6 +136,8 @@ class SimSpd3303x(SimInstrument):
     def _model_answer(self, canonical: str) -> str | None:
         if m := _SELECTION.fullmatch(canonical):
             return f"CH{m[1]}"
+        if canonical == "DHCP?":
+            return "1" if self._dhcp else "0"
         if m := _TIMER_ASK.fullmatch(canonical):
             groups = self._groups.get(int(m[1]), {})  # CH3 has no timer: nothing stored
             volts, amps, seconds = groups.get(int(float(m[2] or 1)), (0, 0, 0))

@@ -15,6 +15,8 @@ port (never the gateway's word for it); the simulator models what the manual say
    trigger) draws each step's level (``:LIST:LEV``, a header the profile does not know) long
    after the read-back.
 6. the same class as 1 on the DP832: its timer (``:TIMEr:PARAmeter``, ``:TIMEr ON``).
+7. the gateway's own link: the SPD3303X's ``DHCP ON`` (every approval) could move the supply
+   to another address, and the gateway, with every output's safe action, off it.
 5. a limit with nothing behind it: an envelope's ``ovp`` on the DP832, whose profile reads no
    OVP level, was silently ignored (an OVP of 30 V under ``ovp = 6``), and so was a channel
    the profile does not have.
@@ -378,3 +380,20 @@ def test_the_simulated_dp832_runs_its_timer(dp832_sim: SimServedThread) -> None:
     time.sleep(0.4)
     assert inst.terminals(1) == pytest.approx((6.0, 0.06))
     inst.execute("TIME OFF", False)
+
+
+# ------------------------------------------------------------------ 7. the gateway's own link
+@pytest.mark.parametrize("message", ["DHCP ON", "DHCP 0", "dhcp off"])
+async def test_the_spd3303x_network_set_up_is_never_changed_through_the_gateway(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        supply_sim: SimServedThread, message: str) -> None:
+    """``DHCP ON`` was a state change (every approval): the supply would take a new address
+    from the network, and the gateway would lose it, and with it the safe action of every
+    output. The network set-up is forbidden through the gateway, as on the E36312A."""
+    run = gateway.create_run(script, "script", goal="tidy the network")
+    result = await _everything(gateway, run.id, "spd", message, olga, pete)
+    assert getattr(result, "status", None) == "refused" and result.code == -203, result
+    with own_port(supply_sim.resource_name) as res:
+        assert res.query("DHCP?") == "0"
+    asked = await gateway.submit(run.id, "spd", "DHCP?")
+    assert asked.status == "executed" and asked.response == "0", asked
