@@ -34,12 +34,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
+from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, PolicyConfig
 from bench_gate.envelope import unbounded
 from bench_gate.errors import InvalidInput
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
+from bench_gate.policy import Verdict, decide
 from bench_gate.scpi import ScpiError, classify, get_profile
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimDl3021, SimServedThread, SimSmu
@@ -397,3 +400,45 @@ async def test_the_spd3303x_network_set_up_is_never_changed_through_the_gateway(
         assert res.query("DHCP?") == "0"
     asked = await gateway.submit(run.id, "spd", "DHCP?")
     assert asked.status == "executed" and asked.response == "0", asked
+
+
+# ------------------------------------------------------------------ properties, for all inputs
+_levels = st.decimals(min_value=0, max_value=32, places=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(channel=st.sampled_from([1, 2]), volts=_levels, amps=st.decimals(
+    min_value=0, max_value="3.2", places=3), group=st.integers(1, 5),
+    spelling=st.sampled_from(["TIMEr:SET", "TIME:SET", "timer:set", "Time:Set"]))
+def test_a_stored_timer_level_is_held_inside_the_envelope_and_refused_outside(
+        channel: int, volts: Decimal, amps: Decimal, group: int, spelling: str) -> None:
+    """Any group the SPD3303X's timer would store: never passed; refused (-222) when its
+    voltage or current is above the channel's limit, else held for every approval."""
+    c = classify(f"{spelling} CH{channel},{group},{volts},{amps},5", "spd3303x")
+    decision = decide(c, SPD_LIMITS, PolicyConfig())
+    limits = SPD_LIMITS[channel]
+    assert limits.voltage is not None and limits.current is not None
+    outside = volts > limits.voltage or amps > limits.current
+    assert decision.verdict is (Verdict.REFUSE if outside else Verdict.HOLD), decision
+    assert outside or len(decision.required) == 3
+
+
+_START = {
+    "spd3303x": ["TIMEr CH1,{on}", "TIME CH2,{on}"],
+    "dp832": ["TIMEr {on}", "TIME:STAT {on}", "DELAY {on}", "DELAY:STATe {on}"],
+    "dl3021": ["INP:SHOR {on}", "SOUR:INPut:SHORt:STAT {on}"],
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=st.sampled_from([(p, f) for p, forms in _START.items() for f in forms]),
+       on=st.sampled_from(["ON", "on", "On", "1", "1.0", "+1", "2", "0.6"]),
+       lower=st.booleans())
+def test_a_sequence_or_a_short_is_never_started_whatever_the_spelling(
+        case: tuple[str, str], on: str, lower: bool) -> None:
+    """Starting a timer, a delayer or a short circuit, in any case and any spelling of ON
+    (SCPI-99 7.3: a number that rounds to 1 or more is ON): refused with -224, never held."""
+    profile, form = case
+    message = form.format(on=on)
+    with pytest.raises(ScpiError, match="-224"):
+        classify(message.lower() if lower else message, profile)
