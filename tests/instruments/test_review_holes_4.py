@@ -17,6 +17,8 @@ port (never the gateway's word for it); the simulator models what the manual say
 6. the same class as 1 on the DP832: its timer (``:TIMEr:PARAmeter``, ``:TIMEr ON``).
 7. the gateway's own link: the SPD3303X's ``DHCP ON`` (every approval) could move the supply
    to another address, and the gateway, with every output's safe action, off it.
+8. a safe action that waits: the E36312A's turn-off delay (``OUTP:DEL:FALL``, every approval
+   or set at the panel) held the safe action's ``OUTP 0`` back, the DUT outside the envelope.
 5. a limit with nothing behind it: an envelope's ``ovp`` on the DP832, whose profile reads no
    OVP level, was silently ignored (an OVP of 30 V under ``ovp = 6``), and so was a channel
    the profile does not have.
@@ -442,3 +444,32 @@ def test_a_sequence_or_a_short_is_never_started_whatever_the_spelling(
     message = form.format(on=on)
     with pytest.raises(ScpiError, match="-224"):
         classify(message.lower() if lower else message, profile)
+
+
+# ------------------------------------------------------------------ 8. a safe action that waits
+@pytest.mark.parametrize("where", ["gateway", "panel"])
+async def test_a_turn_off_delay_never_holds_back_the_safe_action(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        sim: SimBenchThread, where: str) -> None:
+    """CH2 on at 3 V under 12 V with a 3 s turn-off delay (``OUTP:DEL:FALL 3,(@2)``, every
+    approval, or set at the panel): the panel then set CH2 to 15 V, the next write's read-back
+    found it and sent the safe action ``OUTP 0,(@2)``, and the supply kept CH2 on for 3 s more
+    (Keysight's OUTPut:DELay:FALL delays every on-to-off transition of OUTPut:STATe). The
+    E36312A's safe action clears the channel's turn-off delay first: it never waits."""
+    run = gateway.create_run(script, "script", goal="a turn-off sequence")
+    if where == "gateway":
+        delay = await _everything(gateway, run.id, "psu", "OUTP:DEL:FALL 3,(@2)", olga, pete)
+        assert delay.request.status.value == "executed", delay.request.outcome
+    else:
+        with own_port(sim.psu_resource_name, panel=True) as panel:
+            panel.write("OUTP:DEL:FALL 3,(@2)")
+    done = await _everything(gateway, run.id, "psu", "CURR 0.1,(@2);:VOLT 3,(@2);:OUTP ON,(@2)",
+                             olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        panel.write("VOLT 15,(@2)")  # at the front panel, behind the gateway's back
+    await _everything(gateway, run.id, "psu", "VOLT 1,(@1)", olga, pete)
+    await asyncio.sleep(0.3)
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        assert panel.query("OUTP? (@2)") == "0", "CH2 still on outside the envelope"
+        assert Decimal(panel.query("MEAS:VOLT? (@2)")) == 0
