@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import BenchConfig, ChannelLimits, InstrumentConfig
-from .errors import NotFound
+from .envelope import unbounded
+from .errors import InvalidInput, NotFound
 from .federation import Registry
 from .instruments import AsyncLink, Lane, Link, open_link
 from .locking import InstrumentLock, journaled
@@ -74,8 +75,11 @@ class Core:
         self.clock = clock
         self.instruments: dict[str, Instrument] = {}
         for ic in config.instruments:
-            link = (links or {}).get(ic.name) or open_link(ic)
             profile = get_profile(ic.profile)
+            idle = unbounded(profile, config.envelope.get(ic.name, {}))
+            if idle:  # a hard limit that bounds nothing would look enforced
+                raise InvalidInput(f"envelope.{ic.name}: " + "; ".join(idle))
+            link = (links or {}).get(ic.name) or open_link(ic)
             lane = Lane(ic.name, link, profile.wire if profile.addressing else None)
             # Taken by the lane before its first job on each connection (issue 17 §2).
             lane.lock = InstrumentLock(ic.name, profile.model.lock,

@@ -18,7 +18,8 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "no_worse", "safe_commands", "setpoint_fields", "summary"]
+           "enveloped_fields", "no_worse", "safe_commands", "setpoint_fields", "summary",
+           "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -65,6 +66,25 @@ def bounded(profile: Profile, limits: ChannelLimits) -> dict[str, Decimal]:
     keys = _limits_of(limits)
     return {name: keys[key] for name, spec in profile.fields.items()
             if not spec.measured and (key := profile.limit_of(name)) in keys}
+
+
+def unbounded(profile: Profile, limits: dict[int, ChannelLimits]) -> list[str]:
+    """Every limit of an instrument's envelope that would bound nothing on its profile: a
+    key no field of the profile is bounded by (an ``ovp`` on a profile that reads no OVP
+    level), or a channel the profile does not have. Such a limit looks enforced and is not,
+    so the gateway refuses to start with it."""
+    keys = {profile.limit_of(name) for name, spec in profile.fields.items() if not spec.measured}
+    out: list[str] = []
+    for channel, channel_limits in sorted(limits.items()):
+        if channel not in profile.channels:
+            have = ", ".join(str(c) for c in profile.channels) or "none"
+            out.append(f"channel {channel}: the {profile.name} profile has no channel "
+                       f"{channel} (its channels: {have})")
+            continue
+        out.extend(f"channel {channel} {key}: no field of the {profile.name} profile is "
+                   f"bounded by {key} (the instrument's {key} is never read)"
+                   for key in _limits_of(channel_limits) if key not in keys)
+    return out
 
 
 def setpoint_fields(profile: Profile) -> tuple[str, ...]:

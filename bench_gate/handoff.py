@@ -11,7 +11,7 @@ from typing import Any
 
 from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
-from .scpi import Profile, ProfileError, ScpiError, classify
+from .scpi import CommandSpec, Profile, ProfileError, ScpiError, classify
 
 __all__ = ["applies", "build_handoff", "describe", "present_words", "show_value",
            "snapshot_key"]
@@ -71,9 +71,7 @@ def describe(profile: Profile, action: Action) -> str:
             return f"{where}{label}: {action.canonical}"
         return (f"{where}{label} {show_value(profile, action.field, action.old)} → "
                 f"{show_value(profile, action.field, action.new)}")
-    command = next((c for c in profile.model.commands
-                    if action.canonical.lstrip("*").split(" ")[0].split("?")[0]
-                    in c.header.upper()), None)
+    command = _command_of(profile, action.canonical)
     note = f" ({command.note})" if command is not None and command.note else ""
     if action.effect == "unknown":
         return f"{action.canonical}: a command the gateway does not know{note}"
@@ -82,6 +80,16 @@ def describe(profile: Profile, action: Action) -> str:
         return (f"{action.canonical}: the {_noun(profile)} drives the DUT: "
                 f"{applied or 'it sources current or voltage into whatever is connected'}")
     return f"{where}{action.effect} change: {action.canonical}{note}"
+
+
+def _command_of(profile: Profile, canonical: str) -> CommandSpec | None:
+    """The profile's command a canonical unit was rendered from, found as the classifier
+    finds it: ``SENS:VOLT:RSEN 1`` is ``SENSe:VOLTage[:DC]:RSENse``, though no substring of
+    it (a search by substring lost most notes)."""
+    head = canonical.split(" ", 1)[0].rstrip("?")
+    words = tuple(w.rstrip("0123456789") for w in head.lstrip("*").split(":"))
+    entry = profile.lookup(head.startswith("*"), words)
+    return entry.command if entry is not None else None
 
 
 def applies(profile: Profile, canonical: str) -> str:

@@ -4,6 +4,10 @@
 mean the instrument's own selected channel (``:INSTrument CH2``, ``:INST:NSEL 2``); booleans
 answered ``ON``/``OFF``. Each output drives a resistive DUT (``SIM:LOAD<n>``).
 
+The timer (DP800 guide, :TIMEr): ``:TIMEr:PARAmeter <group>,<volts>,<amps>,<seconds>`` stores
+a group of the selected channel; ``:TIMEr ON`` applies the groups in turn, each for its time,
+long after the command that started them. The delayer (``:DELAY``) is not modelled.
+
 The model keeps its own selection, shared by every interface like the instrument's, and
 classifies each message under it; a message with a channel list is refused (the DP832 takes
 none), so a test proves the gateway writes every channel out in the DP832's own spelling.
@@ -12,6 +16,7 @@ none), so a test proves the gateway writes every channel out in the DP832's own 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -36,6 +41,10 @@ _TRACK = re.compile(r"OUTP:TRAC(\?)? CH(\d)(?:,(ON|OFF))?")
 _SETPOINT = re.compile(r"SOUR([12]):(VOLT|CURR) ([-+0-9.E]+)")
 #: Clearing a protection that never trips here: taken, nothing to clear.
 _CLEAR = re.compile(r"(?:SOUR\d:(?:VOLT|CURR):PROT|OUTP:O[VC]P):CLE(?: CH\d)?")
+#: :TIMEr:PARAmeter and :TIMEr[:STATe], short or long, with the channel the gateway names.
+_NUM = r"([-+0-9.E]+)"
+_TIMER_SET = re.compile(rf"TIME(?:R)?:PARA(?:METER)? {_NUM},{_NUM},{_NUM},{_NUM}(?:,\(@(\d)\))?")
+_TIMER_RUN = re.compile(r"TIME(?:R)?(?::STAT(?:E)?)? (?:CH(\d),)?(ON|OFF|1|0)")
 #: The rating each channel's APPL? names (DP800 guide: ``CH1:30V/3A,5.000,1.0000``).
 _RATING = {1: "30V/3A", 2: "30V/3A", 3: "5V/3A"}
 
@@ -51,6 +60,29 @@ class SimDp832(SimInstrument):
     def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
         super().__init__(resource, definition)
         self._track = {1: "OFF", 2: "OFF", 3: "OFF"}
+        #: Timer groups per channel: group -> (volts, amps, seconds); the running timer.
+        self._groups: dict[int, dict[int, tuple[float, float, float]]] = {1: {}, 2: {}, 3: {}}
+        self._timer: threading.Timer | None = None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().close()
+
+    def _run_timer(self, channel: int, group: int) -> None:
+        """Apply ``group`` (and each later one, after its time) as the channel's levels."""
+        with self._lock:
+            groups = self._groups[channel]
+            due = [g for g in sorted(groups) if g >= group and groups[g][2] > 0]
+            if not due:
+                self._timer = None
+                return
+            volts, amps, seconds = groups[due[0]]
+            self._set(f"ch{channel}_voltage", volts)
+            self._set(f"ch{channel}_current", amps)
+            self._timer = threading.Timer(seconds, self._run_timer, (channel, due[0] + 1))
+            self._timer.daemon = True
+            self._timer.start()
 
     def handle_message(self, message: str, session: Session = PANEL) -> str | None:
         if "(@" in message:  # the DP832 names channels CH1..CH3, never in a list
@@ -81,6 +113,17 @@ class SimDp832(SimInstrument):
             self._set(f"ch{other}_{'voltage' if m[2] == 'VOLT' else 'current'}", float(m[3]))
 
     def _model_write(self, canonical: str) -> bool:
+        if m := _TIMER_SET.fullmatch(canonical):
+            channel = int(m[5]) if m[5] else self._selected()
+            self._groups[channel][int(float(m[1]))] = (float(m[2]), float(m[3]), float(m[4]))
+            return True
+        if m := _TIMER_RUN.fullmatch(canonical):
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if m[2] in ("ON", "1"):
+                self._run_timer(int(m[1]) if m[1] else self._selected(), 1)
+            return True
         if (m := _TRACK.fullmatch(canonical)) and m[3]:
             self._track[int(m[2])] = m[3]
             return True

@@ -43,6 +43,7 @@ _MODE = re.compile(r"STAT:OPER:INST:ISUM(\d):COND\?")
 _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
 _VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
+_OFF = re.compile(r"OUTP 0,\(@(\d)\)")
 
 _TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
 
@@ -449,6 +450,9 @@ class SimPsu(SimInstrument):
     While an output is on, the channel regulates to its voltage setpoint unless the load
     would draw more than the current limit (then it limits current). A measured voltage above
     the OVP level trips the channel: output off until ``VOLT:PROT:CLE`` and ``OUTP ON``.
+    ``OUTP 0`` waits the channel's ``OUTP:DEL:FALL`` before the output goes off, as the
+    Keysight supplies' turn-off sequencing does (N6700 guide, OUTPut:DELay:FALL: "affects
+    on-to-off transitions including changes in the OUTPut:STATe").
     """
 
     profile = PSU_PROFILE
@@ -493,7 +497,18 @@ class SimPsu(SimInstrument):
     def _model_write(self, canonical: str) -> bool:
         if _CLEAR_TRIP.fullmatch(canonical) and canonical.startswith("OUTP"):
             return True  # OUTP:PROT:CLE: _link clears the trip, pyvisa-sim has no dialogue
+        if (m := _OFF.fullmatch(canonical)) and (
+                delay := float(self._get(f"set_outp_del_fall_ch{m[1]}"))) > 0:
+            timer = threading.Timer(delay, self._fall, (int(m[1]),))
+            timer.daemon = True
+            timer.start()
+            return True  # still on until the delay has passed
         return False
+
+    def _fall(self, channel: int) -> None:
+        with self._lock:
+            self._set(f"ch{channel}_output", 0)
+            self._settle()
 
     def _link(self, canonical: str) -> None:
         if m := _NSEL.fullmatch(canonical):

@@ -5,6 +5,13 @@ as the 2450 Reference Manual describes the source and its limits (section 6, SOU
 sourcing voltage, the current is V/R unless the current limit (ILIM) clamps it; sourcing
 current, the voltage is I*R unless the voltage limit (VLIM) clamps it. With the output off
 nothing flows. Changing the source function switches the output off, as the 2450 does.
+
+Remote sense (section 6, ``[:SENSe[1]]:<function>:RSENse``): with 4-wire sensing on, the
+voltage source raises its force voltage until the voltage at the SENSE terminals is the
+programmed amplitude. The simulated bench wires only the FORCE leads (``SIM:SENSE 0``), so
+the source sees nothing there and drives the DUT to the top of its source range (5 % over
+range), as far as the current limit lets it (Keithley's SMU manuals: an open sense lead lets
+the output go "radically different than the programmed voltage level").
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ SMU_PROFILE = "k2450"
 _READING = re.compile(r"(READ|FETC|MEAS|MEAS:VOLT|MEAS:CURR|MEAS:RES)\?(?: .*)?")
 _STATISTIC = re.compile(r"TRAC:STAT:(AVER|MAX|MIN|STDD)\?(?: .*)?")
 _FUNCTIONS = {"MEAS:VOLT": "VOLT", "MEAS:CURR": "CURR", "MEAS:RES": "RES"}
+#: The 2450's voltage source ranges (section 6, :SOURce[1]:VOLTage:RANGe), and its overrange.
+_RANGES = (0.02, 0.2, 2.0, 20.0, 200.0)
+_OVERRANGE = 1.05
 
 
 def _reading(value: float) -> str:
@@ -35,7 +45,7 @@ class SimSmu(SimInstrument):
     profile = SMU_PROFILE
     resource_name = SMU_RESOURCE
     rst_keeps: ClassVar[frozenset[str]] = frozenset(
-        {"ese", "sre", "saved_slot", "recalled_slot", "load"})
+        {"ese", "sre", "saved_slot", "recalled_slot", "load", "sense_leads"})
 
     def terminals(self) -> tuple[float, float]:
         """(volts, amps) at the terminals now: what the DUT sees."""
@@ -51,8 +61,25 @@ class SimSmu(SimInstrument):
             volts = max(-vlim, min(vlim, float(self._get("current_level")) * load))
             return volts, volts / load
         ilim = float(self._get("ilim"))
-        amps = max(-ilim, min(ilim, float(self._get("voltage")) / load))
+        volts = float(self._get("voltage"))
+        if self._open_sense():
+            volts = self._range_top(volts)
+        amps = max(-ilim, min(ilim, volts / load))
         return amps * load, amps
+
+    def _open_sense(self) -> bool:
+        """4-wire sensing on for the measure function, and no sense leads on the DUT."""
+        function = {"VOLT": "volt", "CURR": "curr", "RES": "res"}.get(self._sense(), "volt")
+        return bool(int(self._get(f"set_sens_{function}_rsen"))) and \
+            not int(self._get("sense_leads"))
+
+    def _range_top(self, volts: float) -> float:
+        """Where the source goes when it senses nothing: its range's top, with the sign."""
+        if int(self._get("set_sour1_volt_rang_auto_ch1")):
+            top = next((r for r in _RANGES if abs(volts) <= r), _RANGES[-1])
+        else:
+            top = float(self._get("set_sour1_volt_rang_ch1"))
+        return (top if volts >= 0 else -top) * _OVERRANGE
 
     def _sense(self) -> str:
         return str(self._get("set_sens_func"))

@@ -6,12 +6,17 @@ CH2's CC mode, bits 2-3 the tracking mode (01 independent, 11 series, 10 paralle
 and 5 CH1's and CH2's output. Each output drives a resistive DUT (``SIM:LOAD<n>``).
 
 A message with a channel list is refused (the SPD3303X takes none).
+
+The timer (Programming Guide, TIMEr:SET and TIMEr): ``TIMEr:SET CH1,<group 1-5>,<volts>,
+<amps>,<seconds>`` stores a group; ``TIMEr CH1,ON`` applies the groups in turn, each for its
+time, long after the command that started them; ``TIMEr CH1,OFF`` stops it where it is.
 """
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+import threading
+from typing import Any, ClassVar
 
 from ._model import PANEL, Session, SimInstrument
 
@@ -26,6 +31,13 @@ _MEASURE = re.compile(r"MEAS:(VOLT|CURR|POWE)\? CH(\d)")
 _TRACK_BITS = {0: 0b01, 1: 0b11, 2: 0b10}
 #: CH3's fixed voltage (its switch at 5 V).
 CH3_VOLTS = 5.0
+#: The timer's headers, short (the profile's canonical) or as a client spelled them.
+_NUM = r"([-+0-9.E]+)"
+_TIMER_SET = re.compile(rf"TIME(?:R)?:SET CH([12]),{_NUM},{_NUM},{_NUM},{_NUM}")
+_TIMER_ASK = re.compile(rf"TIME(?:R)?:SET\? CH([123])(?:,{_NUM})?")
+_TIMER_RUN = re.compile(r"TIME(?:R)? CH([12]),(ON|OFF|1|0)")
+#: DHCP ON|OFF: the network set-up, kept by the model (the profile forbids it).
+_DHCP = re.compile(r"DHCP (ON|OFF|1|0|1\.0|0\.0)")
 
 
 class SimSpd3303x(SimInstrument):
@@ -35,6 +47,13 @@ class SimSpd3303x(SimInstrument):
     resource_name = SPD3303X_RESOURCE
     rst_keeps: ClassVar[frozenset[str]] = frozenset(
         {"saved_slot", "recalled_slot", "ch1_load", "ch2_load", "ch3_load"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: TIMEr:SET groups per channel: group -> (volts, amps, seconds).
+        self._groups: dict[int, dict[int, tuple[float, float, float]]] = {1: {}, 2: {}}
+        self._timers: dict[int, threading.Timer] = {}
+        self._dhcp = False
 
     def handle_message(self, message: str, session: Session = PANEL) -> str | None:
         if "(@" in message:  # channels are CH1..CH3, never a list
@@ -70,7 +89,45 @@ class SimSpd3303x(SimInstrument):
                 word |= 1 << (ch + 3)  # bit 4: CH1 on, bit 5: CH2 on
         return word
 
+    def close(self) -> None:
+        for ch in (1, 2):
+            self._stop_timer(ch)
+        super().close()
+
+    def _stop_timer(self, channel: int) -> None:
+        timer = self._timers.pop(channel, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _run_timer(self, channel: int, group: int) -> None:
+        """Apply ``group`` (and each later one, after its time) as the channel's levels."""
+        with self._lock:
+            groups = self._groups[channel]
+            due = [g for g in sorted(groups) if g >= group and groups[g][2] > 0]
+            if not due:
+                self._timers.pop(channel, None)
+                return
+            volts, amps, seconds = groups[due[0]]
+            self._set(f"ch{channel}_voltage", volts)
+            self._set(f"ch{channel}_current", amps)
+            timer = threading.Timer(seconds, self._run_timer, (channel, due[0] + 1))
+            timer.daemon = True
+            self._timers[channel] = timer
+            timer.start()
+
     def _model_write(self, canonical: str) -> bool:
+        if m := _DHCP.fullmatch(canonical):
+            self._dhcp = m[1] in ("ON", "1", "1.0")
+            return True
+        if m := _TIMER_SET.fullmatch(canonical):
+            self._groups[int(m[1])][int(float(m[2]))] = (float(m[3]), float(m[4]), float(m[5]))
+            return True
+        if m := _TIMER_RUN.fullmatch(canonical):
+            channel = int(m[1])
+            self._stop_timer(channel)
+            if m[2] in ("ON", "1"):
+                self._run_timer(channel, 1)
+            return True
         if canonical.startswith("OUTP:TRACK "):  # kept for SYST:STAT?'s bits 2-3
             self._set("track", int(canonical.split(" ", 1)[1]))
             return True
@@ -79,6 +136,12 @@ class SimSpd3303x(SimInstrument):
     def _model_answer(self, canonical: str) -> str | None:
         if m := _SELECTION.fullmatch(canonical):
             return f"CH{m[1]}"
+        if canonical == "DHCP?":
+            return "1" if self._dhcp else "0"
+        if m := _TIMER_ASK.fullmatch(canonical):
+            groups = self._groups.get(int(m[1]), {})  # CH3 has no timer: nothing stored
+            volts, amps, seconds = groups.get(int(float(m[2] or 1)), (0, 0, 0))
+            return f"{volts:.3f},{amps:.3f},{seconds:g}"
         if m := _MEASURE.fullmatch(canonical):
             volts, amps = self._terminals(int(m[2]))
             value = {"VOLT": volts, "CURR": amps, "POWE": volts * amps}[m[1]]

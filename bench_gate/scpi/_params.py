@@ -97,9 +97,12 @@ class ParamReader:
             raise self.err(ScpiExecutionError, -224,
                            f"{spec.name} must name a channel ({names})", pos)
         if kind == "choice":
-            if isinstance(datum, Number) and not datum.suffix and {"ON", "OFF"} <= {
-                    c.upper() for c in spec.choices}:  # SCPI-99 §7.3: 1 is ON, 0 is OFF
-                return "OFF" if datum.value.to_integral_value(ROUND_HALF_UP) == 0 else "ON"
+            words = {c.upper() for c in spec.choices}
+            if isinstance(datum, Number) and not datum.suffix and {"ON", "OFF"} & words:
+                # SCPI-99 §7.3: 1 is ON, 0 is OFF, also where one of them is refused
+                word = "OFF" if datum.value.to_integral_value(ROUND_HALF_UP) == 0 else "ON"
+                if word in words:
+                    return word
             if isinstance(datum, CharData):
                 for choice in spec.choices:
                     short = "".join(c for c in choice if c.isupper())

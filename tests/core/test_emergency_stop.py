@@ -158,7 +158,8 @@ def test_http_and_cli(bench: Bench) -> None:
                               "stop", "--all"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert stopped.returncode == 0, stopped.stderr
-    assert "psu: sent OUTP 0,(@1); OUTP 0,(@2); OUTP 0,(@3)" in stopped.stdout
+    assert ("psu: sent OUTP:DEL:FALL 0.0,(@1); OUTP 0,(@1); OUTP:DEL:FALL 0.0,(@2); "
+            "OUTP 0,(@2); OUTP:DEL:FALL 0.0,(@3); OUTP 0,(@3)") in stopped.stdout
     assert panel(bench) == [0, 0, 0]
 
 

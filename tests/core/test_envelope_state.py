@@ -113,7 +113,7 @@ async def test_recall_of_an_over_limit_state_needs_everything_and_is_made_safe(
     assert energized_outside(front_panel) == []
     breach = [e.data for e in gateway.store.journal(run.id, limit=1000)
               if e.type is EventType.ENVELOPE_BREACH]
-    assert breach and breach[0]["safe_action"] == ["OUTP 0,(@2)"]
+    assert breach and breach[0]["safe_action"] == ["OUTP:DEL:FALL 0.0,(@2)", "OUTP 0,(@2)"]
     assert {"channel": 2, "field": "voltage", "value": "20.0", "limit": "12.0"} \
         in breach[0]["breaches"]
 

@@ -70,7 +70,8 @@ async def test_a_killed_script_leaves_nothing_energized(
     assert took <= LEASE + 1.0 + 0.6
     lost = [e.data for e in gateway.store.journal(run_id, limit=500)
             if e.type is EventType.LEASE_EXPIRED]
-    assert lost and lost[0]["sent"] == ["OUTP 0,(@1)"] and lost[0]["policy"] == "safe"
+    assert lost and lost[0]["sent"] == ["OUTP:DEL:FALL 0.0,(@1)", "OUTP 0,(@1)"]
+    assert lost[0]["policy"] == "safe"
 
 
 async def test_heartbeats_keep_it_and_hold_only_alerts(

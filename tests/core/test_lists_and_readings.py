@@ -128,7 +128,8 @@ async def test_the_read_back_after_a_coupling_command_judges_the_real_state(
     assert await in_thread(front_panel.query, "OUTP? (@2)") == "0"
     breaches = [e for e in gateway.store.recent(req.run_id, limit=50)
                 if e.type is EventType.ENVELOPE_BREACH]
-    assert breaches and breaches[0].data["safe_action"] == ["OUTP 0,(@2)"]
+    assert breaches and breaches[0].data["safe_action"] == ["OUTP:DEL:FALL 0.0,(@2)",
+                                                             "OUTP 0,(@2)"]
 
 
 def test_list_points_are_typed_and_bounded() -> None:
