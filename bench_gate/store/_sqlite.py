@@ -122,11 +122,11 @@ MIGRATIONS: tuple[str, ...] = (
     # breaks ties: ``_queries._ORDER``), so a page is read in order instead of sorted in a
     # temporary B-tree; each also holds the list document, so a page reads the index alone
     # and never the request's row, whose whole document (read first, stored before the
-    # list document) spills into overflow pages. They replace the two indexes they extend.
+    # list document) spills into overflow pages. They replace requests_expiry; the narrow
+    # requests_status stays for a page's count (a tenth of the pages of a wide index).
     """
     CREATE INDEX requests_newest ON requests (status, created_at DESC, id, listed);
     CREATE INDEX requests_soonest ON requests (status, expires_at, id, listed);
-    DROP INDEX requests_status;
     DROP INDEX requests_expiry;
     """,
 )

@@ -176,18 +176,23 @@ def test_an_older_store_lists_the_same_after_the_migration(old_url: str) -> None
 @pytest.mark.parametrize("sort", list(RequestSort))
 def test_a_page_is_read_in_order_from_its_index(store: AnyStore, sort: RequestSort) -> None:
     """Nothing sorts a page (SQLite: no temporary B-tree, and the index holds the list
-    document, so the row is not read; PostgreSQL, told to use an index where it can: no
-    Sort node)."""
+    document, so the row is not read, while the count reads a narrow index; PostgreSQL,
+    told to use an index where it can: no Sort node)."""
     sql = _PAGE.format(order=_ORDERS[sort])
     url = getattr(store, "url", None)
     if url is None:
         with sqlite3.connect(store.path) as con:
             plan = " / ".join(row[3] for row in con.execute(
                 "EXPLAIN QUERY PLAN " + sql, ("pending", 50, 0)))
+            count = " / ".join(row[3] for row in con.execute(
+                "EXPLAIN QUERY PLAN SELECT count(*) FROM requests WHERE status = ?",
+                ("pending",)))
         con.close()
         assert "TEMP B-TREE" not in plan, plan
         index = {RequestSort.NEWEST: "requests_newest", RequestSort.EXPIRY: "requests_soonest"}
         assert f"USING INDEX {index[sort]} (status=?)" in plan, plan
+        # The page's total counts in the narrow index, not in one holding documents.
+        assert "USING COVERING INDEX requests_status (status=?)" in count, count
         return
     with psycopg.connect(url) as conn:
         conn.execute("SET enable_seqscan = off")
