@@ -68,6 +68,8 @@ class SqlStore(abc.ABC):
     """The :class:`~bench_gate.store.Store` methods both dialects share."""
 
     pending_check: PendingCheck | None
+    #: What a page reads of each request: its list document, as text or UTF-8 bytes.
+    _listed = q.LISTED
 
     # -- what a dialect supplies
     @abc.abstractmethod
@@ -265,7 +267,7 @@ class SqlStore(abc.ABC):
                       requester: str | None = None) -> RequestPage:
         sort = RequestSort(sort)
         sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
-                                                  sort, limit, offset, q.LISTED)
+                                                  sort, limit, offset, self._listed)
         rows, counted = self._read_together((sql, args), (count_sql, count_args))
         return RequestPage(summaries(r[0] for r in rows), int(counted[0][0]) if counted else 0,
                            limit=limit, offset=offset, order=sort)

@@ -147,6 +147,8 @@ def _statements(script: str) -> Iterator[str]:
 class SqliteStore(SqlStore):
     """The store in one SQLite file (or ``:memory:``)."""
 
+    _listed = q.LISTED_UTF8
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         if sqlite3.sqlite_version_info < _SQLITE_MIN:  # ON CONFLICT ... RETURNING
