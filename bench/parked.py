@@ -133,6 +133,8 @@ async def main(count: int) -> None:
         gw, runs = await opened(tmp, count)
         per_script = gw.config.limits.pending_requests
         await gw.submit(runs[0].id, "psu", "*IDN?")  # opens the lane's thread
+        # and, fold_seconds later, the journal's (one per gateway: it folds reads' records)
+        await asyncio.sleep(gw.config.journal.fold_seconds + 0.5)
         threads_before = threading.active_count()
         rss_before = rss_mib()
         t0 = time.perf_counter()
