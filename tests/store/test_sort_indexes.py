@@ -144,7 +144,7 @@ def test_an_older_store_lists_the_same_after_the_migration(old_url: str) -> None
     _fill_old(old_url, reqs)
     store = open_store(old_url)
     try:
-        assert store.schema_version() == len(MIGRATIONS) == 6
+        assert store.schema_version() == len(MIGRATIONS) >= 6
         by_id = {r.id: r for r in reqs}
         for status, sort, size in itertools.product(
                 (Status.PENDING, Status.DENIED, None), RequestSort, (1, 4, 100)):
@@ -166,7 +166,7 @@ def test_an_older_store_lists_the_same_after_the_migration(old_url: str) -> None
         store.close()
     again = open_store(old_url)  # migrating again changes nothing
     try:
-        assert again.schema_version() == 6
+        assert again.schema_version() == len(MIGRATIONS)
         assert [x.id for x in again.page_requests(Status.PENDING, limit=100)] == \
             expected(now, Status.PENDING, RequestSort.NEWEST)
     finally:
