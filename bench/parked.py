@@ -38,7 +38,6 @@ from bench_gate.core import new_id
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Role, Run, Status
 from bench_gate.store import RequestSort, SqliteStore
-from bench_gate.store._queries import LISTED
 from bench_gate.store._queries import page as page_query
 from sim_instruments import PSU_RESOURCE, bench_yaml_path
 
@@ -85,7 +84,7 @@ def report_listing(gw: Gateway, count: int) -> None:
                             gw.list_requests(status=Status.PENDING, limit=50)], runs=21)
     whole, _ = timed(gw.store.list_requests, status=Status.PENDING, limit=count)
     sql, args, _, _ = page_query(Status.PENDING, None, None, None, RequestSort.NEWEST, count,
-                                 0, LISTED)
+                                 0, gw.store._listed)
     floor, _ = timed(gw.store._read, sql, args)
     print(f"pending requests         {len(pending)} (first page {len(first_page)})")
     print(f"list all pending         {shown(listed, 200 if count >= 10_000 else None)}  "
@@ -134,6 +133,8 @@ async def main(count: int) -> None:
         gw, runs = await opened(tmp, count)
         per_script = gw.config.limits.pending_requests
         await gw.submit(runs[0].id, "psu", "*IDN?")  # opens the lane's thread
+        # and, fold_seconds later, the journal's (one per gateway: it folds reads' records)
+        await asyncio.sleep(gw.config.journal.fold_seconds + 0.5)
         threads_before = threading.active_count()
         rss_before = rss_mib()
         t0 = time.perf_counter()

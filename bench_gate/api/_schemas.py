@@ -226,7 +226,8 @@ def takeover_out(req: AnyRequest, *, handoff: bool = False) -> TakeoverOut:
         else req.receipt
     return TakeoverOut(
         id=req.id, run_id=req.run_id, instrument=req.instrument, message=req.message,
-        status=req.status, commands=[a.canonical for a in req.actions], required=req.required,
+        status=req.status, commands=[a.canonical for a in req.actions],
+        required=list(req.required),
         approvals_given=[ApprovalOut(kind=a.kind, by=a.by, at=a.at, notes=a.notes)
                          for a in valid],
         approvals_missing=req.missing(), reason=req.reason, rationale=req.rationale,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ..errors import StoreError
-from ..listing import RequestSummary, listed_document
+from ..listing import listed_document, summaries
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
@@ -68,6 +68,8 @@ class SqlStore(abc.ABC):
     """The :class:`~bench_gate.store.Store` methods both dialects share."""
 
     pending_check: PendingCheck | None
+    #: What a page reads of each request: its list document, as text or UTF-8 bytes.
+    _listed = q.LISTED
 
     # -- what a dialect supplies
     @abc.abstractmethod
@@ -265,10 +267,9 @@ class SqlStore(abc.ABC):
                       requester: str | None = None) -> RequestPage:
         sort = RequestSort(sort)
         sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
-                                                  sort, limit, offset, q.LISTED)
+                                                  sort, limit, offset, self._listed)
         rows, counted = self._read_together((sql, args), (count_sql, count_args))
-        listed = (RequestSummary.from_json(r[0]) for r in rows)
-        return RequestPage(listed, int(counted[0][0]) if counted else 0,
+        return RequestPage(summaries(r[0] for r in rows), int(counted[0][0]) if counted else 0,
                            limit=limit, offset=offset, order=sort)
 
     def pending_of(self, principal: str) -> tuple[int, datetime | None]:
