@@ -152,9 +152,10 @@ async def _enqueue(conn: Connection, line: bytes) -> None:
         return
     # latin-1 maps every byte to one character; the lexer refuses anything not ASCII.
     text = line.decode("latin-1")
-    if is_gate_message(text) and (_stop_now(conn, text) or _answer_now(conn, text)):
+    gate_message = is_gate_message(text)
+    if gate_message and (_stop_now(conn, text) or _answer_now(conn, text)):
         return
-    if is_gate_message(text) and _answers_early(conn, text):
+    if gate_message and _answers_early(conn, text):
         # Behind a write the processor has not classified yet (it may be about to hold):
         # answered the moment it holds, without waiting for its decision.
         early = Early(text)
