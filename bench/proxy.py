@@ -71,7 +71,8 @@ class LoopThread:
     def __init__(self, factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
                  ) -> None:
         self.loop = factory()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="loop")
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
@@ -100,19 +101,43 @@ async def start_relay(upstream: tuple[str, int]) -> asyncio.Server:
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each live thread of this process has used, by thread name."""
+    used: dict[str, float] = {}
+    for thread in threading.enumerate():
+        with contextlib.suppress(OSError, OverflowError, TypeError):
+            clock = time.pthread_getcpuclockid(thread.ident or 0)
+            used[thread.name] = time.clock_gettime(clock)
+    return used
+
+
 def measure(query: Callable[[], str], n: int) -> dict[str, float]:
+    """q/s and latency, and the CPU each thread used per query (µs): everything shares one
+    process and one GIL, so a query's wall time is about the sum of the threads' CPU, and
+    that split moves less with the machine's load than the wall time does."""
     for _ in range(min(100, n)):
         query()
     lat = []
+    before = thread_cpu()
     start = time.perf_counter()
     for _ in range(n):
         t0 = time.perf_counter()
         query()
         lat.append(time.perf_counter() - t0)
     total = time.perf_counter() - start
+    after = thread_cpu()
     lat.sort()
-    return {"qps": n / total, "p50": statistics.median(lat) * 1e3,
-            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3}
+    out = {"qps": n / total, "p50": statistics.median(lat) * 1e3,
+           "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3}
+    for name, used in after.items():
+        role = _ROLES.get(name.split(" ")[0].split("_")[0], "other")
+        out[f"cpu:{role}"] = out.get(f"cpu:{role}", 0.0) + (used - before.get(name, 0.0)) / n * 1e6
+    return out
+
+
+#: Thread names (up to the first space or '_') -> what the thread is, for the CPU split.
+_ROLES = {"MainThread": "client", "sim-bench": "simulator", "journal": "fold",
+          "loop": "loop"}
 
 
 def socket_client(rm: pyvisa.ResourceManager, port: int) -> Any:
@@ -376,6 +401,16 @@ def main() -> None:
             continue
         print(f"{name:24} {r['qps']:8.0f} {r['p50']:8.3f} {r['p99']:8.3f} "
               f"{r['p50'] / floor['p50']:9.2f}x {floor['qps'] / r['qps']:14.2f}x")
+    print("\nCPU per query by thread, µs (the door's own work is in the loop's column):")
+    roles = ("client", "loop", "fold", "simulator", "other")
+    print(f"{'path':24} " + " ".join(f"{r:>9}" for r in roles) + f" {'sum':>9} {'sum/floor':>10}")
+    floor_cpu = sum(v for k, v in floor.items() if k.startswith("cpu:"))
+    for name, r in results.items():
+        if isinstance(r, str) or "cpu:loop" not in r:
+            continue
+        total_cpu = sum(v for k, v in r.items() if k.startswith("cpu:"))
+        print(f"{name:24} " + " ".join(f"{r.get('cpu:' + k, 0.0):9.1f}" for k in roles)
+              + f" {total_cpu:9.1f} {total_cpu / floor_cpu:9.2f}x")
     print()
     for note in notes:
         print(note)

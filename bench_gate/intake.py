@@ -24,7 +24,7 @@ from .leases import Leases
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest, now
 from .planning import PlanDesk
 from .policy import Verdict, decide, unpredictable
-from .reads import ReadPlans, run_units
+from .reads import ReadPlans, run_plan, run_units
 from .runs import Runs
 from .scpi import (
     Classification,
@@ -135,7 +135,7 @@ class Intake(Part):
         if c.selected is not None:
             self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
         try:
-            response = await run_units(inst, plan.units, selected, read_only=True)
+            response = await run_plan(inst, plan, selected)
         except InstrumentError as exc:
             self.store.append([
                 Event(run_id=run_id, type=EventType.COMMAND_RECEIVED, at=received_at,

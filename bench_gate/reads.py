@@ -24,7 +24,7 @@ from .scpi import Classification, Effect, Excites, Unit, excitation_now
 from .store import ReadRow, ReadTemplate
 
 __all__ = ["PLANS_KEPT", "SELECT_NAME_QUERY", "ReadPlan", "ReadPlans", "join_answers",
-           "run_units"]
+           "run_plan", "run_units"]
 
 #: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
 SELECT_NAME_QUERY = "INST:SEL?"
@@ -76,6 +76,39 @@ async def run_units(inst: Instrument, units: list[Unit], selected: int | None = 
     return join_answers(units, await inst.lane.run(job, whole=not read_only))
 
 
+async def run_plan(inst: Instrument, plan: ReadPlan, selected: int | None) -> str:
+    """A kept read's units on the lane: what :func:`run_units` does for them, with what it
+    works out from the units alone (which to send, whether one measures) worked out once,
+    when the plan was kept. The excitation check, each query's timeout, what a unit set
+    (``Instrument.ran``) and the lane's turn with its instrument lock are as there."""
+    if not plan.plain:
+        return await run_units(inst, plan.units, selected, read_only=True)
+    units = plan.units
+    excitation = inst.profile.model.excitation if plan.measures else None
+
+    async def job(link: AsyncLink) -> list[str]:
+        if excitation is not None:  # asked on this turn: no cache, the panel may change it
+            found = await excitation_now(excitation, link.query)
+            if found is not None:
+                raise Excites(found)
+        answers = []
+        for unit in units:
+            answers.append(await link.query(unit.canonical, inst.extra_seconds(unit)))
+            inst.ran(unit)
+        return answers
+    answers = await inst.lane.run(job, whole=False)
+    return answers[0] if len(answers) == 1 else join_answers(
+        units, dict(enumerate(answers)))
+
+
+def plain_reads(inst: Instrument, units: list[Unit]) -> bool:
+    """Every unit a query sent as it is: none selects a channel, none is the gateway's own
+    (``local``), none is a selection query answered from the run's selection."""
+    nsel = inst.profile.model.select_query
+    return all(u.query and u.effect is not Effect.SELECT and not u.local
+               and u.canonical not in (nsel, SELECT_NAME_QUERY) for u in units)
+
+
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
     """A read that passed, as intake worked it out, with what it was worked out from."""
@@ -89,6 +122,10 @@ class ReadPlan:
     #: and the answer.
     received: dict[str, str | float | list[str] | None]
     journal: ReadTemplate
+    #: Every unit a plain query (:func:`plain_reads`): run by :func:`run_plan`'s own job.
+    plain: bool = False
+    #: Some unit takes a reading: the meter's function is asked on the lane's turn.
+    measures: bool = False
 
     def rows(self, run_id: str, received_at: datetime, executed_at: datetime,
              response: str) -> list[ReadRow]:
@@ -115,6 +152,8 @@ class ReadPlans:
              received: dict[str, str | float | list[str] | None]) -> None:
         if len(self._plans) >= PLANS_KEPT:
             self._plans.clear()
+        units = list(c.units)
         self._plans[(inst.config.name, message, selected, origin)] = ReadPlan(
-            c, list(c.units), inst.profile, limits, policy, dict(received),
-            ReadTemplate(received, message, list(c.canonical)))
+            c, units, inst.profile, limits, policy, dict(received),
+            ReadTemplate(received, message, list(c.canonical)),
+            plain_reads(inst, units), any(u.measures for u in units))

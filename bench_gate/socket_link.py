@@ -192,43 +192,56 @@ class SocketLink:
             conn.abort()
 
     async def write(self, command: str) -> None:
-        await self._exchange("write", command, answer=False)
+        """Send one command; wait only if a slow reader left the buffer above high water."""
+        conn = await self._ready()
+        try:
+            conn.send((command + self._wterm).encode("ascii"))
+            if conn.paused:  # rare: a slow reader left the buffer above high water
+                async with asyncio.timeout(self._timeout):
+                    await conn.drained()
+        except (OSError, TimeoutError, _ClosedEarly, UnicodeError) as exc:
+            raise self._fail(f"write {command!r}", exc) from exc
+        except asyncio.CancelledError:
+            self._drop()
+            raise
 
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
-        return await self._exchange("query", command, answer=True, extra=extra_seconds)
+        """Send one command and read its answer within the timeout (plus ``extra_seconds``
+        for a unit the instrument takes long over)."""
+        conn = self._conn
+        if conn is None or conn.lost or conn.buffer or \
+                self._loop is not asyncio.get_running_loop():
+            conn = await self._ready()
+        try:
+            data = (command + self._wterm).encode("ascii")
+            # The answer's future and its timer exist before the command leaves: once it
+            # has left, this task only has to suspend, so the loop goes idle at once and
+            # the instrument (here, a simulator thread in the same process) gets the CPU.
+            # call_later, not asyncio.timeout: no context manager and task bookkeeping.
+            waiter = conn.expect()
+            timer = asyncio.get_running_loop().call_later(
+                self._timeout + max(extra_seconds, 0.0), _expire, waiter)
+            try:
+                conn.send(data)
+                line = await waiter
+            finally:
+                timer.cancel()
+            return line.decode("ascii").strip()
+        except (OSError, TimeoutError, _ClosedEarly, _AnswerTooLong, UnicodeError) as exc:
+            raise self._fail(f"query {command!r}", exc) from exc
+        except asyncio.CancelledError:
+            self._drop()  # an answer may still come; never read it as the next one's
+            raise
 
-    async def _exchange(self, what: str, command: str, *, answer: bool,
-                        extra: float = 0.0) -> str:
-        """Send one command and, for a query, read its answer, all within the timeout
-        (plus ``extra`` seconds for a unit the instrument takes long over)."""
+    async def _ready(self) -> _Answers:
+        """The open connection, with no bytes nobody asked for waiting on it."""
         conn = await self._open()
         if conn.buffer:
             # Bytes nobody asked for (an instrument that answered twice): which answer is
             # whose is unknown, so start again on a new connection.
             self._drop()
             conn = await self._open()
-        try:
-            conn.send((command + self._wterm).encode("ascii"))
-            seconds = self._timeout + max(extra, 0.0)
-            if not answer:
-                if conn.paused:  # rare: a slow reader left the buffer above high water
-                    async with asyncio.timeout(seconds):
-                        await conn.drained()
-                return ""
-            waiter = conn.expect()
-            # call_later, not asyncio.timeout: no context manager and task bookkeeping
-            # on every read; the timer fails the one future this read awaits.
-            timer = asyncio.get_running_loop().call_later(seconds, _expire, waiter)
-            try:
-                line = await waiter
-            finally:
-                timer.cancel()
-            return line.decode("ascii").strip()
-        except (OSError, TimeoutError, _ClosedEarly, _AnswerTooLong, UnicodeError) as exc:
-            raise self._fail(f"{what} {command!r}", exc) from exc
-        except asyncio.CancelledError:
-            self._drop()  # an answer may still come; never read it as the next one's
-            raise
+        return conn
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -11,12 +11,14 @@ nothing else: queries pass at once, writes wait for a person, in order, per conn
 from ._door import Connection
 from ._gate import GateCommand, GateOp, is_gate_message, parse_gate
 from ._listen import Doors, start_doors
+from ._stream import Inbox
 
 __all__ = [
     "Connection",
     "Doors",
     "GateCommand",
     "GateOp",
+    "Inbox",
     "is_gate_message",
     "parse_gate",
     "start_doors",

@@ -24,7 +24,7 @@ from ._commands import gate_message
 from ._errors import ErrorQueue
 from ._gate import is_gate_message
 from ._holds import decision, refuse_hold, report, resent
-from ._stream import EOF, MAX_QUEUED, OVERSIZED, READ_CHUNK, Early, read_loop
+from ._stream import EOF, MAX_QUEUED, OVERSIZED, READ_CHUNK, Early, Inbox, read_loop
 
 if TYPE_CHECKING:
     from ._listen import Door
@@ -56,7 +56,7 @@ class Connection:
         self.last_request: str | None = None
         self.last_plan: str | None = None
         self.errors = ErrorQueue(self.gateway, self.instrument, door.has_error_queue)
-        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=MAX_QUEUED)
+        self.queue = Inbox(MAX_QUEUED)
         self.gone = asyncio.Event()
         #: The token presented with GATE:TOK was revoked: nothing more is handled, and the
         #: connection is closed.

@@ -11,6 +11,7 @@ a write is pending. Out of turn: ``GATE:STOP`` never waits; ``GATE:STAT?`` (or
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from ._gate import GateOp, is_gate_message, parse_gate
 if TYPE_CHECKING:
     from ._door import Connection
 
-__all__ = ["EOF", "MAX_QUEUED", "OVERSIZED", "READ_CHUNK", "Early", "answer_early",
+__all__ = ["EOF", "MAX_QUEUED", "OVERSIZED", "READ_CHUNK", "Early", "Inbox", "answer_early",
            "read_loop", "send_status", "status_op"]
 
 #: Messages queued behind a held write before the reader stops reading (TCP back-pressure).
@@ -30,6 +31,55 @@ READ_CHUNK = 65536
 #: Queue markers: a message longer than the lexer takes (discarded, -223), the end.
 OVERSIZED = object()
 EOF = object()
+
+
+class Inbox:
+    """What the reader queued for the processor, in order, at most ``maxsize``: the part of
+    ``asyncio.Queue`` the door uses, for its one reader and one processor. A message costs
+    an append and, when the processor waits, one future; a queue also keeps waiter lists
+    and its count of unfinished tasks on every message."""
+
+    __slots__ = ("_getter", "_items", "_putter", "maxsize")
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._items: collections.deque[object] = collections.deque()
+        self._getter: asyncio.Future[None] | None = None
+        self._putter: asyncio.Future[None] | None = None
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def full(self) -> bool:
+        return len(self._items) >= self.maxsize
+
+    def put_nowait(self, item: object) -> None:
+        if self.full():
+            raise asyncio.QueueFull
+        self._items.append(item)
+        _wake(self._getter)
+        self._getter = None
+
+    async def put(self, item: object) -> None:
+        """Wait while full (the reader stops reading: TCP back-pressure), then queue."""
+        while self.full():
+            self._putter = asyncio.get_running_loop().create_future()
+            await self._putter
+        self.put_nowait(item)
+
+    async def get(self) -> object:
+        while not self._items:
+            self._getter = asyncio.get_running_loop().create_future()
+            await self._getter
+        item = self._items.popleft()
+        _wake(self._putter)
+        self._putter = None
+        return item
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 class Early:
@@ -102,9 +152,10 @@ async def _enqueue(conn: Connection, line: bytes) -> None:
         return
     # latin-1 maps every byte to one character; the lexer refuses anything not ASCII.
     text = line.decode("latin-1")
-    if is_gate_message(text) and (_stop_now(conn, text) or _answer_now(conn, text)):
+    gate_message = is_gate_message(text)
+    if gate_message and (_stop_now(conn, text) or _answer_now(conn, text)):
         return
-    if is_gate_message(text) and _answers_early(conn, text):
+    if gate_message and _answers_early(conn, text):
         # Behind a write the processor has not classified yet (it may be about to hold):
         # answered the moment it holds, without waiting for its decision.
         early = Early(text)

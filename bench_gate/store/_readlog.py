@@ -53,6 +53,8 @@ Row = tuple[str, str | None, str, str, str]
 #: One record: its number, its events, its line in the file.
 Record = tuple[int, list[Row], bytes]
 _TYPES = frozenset(t.value for t in EventType)
+_RECEIVED = EventType.COMMAND_RECEIVED.value
+_EXECUTED = EventType.READ_EXECUTED.value
 
 
 def rows_of(events: list[Event]) -> list[Row]:
@@ -66,10 +68,21 @@ def row(run: str, type_: EventType, at: datetime,
     return (run, None, type_.value, canonical_at(at), flat_data(data))
 
 
+class Rendered(list[Row]):
+    """A read's rows with the JSON of their record already made (what :func:`_line` makes
+    of the rows themselves): a template renders it while it has the parts at hand."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, rows: list[Row], body: str) -> None:
+        super().__init__(rows)
+        self.body = body
+
+
 class ReadTemplate:
     """A repeated read's two events (``command_received``, ``read_executed``) in the chain's
     form, all but their times and the answer encoded once: :meth:`rows` gives what
-    :func:`row` gives for the same events."""
+    :func:`row` gives for the same events, with the record's JSON made in the same go."""
 
     __slots__ = ("_executed", "_received")
 
@@ -82,10 +95,14 @@ class ReadTemplate:
 
     def rows(self, run: str, received_at: datetime, executed_at: datetime,
              response: str) -> list[Row]:
-        return [(run, None, EventType.COMMAND_RECEIVED.value, canonical_at(received_at),
-                 self._received),
-                (run, None, EventType.READ_EXECUTED.value, canonical_at(executed_at),
-                 f"{self._executed}{_quote(response)}}}")]
+        received, executed = canonical_at(received_at), canonical_at(executed_at)
+        data = f"{self._executed}{_quote(response)}}}"
+        quoted = _quote(run)  # a canonical time is ASCII digits, '-', ':', '.', 'T', 'Z'
+        return Rendered(
+            [(run, None, _RECEIVED, received, self._received),
+             (run, None, _EXECUTED, executed, data)],
+            f'[{quoted},null,"{_RECEIVED}","{received}",{self._received}],'
+            f'[{quoted},null,"{_EXECUTED}","{executed}",{data}]')
 
 
 def events_of(rows: list[Row]) -> list[Event]:
@@ -103,9 +120,12 @@ def flat_data(data: dict[str, str | float | list[str] | None]) -> str:
 
 
 def _line(number: int, rows: list[Row]) -> bytes:
-    body = ",".join(f'[{_quote(run)},{"null" if request is None else _quote(request)},'
-                    f'{_quote(type_)},{_quote(at)},{data}]'
-                    for run, request, type_, at, data in rows)
+    if type(rows) is Rendered:  # made by its template: the same text
+        body = rows.body
+    else:
+        body = ",".join(f'[{_quote(run)},{"null" if request is None else _quote(request)},'
+                        f'{_quote(type_)},{_quote(at)},{data}]'
+                        for run, request, type_, at, data in rows)
     text = f"[{number},[{body}]]".encode("ascii")  # canonical data is ASCII, one line
     return b"%08x %b\n" % (zlib.crc32(text), text)
 

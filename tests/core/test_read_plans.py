@@ -6,7 +6,9 @@ The meter's function, asked on the lane's turn, is tested in test_excitation_hol
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,15 @@ from hypothesis import strategies as st
 from bench_gate.errors import NotFound
 from bench_gate.gateway import Gateway
 from bench_gate.models import Event, EventType, Principal
-from bench_gate.store import ReadTemplate, canonical_data, flat_data, read_row, rows_of
+from bench_gate.store import (
+    ReadLog,
+    ReadRow,
+    ReadTemplate,
+    canonical_data,
+    flat_data,
+    read_row,
+    rows_of,
+)
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
@@ -116,3 +126,17 @@ def test_a_plans_journal_text_is_the_events_text(run: str, instrument: str, mess
     assert template.rows(run, first, then, response) == rows_of(events)
     assert [read_row(run, EventType.COMMAND_RECEIVED, first, received),  # type: ignore[arg-type]
             read_row(run, EventType.READ_EXECUTED, then, executed)] == rows_of(events)  # type: ignore[arg-type]
+    # The template makes its record's text itself: the read log's line is the same bytes.
+    assert _record_line(template.rows(run, first, then, response)) == \
+        _record_line(rows_of(events))
+
+
+def _record_line(rows: list[ReadRow]) -> bytes:
+    """The line a fresh read log writes for one read's rows (its header line left out)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = ReadLog(Path(tmp) / "reads.log")
+        try:
+            log.write_rows(rows)
+        finally:
+            log.close()
+        return (Path(tmp) / "reads.log").read_bytes().split(b"\n")[1]
