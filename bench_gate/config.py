@@ -90,6 +90,10 @@ class PolicyConfig(_Strict):
     #: When its lease runs out: ``safe`` switches the outputs it energized off, ``hold``
     #: keeps them and alerts the operators. Journaled either way.
     on_client_lost: Literal["safe", "hold"] = "safe"
+    #: How often every enveloped field is read again while nobody writes (bench_gate/
+    #: watch.py): a level an instrument applies on its own (a timer, a list, a trigger, the
+    #: front panel) is made safe within this time. 0 leaves it to the next write's read-back.
+    watch_seconds: float = Field(default=1.0, ge=0, le=3600)
 
 
 class Costs(_Strict):

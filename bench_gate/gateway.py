@@ -52,6 +52,7 @@ from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .store import ChainReport, RequestPage, RequestSort, Store
 from .takeover import Requests
+from .watch import Watch
 
 __all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
            "RequestSummary", "SubmitResult"]
@@ -89,8 +90,11 @@ class Gateway:
         self._engineers = Engineers(core, runs)
         self._interlocks = interlocks = Interlocks(core, requests, runs)
         self._leases = leases = Leases(core)
+        safety = Safety(core, snaps)
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
-                                             Safety(core, snaps), interlocks, leases)
+                                             safety, interlocks, leases)
+        #: The envelope watch: a breach nobody wrote is made safe within watch_seconds.
+        self.watch = Watch(core, safety)
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
@@ -208,6 +212,7 @@ class Gateway:
                 self.registry.beat()
                 await self.sweep()
                 await self._leases.sweep()
+                self.watch.tick()  # never waits: each check queues on its lane
                 await self._executor.run_approved()
                 self._retention.tick()  # starts an archive at most hourly; never waits
                 keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)

@@ -1,0 +1,107 @@
+"""The envelope watch: an energized channel outside the bench's limits is found within
+``policy.watch_seconds``, whoever put it there, not only at the next write's read-back.
+
+A read-back judges the state a write leaves; it cannot see a level the instrument applies
+later on its own: a timer's next group, a list's next step, a trigger, a transient, a
+change at the front panel, or any effect of a command its profile does not know. The
+envelope is a rule about instrument state (DESIGN.md invariant 4), so the sweeper also
+re-reads every enveloped field of each instrument on its lane, as a read-back does, and
+applies the profile's safe action at once to an energized channel it cannot show inside
+(an unreadable output or limit counts as outside, as in a read-back). Nothing here waits
+for a person. A check never holds the sweeper: it queues on the instrument's lane like
+any job, one at a time per instrument.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import envelope
+from .core import Core, Instrument, Part
+from .errors import GatewayError, InstrumentError
+from .instruments import AsyncLink
+from .models import Event, EventType
+from .safety import Safed, Safety
+
+__all__ = ["Watch"]
+
+
+class Watch(Part):
+    def __init__(self, core: Core, safety: Safety) -> None:
+        super().__init__(core)
+        self.safety = safety
+        #: When each instrument's next check is due (monotonic seconds).
+        self._due: dict[str, float] = {}
+        #: Instruments whose check is queued or running now.
+        self._busy: set[str] = set()
+        #: The last failed safe action per instrument, journaled once, not every period.
+        self._failing: dict[str, str] = {}
+        #: Checks done since start (each a full look at one instrument's enveloped fields).
+        self.checks = 0
+
+    def tick(self) -> None:
+        """From the sweeper: start a check on every instrument whose turn has come."""
+        period = self.config.policy.watch_seconds
+        if period <= 0:
+            return
+        now = time.monotonic()
+        for name, inst in self.core.instruments.items():
+            if name in self._busy or now < self._due.get(name, 0.0):
+                continue
+            if not self.config.envelope.get(name) or inst.profile.safe_action is None:
+                continue
+            self._busy.add(name)
+            self.core.spawn(self.check(inst))
+
+    async def check(self, inst: Instrument) -> Safed | None:
+        """One look at ``inst`` on its lane turn: the safe action for any energized channel
+        not shown inside the envelope. Returns what was done, if anything."""
+        name = inst.config.name
+        try:
+            safed = await inst.lane.run(lambda link: self._look(link, inst))
+        except (GatewayError, InstrumentError):
+            safed = None  # a lane that is closing or gone: the next check looks again
+        finally:
+            self._busy.discard(name)
+            self._due[name] = time.monotonic() + self.config.policy.watch_seconds
+        self.checks += 1
+        if safed is None:
+            self._failing.pop(name, None)
+        else:
+            self._report(inst, safed)
+        return safed
+
+    async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | None:
+        # An instrument that answers nothing at all is unreachable, not breached: its lane
+        # counts the error, and no write reaches it until it answers (the recheck).
+        fields = envelope.enveloped_fields(inst.profile, self.config.envelope[inst.config.name])
+        if not fields:
+            return None
+        ch, f = fields[0]
+        try:
+            await link.query(inst.profile.field_query(f, ch))
+        except InstrumentError:
+            return None
+        return await self.safety.make_safe(link, inst, None)
+
+    def _report(self, inst: Instrument, safed: Safed) -> None:
+        name = inst.config.name
+        if safed.error is not None and self._failing.get(name) == safed.error:
+            return  # the same failure as the last check: already journaled and alerted
+        if safed.error is None:
+            self._failing.pop(name, None)
+        else:
+            self._failing[name] = safed.error
+        words = envelope.summary(inst.profile, safed.found)
+        done = (f"the safe action ({'; '.join(safed.sent)}) ran at once" if safed.error
+                is None else f"the safe action failed ({safed.error})")
+        data: dict[str, Any] = {
+            "instrument": name, "found_by": "watch",
+            "breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
+            "read_back": safed.after, "error": safed.error}
+        self.store.append([Event(run_id=f"bench:{self.config.bench}",
+                                 type=EventType.ENVELOPE_BREACH, data=data)])
+        self.core.notifier.publish(
+            "alert", alert="envelope_breach", instrument=name,
+            reason=f"the envelope watch found {words} on {name}; {done}")
