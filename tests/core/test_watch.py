@@ -52,7 +52,7 @@ async def test_a_level_set_at_the_front_panel_is_made_safe_without_any_write(
     found = breaches(gateway)
     assert len(found) == 1, found
     assert found[0]["found_by"] == "watch" and found[0]["instrument"] == "psu"
-    assert found[0]["safe_action"] == ["OUTP 0,(@3)"]
+    assert found[0]["safe_action"][-1] == "OUTP 0,(@3)"
     assert {"channel": 3, "field": "voltage", "value": "15.0", "limit": "12.0"} \
         in found[0]["breaches"]
     assert any(a.get("alert") == "envelope_breach" and "watch" in a.get("reason", "")
