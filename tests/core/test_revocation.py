@@ -68,9 +68,11 @@ def revoke_from_another_process(bench: Bench, name: str) -> None:
 
 
 def connection_closed(psu: Any) -> bool:
+    # A door that closed the connection shows as a VISA timeout or I/O error on the read, or,
+    # when the close arrived first, as the kernel's BrokenPipe/ConnectionReset on the write.
     try:
         psu.query("*IDN?")
-    except pyvisa.errors.VisaIOError:
+    except (pyvisa.errors.VisaIOError, OSError):
         return True
     return False
 
