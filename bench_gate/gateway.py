@@ -103,6 +103,7 @@ class Gateway:
         #: [journal] keep_days: old events archived to segment files, off the hot path.
         self._retention = Retention(store, config.journal, clock=lambda: self.clock())
         self._sweeper: asyncio.Task[None] | None = None
+        self._beat: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
 
@@ -190,6 +191,9 @@ class Gateway:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        if self._beat is not None:
+            with contextlib.suppress(Exception):
+                await self._beat
         for task in self.core.running():
             with contextlib.suppress(Exception):
                 await task
@@ -209,7 +213,11 @@ class Gateway:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
             with contextlib.suppress(GatewayError):
-                self.registry.beat()
+                # The claim's durable commit (an fsync) runs off the loop: on it, every door
+                # stalled for the disk once a second. close() waits for a beat in flight, so
+                # a late one never claims the bench again after release().
+                self._beat = asyncio.ensure_future(asyncio.to_thread(self.registry.beat))
+                await asyncio.shield(self._beat)
                 await self.sweep()
                 await self._leases.sweep()
                 self.watch.tick()  # never waits: each check queues on its lane

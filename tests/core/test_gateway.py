@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -539,3 +540,34 @@ async def test_a_requester_sees_the_cover_but_not_another_runs_request(
     # The stored request keeps the whole cover (the copy shown is not saved back).
     stored = gateway.get_request(on.id).handoff["setpoint_cover"][0]["fields"]
     assert any(f["request"] == first.id for f in stored)
+
+
+async def test_a_heartbeat_in_flight_at_close_never_claims_the_bench_again(
+        config: BenchConfig, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench claim's heartbeat commits off the event loop; a close during one waits for
+    it, so the claim released at close stays released (a restart is not refused as 'served
+    by a live gateway')."""
+    gw = Gateway(config, SqliteStore(db_path))
+    await gw.start()
+    registry = gw.registry
+    real = registry.beat
+    started, done = threading.Event(), threading.Event()
+
+    def slow_beat() -> None:  # a beat on a slow disk
+        started.set()
+        time.sleep(1.2)
+        real()
+        done.set()
+
+    monkeypatch.setattr(registry, "beat", slow_beat)
+    for _ in range(100):
+        if started.is_set():
+            break
+        await asyncio.sleep(0.05)
+    assert started.is_set()
+    await gw.close()
+    try:
+        assert await asyncio.to_thread(done.wait, 10)
+        assert not registry.alive(config.bench)
+    finally:
+        gw.store.close()
