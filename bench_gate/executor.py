@@ -27,6 +27,7 @@ from .models import (
     Receipt,
     Run,
     RunStatus,
+    Snapshot,
     Status,
     TakeoverRequest,
     proposal_hash,
@@ -166,12 +167,16 @@ class Executor(Part):
 
     async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
                           ) -> TakeoverRequest | None:
-        """The last approval (``events``) and the start in one transaction, then the live
-        recheck (a change: ``executing`` -> ``stale``) and the write: one durable commit
-        before the write, not two. None, nothing recorded, if ``req`` moved since
+        """The last approval (``events``) and the start in one transaction, the live recheck
+        (a change: ``executing`` -> ``stale``), then the write: one durable commit before the
+        write, not two. None, nothing recorded and nothing written, if ``req`` moved since
         ``version``. Awaited right after ``may_run_granted``: the free lock is taken at once.
-        A crash after the commit leaves it ``executing``: a restart judges it from a
-        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
+
+        The commit (its fsync) runs on a worker thread while the lane re-reads the live
+        state: reads change nothing, and nothing is judged or written until the commit is
+        durable, so the request is ``executing`` before its write, as before. A crash after
+        the commit leaves it ``executing``: a restart judges it from a read-back, never
+        re-sends it (reconcile_interrupted); before it, nothing is kept."""
         self._in_flight.add(req.id)
         try:
             async with self._executing.setdefault(req.instrument, asyncio.Lock()):
@@ -181,15 +186,22 @@ class Executor(Part):
                                 type=EventType.STEP_STARTED,
                                 data={"commands": [a.canonical for a in req.actions],
                                       "status": req.status.value, **extra})
-                if not self.store.save_request(req, version, [*events, started]):
+                inst = self.core.instrument(req.instrument)
+                fields = self.snaps.fields(inst, req.actions)
+                reading = asyncio.ensure_future(self._read_live(inst, fields))
+                try:
+                    saved = await asyncio.to_thread(self.store.save_request, req, version,
+                                                    [*events, started])
+                finally:
+                    live = await reading  # never raises: a failed read is its error
+                if not saved:
                     return None
                 self.core.notifier.request_changed(req)
                 for listener in self.requests.listeners:
                     listener(req, req.status)
-                checked = await self._recheck(req)
-                if checked is None:
+                if not await self._judge(req, inst, live):
                     return self.requests.get(req.id)
-                return await self._write(req, *checked)
+                return await self._write(req, inst, fields)
         finally:
             self._in_flight.discard(req.id)
 
@@ -211,13 +223,26 @@ class Executor(Part):
         ended here (failed or stale, nothing written), else what the write needs."""
         inst = self.core.instrument(req.instrument)
         fields = self.snaps.fields(inst, req.actions)
+        live = await self._read_live(inst, fields)
+        return (inst, fields) if await self._judge(req, inst, live) else None
+
+    async def _read_live(self, inst: Instrument, fields: list[tuple[int | None, str]]
+                         ) -> Snapshot | InstrumentError:
+        """The live state of ``fields`` on the lane, or why it could not be read."""
         try:
-            live = await self.snaps.snapshot(inst, fields)
+            return await self.snaps.snapshot(inst, fields)
         except InstrumentError as exc:
-            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
+            return exc
+
+    async def _judge(self, req: TakeoverRequest, inst: Instrument,
+                     live: Snapshot | InstrumentError) -> bool:
+        """True if the write may go: the live state was read, is what the approver saw, and
+        is inside the envelope as configured now. Else the request failed or went stale."""
+        if isinstance(live, InstrumentError):
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": live.message},
                                outcome=f"failed: could not re-read the instrument before writing "
-                                       f"({exc.message}); nothing was written")
-            return None
+                                       f"({live.message}); nothing was written")
+            return False
         diff = req.snapshot.diff(live)
         if not diff:
             stuck = [a.channel for a in req.actions
@@ -228,14 +253,14 @@ class Executor(Part):
                 diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
         if diff:
             await self._go_stale(req, inst, diff)
-            return None
+            return False
         try:  # the envelope as it is configured now, on the live state
             self.snaps.check_envelope(inst, req.actions, live)
         except Refused as exc:
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
                                outcome=f"failed: refused at the live recheck: {exc.message}")
-            return None
-        return inst, fields
+            return False
+        return True
 
     @staticmethod
     def _unfit_to_run(req: TakeoverRequest) -> str | None:
