@@ -1,10 +1,13 @@
 """The live recheck before a granted write reads the supply's fields and ``*IDN?`` in one
 compound query (scpi/compound.py, the E36312A profile's ``compound_queries``): every field
 is still read and compared, and a reply that does not split one answer per query, or
-answers anything but a number where one is asked, fails closed: nothing is written."""
+answers anything but a number where one is asked, fails closed: nothing is written. The
+recheck and the write share one lane turn: no other job reaches the supply between them."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import pytest
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
-from bench_gate.models import Principal, Status
+from bench_gate.models import Approval, ApprovalKind, Principal, Status
 from bench_gate.scpi import get_profile
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
@@ -22,12 +25,16 @@ from tests.faults import Fault, FaultLink
 
 
 class _Mangled:
-    """The supply's link: once armed, the next compound query's reply is changed."""
+    """The supply's link: once armed, the next compound query's reply is changed; once
+    ``held``, the next compound query waits for ``go`` (on the lane's thread)."""
 
     def __init__(self, inner: Link) -> None:
         self.inner = inner
         self.calls: list[str] = []
         self.mangle: Any = None
+        self.held = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -38,6 +45,10 @@ class _Mangled:
 
     def query(self, command: str, *args: Any) -> str:
         self.calls.append(command)
+        if self.held and ";" in command:
+            self.held = False
+            self.reached.set()
+            self.go.wait(10)
         answer = self.inner.query(command, *args)
         if self.mangle is not None and ";" in command:
             answer, self.mangle = self.mangle(answer), None
@@ -126,3 +137,56 @@ async def test_one_garbled_answer_inside_the_compound_reply_fails_closed(
     assert "CURR? (@1)" in (done.outcome or "") and "not a number" in (done.outcome or "")
     assert not _written(link)
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+
+
+@pytest.mark.parametrize("long_way", [False, True])
+async def test_no_other_job_reaches_the_supply_between_the_recheck_and_the_write(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, long_way: bool) -> None:
+    """A read sent while the recheck is on the wire runs after the write and its
+    read-back: for a grant that runs at once, and for a request found approved at a
+    restart (the long way: recheck, start, write)."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = _Mangled(PyvisaLink(psu))
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+    assert req is not None
+    link.calls.clear()
+    link.held = True
+    try:
+        if long_way:
+            stored = gw.store.get_request(req.id)
+            assert stored is not None
+            stored.approvals.append(Approval(kind=ApprovalKind.SETPOINT, by=olga.name,
+                                             proposal_hash=stored.proposal_hash))
+            stored.status = Status.APPROVED
+            assert gw.store.save_request(stored, stored.version, [])
+            await gw.close()
+            gw.store.close()
+            gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+            await gw.start()  # runs what it finds approved
+        else:
+            granting = asyncio.ensure_future(gw.grant(req.id, olga, ["setpoint"],
+                                                      proposal_hash=req.proposal_hash))
+        assert await asyncio.to_thread(link.reached.wait, 10), "the recheck never started"
+        read = asyncio.ensure_future(gw.submit(run.id, "psu", "MEAS:VOLT? (@3)"))
+        await asyncio.sleep(0.2)
+        link.go.set()
+        await asyncio.wait_for(read, 10)
+        if not long_way:
+            await asyncio.wait_for(granting, 10)
+        for _ in range(500):
+            if gw.get_request(req.id).status is Status.EXECUTED:
+                break
+            await asyncio.sleep(0.01)
+        assert gw.get_request(req.id).status is Status.EXECUTED
+        write = link.calls.index("VOLT 2.5,(@1)")
+        assert link.calls.index("MEAS:VOLT? (@3)") > write, link.calls
+        assert link.calls[write - 1].endswith(";*IDN?"), link.calls  # the recheck
+    finally:
+        link.go.set()
+        await gw.close()
+        gw.store.close()
