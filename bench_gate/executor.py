@@ -10,11 +10,10 @@ read-back, never re-sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from . import envelope
-from .approvals import Grant, violation
 from .core import MAX_RETRIES, Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
@@ -25,15 +24,13 @@ from .models import (
     Event,
     EventType,
     Receipt,
-    Run,
-    RunStatus,
     Status,
     TakeoverRequest,
-    proposal_hash,
 )
 from .policy import required_for
 from .readback import Judgement, judge_readback
 from .readback import Verdict as Judged
+from .rechecks import Rechecks, Refusal
 from .runs import Runs
 from .safety import Safed, Safety, Written
 from .scpi import as_exciting, excitation_now, measures_now
@@ -57,10 +54,11 @@ class Executor(Part):
         self.safety = safety
         self.interlocks = interlocks
         self.leases = leases
+        self.checks = Rechecks(core, snaps, setpoints, runs)
         self._in_flight: set[str] = set()
-        #: One execution at a time per instrument, from the recheck to the read-back: the
-        #: recheck and the write are two lane jobs, and another write between them would
-        #: make the recheck stale. An asyncio lock: a waiting execution holds no thread.
+        #: One execution at a time per instrument, from the recheck to the read-back (the
+        #: recheck and the write share one lane turn; the moves recorded around it belong to
+        #: one request at a time). An asyncio lock: a waiting execution holds no thread.
         self._executing: dict[str, asyncio.Lock] = {}
         #: Turns an approved plan request into a live plan (set by the plans part).
         self.activate_plan: Callable[[TakeoverRequest], TakeoverRequest] | None = None
@@ -74,45 +72,6 @@ class Executor(Part):
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
             if self.core.owns(req) and req.id not in self._in_flight and not req.on_resend:
                 self.core.spawn(self.execute(req.id))
-
-    def _policy_refusal(self, req: TakeoverRequest) -> str | None:
-        """The owner's own rules, checked again just before it executes: a decision made on
-        another gateway, or before a restart or a config change, never skips them."""
-        run = self.runs.get(req.run_id)
-        if run.status is RunStatus.CLOSED:
-            return "its run is closed: nothing more runs in it"
-        if req.plan_id is not None and req.handoff.get("auto_step"):
-            return self._plan_refusal(req, run)
-        if run.status is RunStatus.SUSPENDED:
-            return "its run is suspended; an operator must release it"
-        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
-        why = violation(req, run, self.config.policy, grants, self.setpoints.people_in_force(req))
-        if why is None:
-            inst = self.core.instrument(req.instrument)
-            limits = self.config.envelope.get(req.instrument, {})
-            found = envelope.action_breaches(inst.profile, limits, req.actions)
-            why = envelope.summary(inst.profile, found) if found else None
-        return f"this bench's rules refuse it now: {why}" if why else None
-
-    def _plan_refusal(self, req: TakeoverRequest, run: Run) -> str | None:
-        """A write inside a plan runs only while the plan is live, and only while the
-        plan's own approvals still stand under this bench's rules now (a plan approved
-        under looser rules, before a restart or a config change, stops counting)."""
-        assert req.plan_id is not None
-        raw = self.store.kv_get("plans", req.plan_id) or {}
-        if raw.get("status") not in ("active", "exhausted"):
-            return f"its plan {req.plan_id} is {raw.get('status', 'gone')}"
-        approved = self.store.get_request(str(raw.get("request_id", "")))
-        if approved is None:
-            return f"the request that approved plan {req.plan_id} is gone"
-        if approved.bench not in ("", req.bench) or approved.instrument != req.instrument:
-            # Instrument names are per bench: a plan approved for bench A's psu says
-            # nothing about bench B's psu, another instrument on another DUT.
-            return (f"its plan {req.plan_id} was approved for {approved.instrument} on bench "
-                    f"{approved.bench!r}, not {req.instrument} on bench {req.bench!r}")
-        grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
-        why = violation(approved, run, self.config.policy, grants, {})
-        return f"this bench's rules refuse its plan now: {why}" if why else None
 
     async def execute(self, request_id: str, *, resent: bool = False) -> TakeoverRequest:
         """Run an approved request. One that runs on its requester's resend (``on_resend``)
@@ -137,7 +96,7 @@ class Executor(Part):
             return self.activate_plan(req)
         try:
             self.interlocks.check(req.instrument)
-            refusal = self._unfit_to_run(req) or self._policy_refusal(req)
+            refusal = self.checks.unfit_to_run(req) or self.checks.policy_refusal(req)
         except Refused as exc:
             refusal = exc.message
         if refusal is not None:
@@ -165,17 +124,22 @@ class Executor(Part):
             return False
         try:
             self.interlocks.check(req.instrument)
-            return not (self._unfit_to_run(req) or self._policy_refusal(req))
+            return not (self.checks.unfit_to_run(req) or self.checks.policy_refusal(req))
         except Refused:
             return False
 
     async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
                           ) -> TakeoverRequest | None:
-        """The last approval (``events``) and the start in one transaction, then the live
-        recheck (a change: ``executing`` -> ``stale``) and the write: one durable commit
-        before the write, not two. None, nothing recorded, if ``req`` moved since
+        """The last approval (``events``) and the start in one transaction, the live recheck
+        (a change: ``executing`` -> ``stale``), then the write: one durable commit before the
+        write, not two. None, nothing recorded and nothing written, if ``req`` moved since
         ``version``. Awaited right after ``may_run_granted``: the free lock is taken at once.
-        A crash after the commit leaves it ``executing``: a restart judges it from a
+
+        The commit (its fsync) runs on a worker thread while the lane re-reads the live
+        state, and the write follows in the same lane turn: reads change nothing, nothing is
+        judged or written until the commit is durable (the request is ``executing`` before
+        its write), and no other job reaches the instrument between the recheck and the
+        write. A crash after the commit leaves it ``executing``: a restart judges it from a
         read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
         self._in_flight.add(req.id)
         try:
@@ -186,74 +150,79 @@ class Executor(Part):
                                 type=EventType.STEP_STARTED,
                                 data={"commands": [a.canonical for a in req.actions],
                                       "status": req.status.value, **extra})
-                if not self.store.save_request(req, version, [*events, started]):
-                    return None
-                self.core.notifier.request_changed(req)
-                for listener in self.requests.listeners:
-                    listener(req, req.status)
-                checked = await self._recheck(req)
-                if checked is None:
-                    return self.requests.get(req.id)
-                return await self._write(req, *checked)
+                inst = self.core.instrument(req.instrument)
+                fields = self.snaps.fields(inst, req.actions)
+                saving = asyncio.ensure_future(asyncio.to_thread(
+                    self.store.save_request, req, version, [*events, started]))
+                refused: list[Refusal | None] = []
+
+                async def recheck(link: AsyncLink) -> bool:
+                    live = await self.checks.read_live(link, inst, fields)
+                    if not await saving:
+                        return False
+                    self.core.notifier.request_changed(req)
+                    for listener in self.requests.listeners:
+                        listener(req, req.status)
+                    refused.append(self.checks.live_refusal(req, inst, live)
+                                   or self._stop_refusal(req))
+                    return refused[-1] is None
+
+                try:
+                    done = await self._write(req, inst, fields, recheck)
+                finally:
+                    if not saving.done():  # the lane failed before it awaited the commit
+                        await asyncio.wait([saving])
+                if done is not None:
+                    return done
+                if not refused:
+                    return None  # it moved meanwhile: nothing recorded, nothing written
+                why = refused[-1]
+                assert why is not None
+                await self._record(why, req, inst)
+                return self.requests.get(req.id)
         finally:
             self._in_flight.discard(req.id)
 
     async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
+        """The long way: the live recheck, the start (``approved`` -> ``executing``) and the
+        write, all on one lane turn, so no other job reaches the instrument in between."""
         req = self.requests.get(req.id)  # it may have moved while this waited for the lock
         if req.status is not Status.APPROVED:
             return req
-        checked = await self._recheck(req)
-        if checked is None:
-            return self.requests.get(req.id)
-        if not self.requests.move(req, Move.START, EventType.STEP_STARTED,
-                                  {"commands": [a.canonical for a in req.actions]}):
-            return self.requests.get(req.id)
-        return await self._write(req, *checked)
-
-    async def _recheck(self, req: TakeoverRequest
-                       ) -> tuple[Instrument, list[tuple[int | None, str]]] | None:
-        """The live state against what the approver saw, and the envelope on it: None if it
-        ended here (failed or stale, nothing written), else what the write needs."""
         inst = self.core.instrument(req.instrument)
         fields = self.snaps.fields(inst, req.actions)
-        try:
-            live = await self.snaps.snapshot(inst, fields)
-        except InstrumentError as exc:
-            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
-                               outcome=f"failed: could not re-read the instrument before writing "
-                                       f"({exc.message}); nothing was written")
-            return None
-        diff = req.snapshot.diff(live)
-        if not diff:
-            stuck = [a.channel for a in req.actions
-                     if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None
-                     and ApprovalKind.SETPOINT not in req.approved_kinds()
-                     and not self.setpoints.still_approved(inst, a.channel, live)]
-            if stuck:
-                diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
-        if diff:
-            await self._go_stale(req, inst, diff)
-            return None
-        try:  # the envelope as it is configured now, on the live state
-            self.snaps.check_envelope(inst, req.actions, live)
-        except Refused as exc:
-            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": exc.message},
-                               outcome=f"failed: refused at the live recheck: {exc.message}")
-            return None
-        return inst, fields
+        refused: list[Refusal] = []
 
-    @staticmethod
-    def _unfit_to_run(req: TakeoverRequest) -> str | None:
-        """Invariant 3, checked again at the last moment: the approvals are bound to exactly
-        this proposal (its commands and the snapshot shown), and none is missing."""
-        expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                 req.snapshot)
-        if expected != req.proposal_hash:
-            return "the proposal does not match its hash"
-        if req.missing():
-            return "approvals missing for this exact proposal: " + ", ".join(
-                k.value for k in req.missing())
+        async def recheck(link: AsyncLink) -> bool:
+            why = self.checks.live_refusal(req, inst, await self.checks.read_live(
+                link, inst, fields)) or self._stop_refusal(req)
+            if why is not None:
+                refused.append(why)
+                return False
+            return self.requests.move(req, Move.START, EventType.STEP_STARTED,
+                                      {"commands": [a.canonical for a in req.actions]})
+
+        done = await self._write(req, inst, fields, recheck)
+        if done is None and refused:
+            await self._record(refused[0], req, inst)
+        return done or self.requests.get(req.id)
+
+    def _stop_refusal(self, req: TakeoverRequest) -> Refusal | None:
+        """An emergency stop since the grant: the lane turn ends before any command, so the
+        stop's own safe action runs next, waiting for no read-back."""
+        try:
+            self.interlocks.check(req.instrument)
+        except Refused as exc:
+            return Refusal(Move.FAIL, exc.message, f"failed: {exc.message}")
         return None
+
+    async def _record(self, why: Refusal, req: TakeoverRequest, inst: Instrument) -> None:
+        """The live recheck's refusal: the request goes stale (with a fresh one), or fails."""
+        if why.move is Move.GO_STALE:
+            await self._go_stale(req, inst, why.diff)
+        else:
+            self.requests.move(req, why.move, EventType.STEP_FAILED, {"reason": why.reason},
+                               outcome=why.outcome)
 
     async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
                         diff: dict[str, tuple[str | None, str | None]],
@@ -300,7 +269,11 @@ class Executor(Part):
         return self.requests.get(req.id)
 
     async def _write(self, req: TakeoverRequest, inst: Instrument,
-                     fields: list[tuple[int | None, str]]) -> TakeoverRequest:
+                     fields: list[tuple[int | None, str]],
+                     recheck: Callable[[AsyncLink], Awaitable[bool]] | None = None
+                     ) -> TakeoverRequest | None:
+        """Write, read back, judge. With ``recheck``, it runs first on the same lane turn,
+        and nothing is sent (None) unless it says go."""
         started = self.clock()
         commands = [a.canonical for a in req.actions]
         profile = inst.profile
@@ -315,7 +288,9 @@ class Executor(Part):
             profile, a.canonical) for a in req.actions)
         found: list[str] = []
 
-        async def job(link: AsyncLink) -> Written:
+        async def job(link: AsyncLink) -> Written | None:
+            if recheck is not None and not await recheck(link):
+                return None
             out = Written()
             if spec is not None and unshown:
                 applies = await excitation_now(spec, link.query)
@@ -348,6 +323,8 @@ class Executor(Part):
             return out
 
         w = await inst.lane.run(job)
+        if w is None:
+            return None
         if found:
             return await self._go_stale(req, inst, {"measure function": (
                 "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])

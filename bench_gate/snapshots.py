@@ -18,6 +18,7 @@ from .instruments import AsyncLink
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
 from .scpi import Classification, Profile, Unit, classify, format_number, render_value
+from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
 __all__ = ["Snapshots", "normalize", "unverifiable"]
 
@@ -83,15 +84,32 @@ class Snapshots(Part):
     @staticmethod
     async def read_state(link: AsyncLink, inst: Instrument,
                          fields: list[tuple[int | None, str]]) -> Snapshot:
-        """``*IDN?`` and every field, read live on the lane (fresh queries, no cache)."""
+        """``*IDN?`` and every field, read live on the lane (fresh queries, no cache). On a
+        profile with ``compound_queries``, its number and boolean fields and ``*IDN?`` in
+        one message (scpi/compound.py), each answer normalized as if asked alone."""
         profile = inst.profile
-        idn = await link.query("*IDN?")
+        name = inst.config.name
+        plan = read_plan(profile, fields)
         values = {}
-        for ch, f in fields:
+        if plan.message is None:
+            idn = await link.query(IDN)
+        else:
+            answer = await link.query(plan.message)
+            try:
+                answers, idn = plan.split(answer)
+            except CompoundAnswerError as exc:
+                raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
+                                      f"unreadable: {exc}") from exc
+            for (ch, f), raw in zip(plan.joined, answers, strict=True):
+                values[snapshot_key(ch, f)] = normalize(
+                    profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)
+        for ch, f in plan.alone:
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
-                                                     f"{inst.config.name}: {query!r}", ch)
-        return Snapshot(idn=idn, values=values)
+                                                     f"{name}: {query!r}", ch)
+        # In the order of ``fields``, as a snapshot read one by one has them.
+        return Snapshot(idn=idn, values={k: values[k] for k in
+                                         (snapshot_key(ch, f) for ch, f in fields)})
 
     async def snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
                         ) -> Snapshot:

@@ -9,8 +9,9 @@
     Fault.WRITE_TIMEOUT    a write times out before it reaches the instrument
     Fault.WRITE_LANDED     a write reaches the instrument, then the call times out anyway
     Fault.DROP             the connection drops (closed); the next call reconnects
-    Fault.GARBLED          a query's reply is garbage
-    Fault.EMPTY            a query's reply is empty
+    Fault.GARBLED          a query's reply is garbage (in a compound query: the answer
+                           to the unit that matches)
+    Fault.EMPTY            a query's reply is empty (likewise)
     Fault.INSTRUMENT_ERROR the write lands and ``SYST:ERR?`` then reports an error
     Fault.WRONG_IDN        the connection drops and what answers after the reconnect is
                            another instrument (its ``*IDN?``), until disarmed
@@ -36,6 +37,22 @@ __all__ = ["OTHER_IDN", "Fault", "FaultLink", "SimLink"]
 #: What answers ``*IDN?`` when another instrument took the address.
 OTHER_IDN = "RIGOL TECHNOLOGIES,DP832,DP8C000001,00.01.16"
 GARBAGE = "\x7f#+3.\x1b0E@!"
+
+
+def _replaced(command: str, answer: str, match: str, by: str) -> str:
+    """``answer`` with the answer to the first unit of ``command`` matching ``match``
+    replaced by ``by``: a compound query (IEEE 488.2 §8.4.1: one answer per unit, joined
+    by ';', ``*IDN?`` last, its answer the rest) gets one bad answer, as an instrument
+    would give it. Field queries hold no ';'; the gateway puts ``*IDN?`` last."""
+    units = command.split(";")
+    hit = next((i for i, u in enumerate(units) if match.upper() in u.upper()), None)
+    if hit is None:
+        return answer
+    parts = answer.split(";", len(units) - 1)
+    if len(parts) != len(units):
+        return by if len(units) == 1 else answer
+    parts[hit] = by
+    return ";".join(parts)
 
 
 class Fault(enum.Enum):
@@ -164,18 +181,20 @@ class FaultLink:
             if armed.fault is Fault.READ_TIMEOUT:
                 self.inner.close()  # a late reply must not answer the next query
                 raise InstrumentError(f"{self.name}: query {command!r} timed out (injected)")
-            if armed.fault is Fault.GARBLED:
-                self.inner.query(command)
-                return GARBAGE
-            if armed.fault is Fault.EMPTY:
-                self.inner.query(command)
-                return ""
+            if armed.fault in (Fault.GARBLED, Fault.EMPTY):
+                bad = GARBAGE if armed.fault is Fault.GARBLED else ""
+                return _replaced(command, self._answer(command, extra_seconds),
+                                 armed.match, bad)
             if armed.fault is Fault.WRONG_IDN:
                 self._impostor = True
             raise self._drop(f"query {command!r}")
-        if self._impostor and command.strip().upper() == "*IDN?":
-            return OTHER_IDN
-        return self.inner.query(command, extra_seconds)
+        return self._answer(command, extra_seconds)
+
+    def _answer(self, command: str, extra_seconds: float) -> str:
+        answer = self.inner.query(command, extra_seconds)
+        if self._impostor:  # ``*IDN?`` alone, or last in a compound query
+            return _replaced(command, answer, "*IDN?", OTHER_IDN)
+        return answer
 
     def close(self) -> None:
         self.inner.close()

@@ -247,6 +247,8 @@ def _check_addressing(model: ProfileModel) -> None:
     spec = model.addressing
     if spec is None:
         return
+    if model.compound_queries:  # each query needs its select command sent before it
+        raise ProfileError(f"{model.name}: compound_queries cannot go with addressing")
     if spec.select is None:
         if list(model.channels) != [spec.default]:
             raise ProfileError(f"{model.name}: addressing without a select command is for "

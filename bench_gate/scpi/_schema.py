@@ -254,6 +254,11 @@ class ProfileModel(BaseModel):
     lacks: tuple[str, ...] = ()
     #: Channels addressed by selection (AddressingSpec); None: by channel list or suffix.
     addressing: AddressingSpec | None = None
+    #: The instrument answers several queries in one program message, their answers joined
+    #: by ';' in one response message (IEEE 488.2 §7.4.1, §8.4.1): a snapshot's number and
+    #: boolean fields and ``*IDN?`` are read in one message (scpi/compound.py). Only for an
+    #: instrument whose manual and simulator answer so; never with ``addressing``.
+    compound_queries: bool = False
     #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
     safe_action: SafeActionSpec | None = None
     #: The words the instrument writes and answers for a boolean, false then true (the

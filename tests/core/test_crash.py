@@ -163,6 +163,15 @@ def test_a_write_still_inside_the_instrument_is_judged_after_it_lands(tmp_path: 
         bench.close()
 
 
+async def _until(gw: Gateway, request_id: str, status: Status) -> None:
+    """Wait (up to 10 s) until the store has ``request_id`` in ``status``."""
+    for _ in range(1000):
+        if gw.get_request(request_id).status is status:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{request_id} never became {status.value}")
+
+
 class _HeldRecheck:
     """The supply's link: once armed, a query waits where the gateway is caught (after
     the grant's commit, in the live recheck) and then fails, as a dead process would."""
@@ -221,6 +230,7 @@ async def test_a_crash_between_the_grant_and_its_write_never_writes(
         grant = asyncio.create_task(gw.grant(req.id, olga, ["setpoint"],
                                              proposal_hash=req.proposal_hash))
         assert await asyncio.to_thread(link.reached.wait, 10), "the recheck never started"
+        await _until(gw, req.id, Status.EXECUTING)  # the commit overlaps the recheck's reads
         with closing(sqlite3.connect(db_path)) as src, closing(sqlite3.connect(crashed)) as dst:
             src.backup(dst)  # what a SIGKILL now would leave
         link.go.set()
@@ -257,6 +267,85 @@ async def test_a_crash_between_the_grant_and_its_write_never_writes(
         gw.store.close()
 
 
+class _SlowCommit(SqliteStore):
+    """A store whose next save of an ``executing`` request waits first, as on a slow disk
+    (run_granted commits on a worker thread, so the wait holds no event loop)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def save_request(self, req: Any, expected_version: int, events: Any) -> bool:
+        if self.hold and req.status is Status.EXECUTING:
+            self.hold = False
+            self.reached.set()
+            self.go.wait(10)
+        return super().save_request(req, expected_version, events)
+
+
+async def test_the_write_waits_for_the_grants_commit(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The grant's commit (the approval and the start) runs while the lane re-reads the
+    live state, and the write waits for it (executor.run_granted). With the commit held
+    (a slow disk), the recheck has read the supply and nothing is written; the store as a
+    crash then leaves it has the request pending without the approval, and the restart
+    writes nothing. Once the commit is durable, the write goes."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = FaultLink(PyvisaLink(psu), "psu")
+    store = _SlowCommit(db_path)
+    crashed = tmp_path / "crashed.db"
+    gw = Gateway(config, store, links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert req is not None and req.status is Status.PENDING
+        link.calls.clear()
+        store.hold = True
+        grant = asyncio.create_task(gw.grant(req.id, olga, ["setpoint"],
+                                             proposal_hash=req.proposal_hash))
+        assert await asyncio.to_thread(store.reached.wait, 10), "the commit never started"
+        for _ in range(500):  # the recheck reads while the commit waits
+            if any(c.endswith("*IDN?") for c in link.calls):
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert any(c.endswith("*IDN?") for c in link.calls), link.calls
+        assert not any(c.startswith("VOLT 2.5") for c in link.calls), "written before commit"
+        with closing(sqlite3.connect(db_path)) as src, closing(sqlite3.connect(crashed)) as dst:
+            src.backup(dst)  # what a SIGKILL now would leave
+        store.go.set()
+        done = (await asyncio.wait_for(grant, 10)).request
+        assert done.status is Status.EXECUTED, done.outcome
+        assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("2.5")
+    finally:
+        store.go.set()
+        await gw.close()
+        store.close()
+
+    left = SqliteStore(crashed)
+    try:
+        at_crash = left.get_request(req.id)
+        assert at_crash is not None and at_crash.status is Status.PENDING
+        assert at_crash.approvals == []
+        left.kv_delete(TABLE, config.bench)  # the dead gateway's bench claim
+    finally:
+        left.close()
+    again = FaultLink(PyvisaLink(psu), "psu")
+    gw = Gateway(config, SqliteStore(crashed), links={"psu": again}, clock=clock)
+    await gw.start()
+    try:
+        assert gw.get_request(req.id).status is Status.PENDING
+        assert not any(c.startswith("VOLT 2.5") for c in again.calls), "nothing re-sent"
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
 async def test_an_emergency_stop_during_the_recheck_stops_the_write(
         config: BenchConfig, db_path: Path, clock: Clock, script: Principal, olga: Principal,
         front_panel: Any) -> None:
@@ -279,7 +368,7 @@ async def test_an_emergency_stop_during_the_recheck_stops_the_write(
         grant = asyncio.create_task(gw.grant(req.id, olga, ["setpoint"],
                                              proposal_hash=req.proposal_hash))
         assert await asyncio.to_thread(link.reached.wait, 10), "the recheck never started"
-        assert gw.get_request(req.id).status is Status.EXECUTING
+        await _until(gw, req.id, Status.EXECUTING)
         stop = asyncio.create_task(gw.emergency_stop(olga, "test", "psu"))
         await asyncio.sleep(0.2)  # the stop is recorded and its safe action waits its turn
         link.armed = False

@@ -372,8 +372,10 @@ async def test_independent_approver_and_two_person_rule(gateway: Gateway, olga: 
 async def test_concurrent_grant_and_deny_give_one_outcome(gateway: Gateway, script: Principal,
                                                           olga: Principal,
                                                           pete: Principal) -> None:
-    run = gateway.create_run(script, "script")
     for _ in range(5):
+        # A run of its own each round: a deny may win every race (the grant's commit runs
+        # on a worker thread, executor.run_granted), and three in a row suspend a run.
+        run = gateway.create_run(script, "script")
         req = (await gateway.submit(run.id, "psu", "VOLT 1.25,(@1)")).request
         assert req is not None
         outcomes = await asyncio.gather(

@@ -1,0 +1,129 @@
+"""The checks again just before a write: the approvals bound to exactly this proposal
+(invariant 3), the owner's rules now, and, on the instrument's lane, the live state against
+what the approver saw and the envelope on it ("nothing runs on stale approval"). Each
+answers why not, or None; the executor records the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import envelope
+from .approvals import Grant, violation
+from .core import Core, Instrument, Part
+from .errors import InstrumentError, Refused
+from .instruments import AsyncLink
+from .models import ApprovalKind, Run, RunStatus, Snapshot, TakeoverRequest, proposal_hash
+from .runs import Runs
+from .setpoints import Setpoints
+from .snapshots import Snapshots
+from .states import Event as Move
+
+__all__ = ["Rechecks", "Refusal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the live recheck stops a write: fail it (``reason``, ``outcome``), or send it
+    back stale with ``diff`` (``move`` is ``GO_STALE``)."""
+
+    move: Move
+    reason: str
+    outcome: str
+    diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+
+class Rechecks(Part):
+    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints, runs: Runs
+                 ) -> None:
+        super().__init__(core)
+        self.snaps = snaps
+        self.setpoints = setpoints
+        self.runs = runs
+
+    def policy_refusal(self, req: TakeoverRequest) -> str | None:
+        """The owner's own rules, checked again just before it executes: a decision made on
+        another gateway, or before a restart or a config change, never skips them."""
+        run = self.runs.get(req.run_id)
+        if run.status is RunStatus.CLOSED:
+            return "its run is closed: nothing more runs in it"
+        if req.plan_id is not None and req.handoff.get("auto_step"):
+            return self._plan_refusal(req, run)
+        if run.status is RunStatus.SUSPENDED:
+            return "its run is suspended; an operator must release it"
+        grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
+        why = violation(req, run, self.config.policy, grants, self.setpoints.people_in_force(req))
+        if why is None:
+            inst = self.core.instrument(req.instrument)
+            limits = self.config.envelope.get(req.instrument, {})
+            found = envelope.action_breaches(inst.profile, limits, req.actions)
+            why = envelope.summary(inst.profile, found) if found else None
+        return f"this bench's rules refuse it now: {why}" if why else None
+
+    def _plan_refusal(self, req: TakeoverRequest, run: Run) -> str | None:
+        """A write inside a plan runs only while the plan is live, and only while the
+        plan's own approvals still stand under this bench's rules now (a plan approved
+        under looser rules, before a restart or a config change, stops counting)."""
+        assert req.plan_id is not None
+        raw = self.store.kv_get("plans", req.plan_id) or {}
+        if raw.get("status") not in ("active", "exhausted"):
+            return f"its plan {req.plan_id} is {raw.get('status', 'gone')}"
+        approved = self.store.get_request(str(raw.get("request_id", "")))
+        if approved is None:
+            return f"the request that approved plan {req.plan_id} is gone"
+        if approved.bench not in ("", req.bench) or approved.instrument != req.instrument:
+            # Instrument names are per bench: a plan approved for bench A's psu says
+            # nothing about bench B's psu, another instrument on another DUT.
+            return (f"its plan {req.plan_id} was approved for {approved.instrument} on bench "
+                    f"{approved.bench!r}, not {req.instrument} on bench {req.bench!r}")
+        grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
+        why = violation(approved, run, self.config.policy, grants, {})
+        return f"this bench's rules refuse its plan now: {why}" if why else None
+
+
+    async def read_live(self, link: AsyncLink, inst: Instrument,
+                         fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:
+        """The live state of ``fields``, read on the lane's turn, or why it could not be."""
+        try:
+            return await self.snaps.read_state(link, inst, fields)
+        except InstrumentError as exc:
+            return exc
+
+    def live_refusal(self, req: TakeoverRequest, inst: Instrument,
+                 live: Snapshot | InstrumentError) -> Refusal | None:
+        """None if the write may go: the live state was read, is what the approver saw, and
+        is inside the envelope as configured now. Else why not, to be recorded."""
+        if isinstance(live, InstrumentError):
+            return Refusal(Move.FAIL, live.message,
+                           f"failed: could not re-read the instrument before writing "
+                           f"({live.message}); nothing was written")
+        diff = req.snapshot.diff(live)
+        if not diff:
+            stuck = [a.channel for a in req.actions
+                     if a.approval is ApprovalKind.OUTPUT_ENABLE and a.channel is not None
+                     and ApprovalKind.SETPOINT not in req.approved_kinds()
+                     and not self.setpoints.still_approved(inst, a.channel, live)]
+            if stuck:
+                diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
+        if diff:
+            return Refusal(Move.GO_STALE, "", "", diff)
+        try:  # the envelope as it is configured now, on the live state
+            self.snaps.check_envelope(inst, req.actions, live)
+        except Refused as exc:
+            return Refusal(Move.FAIL, exc.message,
+                           f"failed: refused at the live recheck: {exc.message}")
+        return None
+
+    @staticmethod
+    def unfit_to_run(req: TakeoverRequest) -> str | None:
+        """Invariant 3, checked again at the last moment: the approvals are bound to exactly
+        this proposal (its commands and the snapshot shown), and none is missing."""
+        expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
+                                 req.snapshot)
+        if expected != req.proposal_hash:
+            return "the proposal does not match its hash"
+        if req.missing():
+            return "approvals missing for this exact proposal: " + ", ".join(
+                k.value for k in req.missing())
+        return None
+
