@@ -463,6 +463,9 @@ def test_front_panel_change_is_seen_by_another_client(
     try:
         assert lan_psu.query("VOLT? (@2)") == "+0.00000000E+00"
         front_panel.write("VOLT 7.5,(@2)")
+        # The two connections are served side by side: *OPC? on the writer's own connection
+        # answers only once its write was handled (IEEE 488.2 §10.19), so the read follows it.
+        assert front_panel.query("*OPC?") == "1"
         assert lan_psu.query("VOLT? (@2)") == "+7.50000000E+00"
         assert bench.psu.handle_message("VOLT? (@2)") == "+7.50000000E+00"
     finally:
