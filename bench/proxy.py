@@ -190,11 +190,14 @@ def gateway(tmp: Path, name: str, config: Path, tree: Path | None
     door = free_port()
     home = tmp / name
     home.mkdir()
+    (home / "bench.toml").write_text(config.read_text().replace(  # its own HTTP port
+        "[server]\nport = ", f"[server]\nport = {free_port()}\n# was "))
     env = {**os.environ, "BENCH_GATE_HOME": str(home)}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
-    with process([sys.executable, "-m", "bench_gate.cli", "serve", "--config", str(config),
-                  "--db", str(home / "gateway.db"), "--door", f"psu={door}"],
+    with process([sys.executable, "-m", "bench_gate.cli", "serve", "--config",
+                  str(home / "bench.toml"), "--db", str(home / "gateway.db"),
+                  "--door", f"psu={door}"],
                  env=env, cwd=home) as proc:
         wait_port(door, proc)
         yield door, proc.pid
