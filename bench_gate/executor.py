@@ -305,7 +305,7 @@ class Executor(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         # Read back every field the write touched, and every enveloped field of every
         # channel: the effect of a command may reach further than the profile predicts.
-        readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
+        readback = list(dict.fromkeys([*fields, *envelope.readable_fields(profile, limits)]))
         # A reading approved without the words "excites" measures with the function set now:
         # asked on this turn (the panel may have changed it since); exciting, nothing runs.
         spec = profile.model.excitation
@@ -422,7 +422,7 @@ class Executor(Part):
         inst = self.core.instrument(req.instrument)
         limits = self.config.envelope.get(inst.config.name, {})
         fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
-                                     *envelope.enveloped_fields(inst.profile, limits)]))
+                                     *envelope.readable_fields(inst.profile, limits)]))
 
         async def job(link: AsyncLink) -> Written:
             out = Written()

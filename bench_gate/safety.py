@@ -102,15 +102,15 @@ class Safety(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         if after is None:
             after = {}
-            for ch, f in envelope.enveloped_fields(inst.profile, limits):
+            for ch, f in envelope.readable_fields(inst.profile, limits):
                 query = inst.profile.field_query(f, ch)
                 with contextlib.suppress(InstrumentError):
                     after[snapshot_key(ch, f)] = normalize(
                         inst.profile, f, await link.query(query), query, ch)
-            found = envelope.breaches(inst.profile, limits, after,
-                                      set(limits) & set(inst.profile.channels))
-        else:
-            found = envelope.breaches(inst.profile, limits, after)
+        # Every limited channel is judged: a field left unread (one the profile cannot
+        # read there, or one that failed) is outside, never passed over.
+        found = envelope.breaches(inst.profile, limits, after,
+                                  set(limits) & set(inst.profile.channels))
         if not found:
             return None
         channels = sorted({b.channel for b in found})

@@ -19,16 +19,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench_gate.config import BenchConfig
+from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
-from bench_gate.models import Principal, Status
+from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import SqliteStore
-from sim_instruments import SimBenchThread
-from tests.conftest import own_port
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
 
 PLAN = {"instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": "0.5",
         "output_enable": True, "max_writes": 10}
@@ -89,14 +90,13 @@ async def _until(check: Callable[[], bool], seconds: float) -> None:
         await asyncio.sleep(0.02)
 
 
-def _psu(sim: SimBenchThread, query: str) -> Decimal:
-    with own_port(sim.psu_resource_name, panel=True) as res:
-        return Decimal(res.query(query))
+def _psu(front_panel: Any, query: str) -> Decimal:
+    return Decimal(str(front_panel.query(query)).strip())
 
 
 # ------------------------------------------------------------ 1. a cancelled caller
 async def test_a_write_whose_caller_is_cancelled_is_still_concluded_and_leased(
-        slow_gateway: tuple[Gateway, SlowAfterWrite], sim: SimBenchThread,
+        slow_gateway: tuple[Gateway, SlowAfterWrite], front_panel: Any,
         olga: Principal, pete: Principal, script: Principal) -> None:
     """A plan step ``VOLT 2;CURR 0.4;OUTP ON`` on CH1, its caller cancelled once the output
     is on (an MCP tool call cancelled, a session ending): the supply is on (its own port),
@@ -123,9 +123,7 @@ async def test_a_write_whose_caller_is_cancelled_is_still_concluded_and_leased(
                     if r.status in (Status.APPROVED, Status.EXECUTING)]
 
     await _until(concluded, 5)
-    # (the simulator's own port only now: pyvisa closes every session of its manager, the
-    # gateway's link included, when a test's own connection closes it)
-    assert _psu(sim, "OUTP? (@1)") == 1  # the write landed: the DUT is energized
+    assert _psu(front_panel, "OUTP? (@1)") == 1  # the write landed: the DUT is energized
     req = next(gw.get_request(r.id) for r in gw.list_requests(run_id=run.id)
                if r.message.startswith("VOLT 2"))
     assert req.status is Status.EXECUTED, (req.status, req.outcome)
@@ -133,4 +131,53 @@ async def test_a_write_whose_caller_is_cancelled_is_still_concluded_and_leased(
     assert [(x["instrument"], x["channels"]) for x in gw.leases()] == [("psu", [1])]
     # The client is gone: its lease runs out and the safe action switches CH1 off.
     gw.client_connected(run.id, False)
-    await _until(lambda: _psu(sim, "OUTP? (@1)") == 0, 5)
+    await _until(lambda: _psu(front_panel, "OUTP? (@1)") == 0, 5)
+
+
+# ------------------------------------------------------------ 2. a field nobody can read
+SPD_CH3 = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
+           3: ChannelLimits(voltage=Decimal(5), current=Decimal("3.2"))}
+
+
+@pytest.fixture
+async def spd_gateway(sim: SimBenchThread, db_path: Path
+                      ) -> AsyncIterator[tuple[Gateway, SimServedThread]]:
+    with SimServedThread("spd3303x") as served:
+        gw = Gateway(served_bench(sim, "spd", served, "spd3303x", SPD_CH3), SqliteStore(db_path))
+        await gw.start()
+        yield gw, served
+        await gw.close()
+        gw.store.close()
+
+
+async def test_the_watch_never_holds_the_lane_asking_what_a_channel_cannot_answer(
+        spd_gateway: tuple[Gateway, SimServedThread], script: Principal,
+        olga: Principal) -> None:
+    """An envelope on the SPD3303X's fixed CH3 (docs/profiles.md: it has no readable state,
+    so it counts as outside and fails closed): every watch check asked ``CH3:VOLT?`` and
+    ``CH3:CURR?``, which the supply never answers, so each waited out the link's 2 s timeout
+    and dropped the connection; the lane was held about 4 s of every 5, a read of CH1 waited
+    up to 4 s, and every write's read-back timed out too and ended ``ambiguous``. A field the
+    profile says a channel lacks is never asked: it counts as unreadable (outside), as
+    before, so CH3 still gets its safe action and the breach is journaled."""
+    gw, served = spd_gateway
+    run = gw.create_run(script, "script", goal="read CH1 while the watch looks")
+    start = gw.watch.checks
+    worst = 0.0
+    while gw.watch.checks < start + 3:
+        began = time.monotonic()
+        done = await gw.submit(run.id, "spd", "CH1:VOLT?")
+        assert done.status == "executed", done
+        worst = max(worst, time.monotonic() - began)
+        await asyncio.sleep(0.05)
+    assert worst < 1.0, f"a read of CH1 waited {worst:.1f} s behind the watch"
+    found = [e.data for e in gw.journal(f"bench:{gw.bench}", limit=100)
+             if e.type is EventType.ENVELOPE_BREACH]
+    assert found and found[0]["safe_action"] == ["OUTP CH3,OFF"], found  # still fails closed
+    asked = await gw.submit(run.id, "spd", "CH1:VOLT 2")
+    assert asked.request is not None
+    done_write = await gw.grant(asked.request.id, olga, ["setpoint"],
+                                proposal_hash=asked.request.proposal_hash)
+    assert done_write.request.status is Status.EXECUTED, done_write.message
+    with own_port(served.resource_name) as res:
+        assert Decimal(res.query("CH1:VOLT?")) == 2
