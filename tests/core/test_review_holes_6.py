@@ -30,6 +30,7 @@ from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
+from tests.core.test_review_holes_2 import _everything
 
 PLAN = {"instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": "0.5",
         "output_enable": True, "max_writes": 10}
@@ -181,3 +182,48 @@ async def test_the_watch_never_holds_the_lane_asking_what_a_channel_cannot_answe
     assert done_write.request.status is Status.EXECUTED, done_write.message
     with own_port(served.resource_name) as res:
         assert Decimal(res.query("CH1:VOLT?")) == 2
+
+
+# ------------------------------------------------------------ 3. a list on the E36312A
+@pytest.mark.parametrize("mode", ["VOLT:MODE LIST,(@2)", "CURR:MODE LIST,(@2)",
+                                  ":SOUR:VOLT:MODE list,(@2)", "volt:mode list,(@2)"])
+async def test_the_e36312a_never_runs_a_list_through_the_gateway(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any, mode: str) -> None:
+    """CH2 on at 3 V under its 12 V envelope, list points 3 V and 20 V for CH2 stored at the
+    panel (or under an envelope since tightened: the gateway judged them against nothing
+    now). ``VOLT:MODE LIST,(@2)`` and ``*TRG`` (each every approval) ran: Keysight's list
+    steps the output through its points and keeps the immediate level (``VOLT?`` still 3 V,
+    what the read-back and the watch read), so both said nothing while CH2 put 20 V on the
+    DUT. LIST is refused (-224, with why); FIXed and STEP are taken."""
+    for command in ("VOLT 3,(@2)", "CURR 0.5,(@2)", "OUTP 1,(@2)",
+                    "LIST:VOLT 3,20,(@2)", "LIST:DWEL 0.1,5,(@2)"):
+        front_panel.write(command)
+    run = gateway.create_run(script, "script", goal="step CH2")
+    entered = await _everything(gateway, run.id, "psu", mode, olga, pete)
+    assert getattr(entered, "status", None) == "refused" and entered.code == -224, entered
+    assert "read-back" in entered.reason, entered.reason
+    fired = await _everything(gateway, run.id, "psu", "*TRG", olga, pete)
+    assert fired.request.status is Status.EXECUTED, fired.message
+    await asyncio.sleep(0.4)
+    assert _psu(front_panel, "MEAS:VOLT? (@2)") == 3, "the list ran: CH2 left its envelope"
+    for fine in ("VOLT:MODE FIX,(@2)", "VOLT:MODE STEP,(@2)"):
+        done = await _everything(gateway, run.id, "psu", fine, olga, pete)
+        assert done.request.status is Status.EXECUTED, (fine, done.message)
+
+
+def test_the_simulated_e36312a_runs_its_list_after_a_trigger(sim: SimBenchThread) -> None:
+    """The model the test above relies on: in LIST mode a trigger steps the output through
+    the points for their dwell, while ``VOLT?`` keeps the immediate level, then the output
+    returns to it."""
+    inst = sim.psu
+    for message in ("VOLT 3,(@2)", "CURR 0.5,(@2)", "OUTP 1,(@2)"):
+        inst.handle_message(message)
+    for unit in ("LIST:VOLT 3.0,20.0,(@2)", "LIST:DWEL 0.1,0.3,(@2)", "VOLT:MODE LIST,(@2)",
+                 "*TRG"):
+        inst.execute(unit, False)
+    time.sleep(0.2)
+    assert inst.probe(2)[0] == 20.0
+    assert Decimal(str(inst.handle_message("VOLT? (@2)"))) == 3
+    time.sleep(0.4)
+    assert inst.probe(2)[0] == 3.0
