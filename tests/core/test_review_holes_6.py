@@ -27,6 +27,7 @@ from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal, Status
+from bench_gate.selections import SELECTIONS
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
@@ -227,3 +228,23 @@ def test_the_simulated_e36312a_runs_its_list_after_a_trigger(sim: SimBenchThread
     assert Decimal(str(inst.handle_message("VOLT? (@2)"))) == 3
     time.sleep(0.4)
     assert inst.probe(2)[0] == 3.0
+
+
+# ------------------------------------------------------------ 4. a closed run's selection
+async def test_a_closed_runs_selection_leaves_the_store(
+        gateway: Gateway, script: Principal) -> None:
+    """Each socket-door connection is a run; a script that reconnects for each reading and
+    selects CH2 (``INST:NSEL 2;:VOLT?``) left one selections row (and an entry in memory)
+    per connection for good. A closed run runs nothing more: its selection goes with it,
+    and an open run keeps its own."""
+    kept = gateway.create_run(script, "script", goal="stays open")
+    assert (await gateway.submit(kept.id, "psu", "INST:NSEL 3;:VOLT?")).status == "executed"
+    for _ in range(5):
+        run = gateway.create_run(script, "script", goal="one reading")
+        done = await gateway.submit(run.id, "psu", "INST:NSEL 2;:VOLT?")
+        assert done.status == "executed", done
+        gateway.close_run(run.id)
+    rows = [data for _, data in gateway.store.kv_items(SELECTIONS)]
+    assert [(r["run_id"], r["channel"]) for r in rows] == [(kept.id, 3)], rows
+    after = await gateway.submit(kept.id, "psu", "VOLT 1")  # still CH3 for the open run
+    assert after.request is not None and after.request.actions[0].channel == 3
