@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from bench_gate import envelope
 from bench_gate.config import BenchConfig, ChannelLimits
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal, Status
+from bench_gate.scpi import available_profiles, get_profile
 from bench_gate.selections import SELECTIONS
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
@@ -248,3 +252,25 @@ async def test_a_closed_runs_selection_leaves_the_store(
     assert [(r["run_id"], r["channel"]) for r in rows] == [(kept.id, 3)], rows
     after = await gateway.submit(kept.id, "psu", "VOLT 1")  # still CH3 for the open run
     assert after.request is not None and after.request.actions[0].channel == 3
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_field_a_channel_lacks_is_never_asked_and_always_outside(data: st.DataObject) -> None:
+    """For every shipped profile and any envelope over any of its channels: what the watch
+    and a read-back ask (``readable_fields``) is only what the profile can read on that
+    channel, and a limited channel whose fields go unread is always judged outside, never
+    passed over (fail closed, as before: only the waiting is gone)."""
+    profile = get_profile(data.draw(st.sampled_from(
+        [n for n in available_profiles() if get_profile(n).channels])))
+    channels = data.draw(st.sets(st.sampled_from(profile.channels), min_size=1))
+    limits = {ch: ChannelLimits(voltage=Decimal(5), current=Decimal(1)) for ch in channels}
+    asked = envelope.readable_fields(profile, limits)
+    assert all(profile.has_field(f, ch) for ch, f in asked)
+    assert set(asked) <= set(envelope.enveloped_fields(profile, limits))
+    lacking = {ch for ch, f in envelope.enveloped_fields(profile, limits)
+               if not profile.has_field(f, ch)}
+    # Every field it may ask answers inside: only a channel with a field it cannot read is out.
+    inside = {f"ch{ch}.{f}": "0" for ch, f in asked}
+    found = {b.channel for b in envelope.breaches(profile, limits, inside, set(limits))}
+    assert found == lacking & {ch for ch in lacking if envelope.bounded(profile, limits[ch])}
