@@ -124,6 +124,13 @@ class Safety(Part):
                     link, inst, [(ch, safe.field) for ch in channels])
                 safed.after = check.values
                 after.update(check.values)
+                # Sent is not done: a supply locked by another interface, or one that
+                # ignores the command, still reads on; never reported as made safe.
+                still = [ch for ch in channels
+                         if check.values.get(snapshot_key(ch, safe.field)) != "0"]
+                if still:
+                    safed.error = ("the safe action was sent, but "
+                                   f"{', '.join(f'CH{ch}' for ch in still)} still reads on")
         except InstrumentError as exc:
             safed.error = exc.message
         return safed

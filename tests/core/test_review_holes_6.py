@@ -274,3 +274,37 @@ def test_a_field_a_channel_lacks_is_never_asked_and_always_outside(data: st.Data
     inside = {f"ch{ch}.{f}": "0" for ch, f in asked}
     found = {b.channel for b in envelope.breaches(profile, limits, inside, set(limits))}
     assert found == lacking & {ch for ch in lacking if envelope.bounded(profile, limits[ch])}
+
+
+# ------------------------------------------------------------ 5. a safe action with no effect
+async def test_a_safe_action_that_changes_nothing_is_never_reported_as_done(
+        config: BenchConfig, db_path: Path, sim: SimBenchThread, front_panel: Any) -> None:
+    """Another LAN client holds the E36312A's interface lock (SYSTem:LOCK), so the
+    gateway's commands are refused by the supply while its queries still answer; CH3 is put
+    at 15 V and on at the panel. Every second the watch sent ``OUTP 0,(@3)``, which changed
+    nothing, and journaled and alerted "the safe action ... ran at once": untrue, and once a
+    second for good. The check read after the safe action now decides: a channel that still
+    reads on is a failed safe action (said so, journaled once, as any failure)."""
+    with own_port(sim.psu_resource_name) as other:
+        assert other.query("SYST:LOCK:REQ?") == "1"
+        for command in ("VOLT 15,(@3)", "CURR 0.2,(@3)", "OUTP 1,(@3)"):
+            front_panel.write(command)
+        gw = Gateway(config, SqliteStore(db_path))
+        await gw.start()
+        try:
+            async with gw.subscribe() as queue:
+                await _until(lambda: gw.watch.checks >= 4, 10)
+                alerts = []
+                while not queue.empty():
+                    alerts.append(queue.get_nowait())
+            found = [e.data for e in gw.journal(f"bench:{gw.bench}", limit=100)
+                     if e.type is EventType.ENVELOPE_BREACH]
+        finally:
+            await gw.close()
+            gw.store.close()
+        assert _psu(front_panel, "OUTP? (@3)") == 1  # the lock kept it on: nobody can here
+        assert len(found) == 1, found
+        assert found[0]["error"] and "still" in found[0]["error"], found[0]
+        reasons = [a.get("reason", "") for a in alerts if a.get("alert") == "envelope_breach"]
+        assert reasons and all("ran at once" not in r for r in reasons), reasons
+        other.write("SYST:LOCK:REL")
