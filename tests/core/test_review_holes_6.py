@@ -308,3 +308,28 @@ async def test_a_safe_action_that_changes_nothing_is_never_reported_as_done(
         reasons = [a.get("reason", "") for a in alerts if a.get("alert") == "envelope_breach"]
         assert reasons and all("ran at once" not in r for r in reasons), reasons
         other.write("SYST:LOCK:REL")
+
+
+async def test_an_emergency_stop_never_reports_an_output_off_that_still_reads_on(
+        config: BenchConfig, db_path: Path, sim: SimBenchThread, front_panel: Any,
+        olga: Principal) -> None:
+    """The same lock, CH3 on at 15 V: the emergency stop sent its safe actions, read CH3
+    back on, and returned no error (the MCP tool then told the agent "outputs off"). The
+    stop's result now names the channel that still reads on, as an error."""
+    with own_port(sim.psu_resource_name) as other:
+        assert other.query("SYST:LOCK:REQ?") == "1"
+        for command in ("VOLT 15,(@3)", "CURR 0.2,(@3)", "OUTP 1,(@3)"):
+            front_panel.write(command)
+        config.policy.watch_seconds = 0  # the stop alone
+        gw = Gateway(config, SqliteStore(db_path))
+        await gw.start()
+        try:
+            done = await gw.emergency_stop(olga, "test", "psu")
+        finally:
+            await gw.close()
+            gw.store.close()
+        assert _psu(front_panel, "OUTP? (@3)") == 1
+        psu = done["instruments"]["psu"]
+        assert psu["read_back"]["ch3.output"] == "1"
+        assert any("CH3 still reads on" in e for e in psu["errors"]), psu
+        other.write("SYST:LOCK:REL")
