@@ -36,6 +36,7 @@ from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
 from tests.core.test_review_holes_2 import _everything
+from tests.faults import Fault, FaultLink
 
 PLAN = {"instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": "0.5",
         "output_enable": True, "max_writes": 10}
@@ -333,3 +334,45 @@ async def test_an_emergency_stop_never_reports_an_output_off_that_still_reads_on
         assert psu["read_back"]["ch3.output"] == "1"
         assert any("CH3 still reads on" in e for e in psu["errors"]), psu
         other.write("SYST:LOCK:REL")
+
+
+# ------------------------------------------------------------ 6. a lease's failed safe action
+@pytest.fixture
+async def faulty(config: BenchConfig, db_path: Path) -> AsyncIterator[tuple[Gateway, FaultLink]]:
+    psu = config.instrument("psu")
+    assert psu is not None
+    psu.timeout_ms = 1000
+    link = FaultLink(PyvisaLink(psu), "psu")
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link})
+    await gw.start()
+    yield gw, link
+    await gw.close()
+    gw.store.close()
+
+
+async def test_a_lost_clients_output_is_switched_off_even_after_a_failed_try(
+        faulty: tuple[Gateway, FaultLink], front_panel: Any, script: Principal,
+        olga: Principal, pete: Principal) -> None:
+    """A run switched CH1 on (every approval), then its client was lost. When its lease
+    ran out, the safe action's ``OUTP 0,(@1)`` timed out once (the supply busy, a cable
+    pulled for a moment): the lease was deleted anyway, the alert said "its outputs were
+    switched off", and nothing ever tried again: CH1 stayed on, unattended, for good. The
+    safe action is now read back; a lease not shown off stays and is tried again."""
+    gw, link = faulty
+    gw.config.policy.lease_seconds = 1.0
+    run = gw.create_run(script, "script", goal="energize CH1")
+    done = await _everything(gw, run.id, "psu", "VOLT 2,(@1);:CURR 0.4,(@1);:OUTP ON,(@1)",
+                             olga, pete)
+    assert done.request.status is Status.EXECUTED, done.message
+    assert [(x["instrument"], x["channels"]) for x in gw.leases()] == [("psu", [1])]
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0", times=1)
+    async with gw.subscribe() as queue:
+        gw.client_connected(run.id, False)
+        await _until(lambda: _psu(front_panel, "OUTP? (@1)") == 0, 8)
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    assert link.fired, "the fault never fired: the test proves nothing"
+    reasons = [a.get("reason", "") for a in alerts if a.get("alert") == "client_lost"]
+    assert any("the safe action failed" in r for r in reasons), reasons
+    assert gw.leases() == []
