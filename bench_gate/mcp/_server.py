@@ -217,7 +217,7 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         failed: dict[str, list[str]] = {
             name: [str(e) for e in r.get("errors") or []]
             for name, r in done.instruments.items() if r.get("errors")}
-        outputs = ("outputs off" if not failed else "NOT all outputs are off: " + "; ".join(
+        outputs = ("outputs off" if not failed else "NOT every output is shown off: " + "; ".join(
             f"{name}: {'; '.join(errors)}" for name, errors in failed.items()))
         return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: "
                              f"{outputs}; {len(done.cancelled)} requests cancelled; an "

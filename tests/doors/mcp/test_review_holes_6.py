@@ -41,6 +41,6 @@ async def test_the_stop_never_tells_an_agent_outputs_off_that_still_read_on(
             await gw.close()
             gw.store.close()
         words = " ".join(getattr(c, "text", "") for c in result.content)
-        assert "NOT all outputs are off" in words and "CH3 still reads on" in words, words
+        assert "NOT every output is shown off" in words and "CH3 still reads on" in words, words
         assert int(front_panel.query("OUTP? (@3)")) == 1
         other.write("SYST:LOCK:REL")
