@@ -187,7 +187,8 @@ class Executor(Part):
                 self.core.notifier.request_changed(req)
                 for listener in self.requests.listeners:
                     listener(req, req.status)
-                refused.append(self.checks.live_refusal(req, inst, live)
+                refused.append(self.checks.closed_refusal(req)
+                               or self.checks.live_refusal(req, inst, live)
                                or self._stop_refusal(req))
                 return refused[-1] is None
 
@@ -219,8 +220,9 @@ class Executor(Part):
         refused: list[Refusal] = []
 
         async def recheck(link: AsyncLink) -> bool:
-            why = self.checks.live_refusal(req, inst, await self.checks.read_live(
-                link, inst, fields)) or self._stop_refusal(req)
+            live = await self.checks.read_live(link, inst, fields)
+            why = (self.checks.closed_refusal(req) or self.checks.live_refusal(req, inst, live)
+                   or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)
                 return False
