@@ -10,8 +10,8 @@ read-back, never re-sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from . import envelope
 from .core import MAX_RETRIES, Core, Instrument, Part
@@ -40,6 +40,8 @@ from .states import Event as Move
 from .takeover import Requests
 
 __all__ = ["Executor"]
+
+T = TypeVar("T")
 
 
 class Executor(Part):
@@ -80,10 +82,22 @@ class Executor(Part):
         if request_id in self._in_flight:
             return await self.requests.wait(request_id, timeout=30, follow=False)
         self._in_flight.add(request_id)
-        try:
-            return await self._execute_owned(request_id, resent)
-        finally:
-            self._in_flight.discard(request_id)
+
+        async def owned() -> TakeoverRequest:
+            try:
+                return await self._execute_owned(request_id, resent)
+            finally:
+                self._in_flight.discard(request_id)
+        return await self._to_the_end(owned())
+
+    async def _to_the_end(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run an execution to its end in a task of its own, whatever happens to its caller
+        (an MCP call cancelled, a session ending): the lane job of a started write runs to
+        its end anyway (instruments.Lane), so what follows it (the judged read-back, the
+        receipt, the lease on what it switched on, the setpoint remembered) must too, or a
+        written request stays ``executing`` with no lease, and a lost client leaves the DUT
+        energized. Gateway.close waits for it."""
+        return await asyncio.shield(self.core.spawn(work))
 
     async def _execute_owned(self, request_id: str, resent: bool) -> TakeoverRequest:
         req = self.requests.get(request_id)
@@ -140,47 +154,59 @@ class Executor(Part):
         judged or written until the commit is durable (the request is ``executing`` before
         its write), and no other job reaches the instrument between the recheck and the
         write. A crash after the commit leaves it ``executing``: a restart judges it from a
-        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
+        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept.
+        It runs to its end whatever happens to its caller (:meth:`_to_the_end`)."""
         self._in_flight.add(req.id)
+        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
         try:
-            async with self._executing.setdefault(req.instrument, asyncio.Lock()):
-                req.status = Status.EXECUTING  # approve, then start: both in states.py
-                extra = {"plan_id": req.plan_id} if req.plan_id else {}
-                started = Event(run_id=req.run_id, request_id=req.id,
-                                type=EventType.STEP_STARTED,
-                                data={"commands": [a.canonical for a in req.actions],
-                                      "status": req.status.value, **extra})
-                inst = self.core.instrument(req.instrument)
-                fields = self.snaps.fields(inst, req.actions)
-                saving = asyncio.ensure_future(asyncio.to_thread(
-                    self.store.save_request, req, version, [*events, started]))
-                refused: list[Refusal | None] = []
+            await lock.acquire()  # free (may_run_granted): taken at once, nothing awaited
+        except BaseException:
+            self._in_flight.discard(req.id)
+            raise
+        return await self._to_the_end(self._run_granted(req, version, events, lock))
 
-                async def recheck(link: AsyncLink) -> bool:
-                    live = await self.checks.read_live(link, inst, fields)
-                    if not await saving:
-                        return False
-                    self.core.notifier.request_changed(req)
-                    for listener in self.requests.listeners:
-                        listener(req, req.status)
-                    refused.append(self.checks.live_refusal(req, inst, live)
-                                   or self._stop_refusal(req))
-                    return refused[-1] is None
+    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event],
+                           lock: asyncio.Lock) -> TakeoverRequest | None:
+        try:
+            req.status = Status.EXECUTING  # approve, then start: both in states.py
+            extra = {"plan_id": req.plan_id} if req.plan_id else {}
+            started = Event(run_id=req.run_id, request_id=req.id,
+                            type=EventType.STEP_STARTED,
+                            data={"commands": [a.canonical for a in req.actions],
+                                  "status": req.status.value, **extra})
+            inst = self.core.instrument(req.instrument)
+            fields = self.snaps.fields(inst, req.actions)
+            saving = asyncio.ensure_future(asyncio.to_thread(
+                self.store.save_request, req, version, [*events, started]))
+            refused: list[Refusal | None] = []
 
-                try:
-                    done = await self._write(req, inst, fields, recheck)
-                finally:
-                    if not saving.done():  # the lane failed before it awaited the commit
-                        await asyncio.wait([saving])
-                if done is not None:
-                    return done
-                if not refused:
-                    return None  # it moved meanwhile: nothing recorded, nothing written
-                why = refused[-1]
-                assert why is not None
-                await self._record(why, req, inst)
-                return self.requests.get(req.id)
+            async def recheck(link: AsyncLink) -> bool:
+                live = await self.checks.read_live(link, inst, fields)
+                if not await saving:
+                    return False
+                self.core.notifier.request_changed(req)
+                for listener in self.requests.listeners:
+                    listener(req, req.status)
+                refused.append(self.checks.closed_refusal(req)
+                               or self.checks.live_refusal(req, inst, live)
+                               or self._stop_refusal(req))
+                return refused[-1] is None
+
+            try:
+                done = await self._write(req, inst, fields, recheck)
+            finally:
+                if not saving.done():  # the lane failed before it awaited the commit
+                    await asyncio.wait([saving])
+            if done is not None:
+                return done
+            if not refused:
+                return None  # it moved meanwhile: nothing recorded, nothing written
+            why = refused[-1]
+            assert why is not None
+            await self._record(why, req, inst)
+            return self.requests.get(req.id)
         finally:
+            lock.release()
             self._in_flight.discard(req.id)
 
     async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
@@ -194,8 +220,9 @@ class Executor(Part):
         refused: list[Refusal] = []
 
         async def recheck(link: AsyncLink) -> bool:
-            why = self.checks.live_refusal(req, inst, await self.checks.read_live(
-                link, inst, fields)) or self._stop_refusal(req)
+            live = await self.checks.read_live(link, inst, fields)
+            why = (self.checks.closed_refusal(req) or self.checks.live_refusal(req, inst, live)
+                   or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)
                 return False
@@ -280,7 +307,7 @@ class Executor(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         # Read back every field the write touched, and every enveloped field of every
         # channel: the effect of a command may reach further than the profile predicts.
-        readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
+        readback = list(dict.fromkeys([*fields, *envelope.readable_fields(profile, limits)]))
         # A reading approved without the words "excites" measures with the function set now:
         # asked on this turn (the panel may have changed it since); exciting, nothing runs.
         spec = profile.model.excitation
@@ -397,7 +424,7 @@ class Executor(Part):
         inst = self.core.instrument(req.instrument)
         limits = self.config.envelope.get(inst.config.name, {})
         fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
-                                     *envelope.enveloped_fields(inst.profile, limits)]))
+                                     *envelope.readable_fields(inst.profile, limits)]))
 
         async def job(link: AsyncLink) -> Written:
             out = Written()

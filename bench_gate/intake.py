@@ -85,6 +85,7 @@ class Intake(Part):
         self.leases = leases
         #: Each run's selected channel per instrument: per run, never sent, kept in the store.
         self._selected = Selections(core)
+        runs.on_close.append(self._selected.forget)
         #: Reads that passed, kept to run again without being worked out again (reads.py).
         self._plans = ReadPlans()
         self._reads = ReadJournal(core.store, read_log_path(core.store, core.config),
