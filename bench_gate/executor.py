@@ -163,7 +163,8 @@ class Executor(Part):
                     self.core.notifier.request_changed(req)
                     for listener in self.requests.listeners:
                         listener(req, req.status)
-                    refused.append(self.checks.live_refusal(req, inst, live)
+                    refused.append(self.checks.expired(req)
+                                   or self.checks.live_refusal(req, inst, live)
                                    or self._stop_refusal(req))
                     return refused[-1] is None
 
@@ -194,8 +195,9 @@ class Executor(Part):
         refused: list[Refusal] = []
 
         async def recheck(link: AsyncLink) -> bool:
-            why = self.checks.live_refusal(req, inst, await self.checks.read_live(
-                link, inst, fields)) or self._stop_refusal(req)
+            live = await self.checks.read_live(link, inst, fields)
+            why = (self.checks.expired(req) or self.checks.live_refusal(req, inst, live)
+                   or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)
                 return False
@@ -217,9 +219,14 @@ class Executor(Part):
         return None
 
     async def _record(self, why: Refusal, req: TakeoverRequest, inst: Instrument) -> None:
-        """The live recheck's refusal: the request goes stale (with a fresh one), or fails."""
+        """The live recheck's refusal: the request goes stale (with a fresh one), expires,
+        or fails."""
         if why.move is Move.GO_STALE:
             await self._go_stale(req, inst, why.diff)
+        elif why.move is Move.EXPIRE:
+            self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                               {"expires_at": req.expires_at.isoformat(),
+                                "reason": why.reason}, outcome=why.outcome)
         else:
             self.requests.move(req, why.move, EventType.STEP_FAILED, {"reason": why.reason},
                                outcome=why.outcome)

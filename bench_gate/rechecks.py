@@ -18,6 +18,7 @@ from .runs import Runs
 from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
+from .wire import rfc3339
 
 __all__ = ["Rechecks", "Refusal"]
 
@@ -113,6 +114,16 @@ class Rechecks(Part):
             return Refusal(Move.FAIL, exc.message,
                            f"failed: refused at the live recheck: {exc.message}")
         return None
+
+    def expired(self, req: TakeoverRequest) -> Refusal | None:
+        """An expiry is a denial, checked again on the write's own lane turn: a grant's
+        write may wait there (for another write, a slow read) past the request's expiry."""
+        if req.expires_at > self.clock():
+            return None
+        when = rfc3339(req.expires_at)
+        return Refusal(Move.EXPIRE, f"expired at {when} while it waited for the instrument",
+                       f"expired: its time ran out at {when} while it waited for the "
+                       "instrument; nothing was written")
 
     @staticmethod
     def unfit_to_run(req: TakeoverRequest) -> str | None:
