@@ -123,11 +123,12 @@ class Core:
         """The envelope of one of this bench's instruments, as configured now."""
         return self.config.envelope.get(instrument, {})
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run a coroutine in the background; ``close`` waits for what is still running."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def running(self) -> list[asyncio.Task[Any]]:
         return list(self._tasks)

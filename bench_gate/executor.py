@@ -10,8 +10,8 @@ read-back, never re-sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from . import envelope
 from .core import MAX_RETRIES, Core, Instrument, Part
@@ -40,6 +40,8 @@ from .states import Event as Move
 from .takeover import Requests
 
 __all__ = ["Executor"]
+
+T = TypeVar("T")
 
 
 class Executor(Part):
@@ -73,10 +75,21 @@ class Executor(Part):
             if self.core.owns(req) and req.id not in self._in_flight and not req.on_resend:
                 self.core.spawn(self.execute(req.id))
 
+    async def _detached(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work`` in a task of its own, awaited by the caller: a caller cancelled (an
+        approver's HTTP client gone, an MCP call cancelled) leaves it running to its end.
+        The decision was durable; a gone approver's connection is no denial, and a write
+        whose job was dropped from the lane's queue stayed ``executing``, nothing written.
+        A gone *requester* is its run closing, checked on the write's lane turn."""
+        return await asyncio.shield(self.core.spawn(work))
+
     async def execute(self, request_id: str, *, resent: bool = False) -> TakeoverRequest:
         """Run an approved request. One that runs on its requester's resend (``on_resend``)
         runs only with ``resent`` (``Intake.resent`` matched the resend): never at its last
         approval, at a restart, or on another gateway's word."""
+        return await self._detached(self._execute(request_id, resent))
+
+    async def _execute(self, request_id: str, resent: bool) -> TakeoverRequest:
         if request_id in self._in_flight:
             return await self.requests.wait(request_id, timeout=30, follow=False)
         self._in_flight.add(request_id)
@@ -130,6 +143,11 @@ class Executor(Part):
 
     async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
                           ) -> TakeoverRequest | None:
+        """:meth:`_run_granted`, detached from its caller (:meth:`_detached`)."""
+        return await self._detached(self._run_granted(req, version, events))
+
+    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
+                           ) -> TakeoverRequest | None:
         """The last approval (``events``) and the start in one transaction, the live recheck
         (a change: ``executing`` -> ``stale``), then the write: one durable commit before the
         write, not two. None, nothing recorded and nothing written, if ``req`` moved since
@@ -163,7 +181,7 @@ class Executor(Part):
                     self.core.notifier.request_changed(req)
                     for listener in self.requests.listeners:
                         listener(req, req.status)
-                    refused.append(self.checks.expired(req)
+                    refused.append(self.checks.last_moment(req)
                                    or self.checks.live_refusal(req, inst, live)
                                    or self._stop_refusal(req))
                     return refused[-1] is None
@@ -196,7 +214,7 @@ class Executor(Part):
 
         async def recheck(link: AsyncLink) -> bool:
             live = await self.checks.read_live(link, inst, fields)
-            why = (self.checks.expired(req) or self.checks.live_refusal(req, inst, live)
+            why = (self.checks.last_moment(req) or self.checks.live_refusal(req, inst, live)
                    or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)

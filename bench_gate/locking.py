@@ -172,7 +172,7 @@ async def _nothing(link: Any) -> None:
     return None
 
 
-def keep_locks(lanes: list[Any], spawn: Callable[[Any], None]) -> None:
+def keep_locks(lanes: list[Any], spawn: Callable[[Any], object]) -> None:
     """From the sweeper: a lane whose connection dropped takes its lock again now, not at
     its next job, so the time another interface could take the lock in stays short (one
     sweep); a refused or failed lock is asked again when it is due (:meth:`InstrumentLock.due`)."""

@@ -92,3 +92,49 @@ async def test_a_grant_whose_expiry_passes_while_another_write_runs_never_runs(
     late = (await two).request
     assert late.status is Status.EXPIRED, late.outcome
     assert _volts(front_panel, 1) == 1 and _volts(front_panel, 2) == 0
+
+
+# ------------------------------------------------------------------ 2. a grant's caller gone
+async def test_a_grant_whose_caller_goes_away_while_the_write_waits_still_runs_to_its_end(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """olga's grant of ``VOLT 4,(@1)`` (an HTTP request, an MCP call) is cancelled while the
+    write waits for the psu's lane: the request stayed ``executing`` with nothing written
+    until a restart reconciled it. Her decision was made and is durable, and a gone
+    approver's connection is no denial: the write runs to its end, detached from her call."""
+    run = gateway.create_run(script, "script")
+    req = (await gateway.submit(run.id, "psu", "VOLT 4,(@1)")).request
+    assert req is not None
+    release, blocker = _block(gateway)
+    grant = asyncio.ensure_future(gateway.grant(req.id, olga, ["setpoint"],
+                                                proposal_hash=req.proposal_hash))
+    await _until(lambda: gateway.get_request(req.id).status is Status.EXECUTING)
+    grant.cancel()  # the approver's client went away
+    await asyncio.sleep(0.05)
+    release.set()
+    await blocker
+    done = await gateway.wait(req.id, timeout=5, follow=False)
+    assert done.status is Status.EXECUTED, done.outcome
+    assert _volts(front_panel, 1) == 4
+
+
+async def test_a_run_closed_while_its_granted_write_waits_for_the_lane_runs_nothing(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """The requester's side: ``VOLT 4,(@1)`` granted, its write queued behind a busy lane,
+    and the requester's run closed (its socket connection or MCP session gone) before the
+    write's turn. The grant had already committed it ``executing``, which closing a run does
+    not cancel, and the write ran for a client that was gone. The run is checked again on
+    the write's own lane turn: it ends failed, nothing written."""
+    run = gateway.create_run(script, "script")
+    req = (await gateway.submit(run.id, "psu", "VOLT 4,(@1)")).request
+    assert req is not None
+    release, blocker = _block(gateway)
+    grant = asyncio.ensure_future(gateway.grant(req.id, olga, ["setpoint"],
+                                                proposal_hash=req.proposal_hash))
+    await _until(lambda: gateway.get_request(req.id).status is Status.EXECUTING)
+    gateway.close_run(run.id, "client gone: the connection closed")
+    release.set()
+    await blocker
+    done = (await grant).request
+    assert done.status is Status.FAILED, done.outcome
+    assert "run is closed" in (done.outcome or "") and "nothing was written" in done.outcome
+    assert _volts(front_panel, 1) == 0
