@@ -34,6 +34,7 @@ from .rechecks import Rechecks, Refusal
 from .runs import Runs
 from .safety import Safed, Safety, Written
 from .scpi import as_exciting, excitation_now, measures_now
+from .selections import read_selection
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .states import Event as Move
@@ -64,6 +65,9 @@ class Executor(Part):
         self._executing: dict[str, asyncio.Lock] = {}
         #: Turns an approved plan request into a live plan (set by the plans part).
         self.activate_plan: Callable[[TakeoverRequest], TakeoverRequest] | None = None
+        #: Keeps a run's selection read after a recall (set by the intake: run, instrument,
+        #: the channel the instrument has selected now).
+        self.reselect: Callable[[str, Instrument, int], None] | None = None
 
     def in_flight(self, request_id: str) -> bool:
         return request_id in self._in_flight
@@ -312,6 +316,12 @@ class Executor(Part):
         unshown = spec is not None and any(a.effect != "excites" and measures_now(
             profile, a.canonical) for a in req.actions)
         found: list[str] = []
+        # A recall restores the instrument's own selection (the E3631A's *RCL): what a bare
+        # unit of the run means next is read on this turn, after the write.
+        recalls = profile.model.addressing is not None and profile.model.addressing.query \
+            is not None and any((f := profile.form_of(a.canonical)) is not None
+                                and f.reselects == "recalled" for a in req.actions)
+        reselected: list[int] = []
 
         async def job(link: AsyncLink) -> Written | None:
             if recheck is not None and not await recheck(link):
@@ -339,6 +349,8 @@ class Executor(Part):
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
             except (InstrumentError, Refused) as exc:
                 out.error = exc.message
+            if recalls and (now_selected := await read_selection(link, inst)) is not None:
+                reselected.append(now_selected)
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.
             out.after, out.read_error = await self.safety.read_back(link, inst, readback,
@@ -350,6 +362,8 @@ class Executor(Part):
         w = await inst.lane.run(job)
         if w is None:
             return None
+        if reselected and self.reselect is not None:
+            self.reselect(req.run_id, inst, reselected[0])
         if found:
             return await self._go_stale(req, inst, {"measure function": (
                 "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])

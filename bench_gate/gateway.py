@@ -99,6 +99,7 @@ class Gateway:
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
+        executor.reselect = self._intake.reselected
         self._snaps = snaps
         #: [journal] keep_days: old events archived to segment files, off the hot path.
         self._retention = Retention(store, config.journal, clock=lambda: self.clock())

@@ -122,6 +122,10 @@ class Intake(Part):
             self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
         return c
 
+    def reselected(self, run_id: str, inst: Instrument, channel: int) -> None:
+        """The run's selection after a recall ran: the one the instrument has now."""
+        self._selected.set(run_id, inst.config.name, channel, inst.profile)
+
     async def _read_again(self, run_id: str, inst: Instrument, message: str, origin: str
                           ) -> SubmitResult | None:
         """A read that passed before, run from its plan (reads.py); None: work it out."""

@@ -6,17 +6,36 @@ port (never the gateway's word for it) and closed as a class (docs/reliability.m
 2. A grant's caller that goes away (an HTTP client gone, an MCP call cancelled) while the
    write waits for the lane: the decision was made and is durable, so the write runs to its
    end detached from the caller; it never stays ``executing`` with nothing written.
+4. The E3631A's ``*RCL`` restores the selected output with the rest of the stored state
+   (User's Guide, chapter 4, ``*SAV``): a bare ``VOLT`` after it means the recalled output.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
+from bench_gate.config import BenchConfig, InstrumentConfig
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Status
-from tests.conftest import Clock
+from bench_gate.models import Principal, Status, TakeoverRequest
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import Clock, own_port, served_bench
+
+
+@pytest.fixture
+def e3631a_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("e3631a") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, e3631a_sim: SimServedThread) -> BenchConfig:
+    cfg = served_bench(sim, "e3631a", e3631a_sim, "e3631a")
+    assert isinstance(cfg.instruments[-1], InstrumentConfig)
+    return cfg
 
 
 def _volts(front_panel: Any, channel: int) -> float:
@@ -138,3 +157,40 @@ async def test_a_run_closed_while_its_granted_write_waits_for_the_lane_runs_noth
     assert done.status is Status.FAILED, done.outcome
     assert "run is closed" in (done.outcome or "") and "nothing was written" in done.outcome
     assert _volts(front_panel, 1) == 0
+
+
+# ------------------------------------------------------------------ 4. *RCL and the selection
+async def _grant_all(gateway: Gateway, req: TakeoverRequest, *people: Principal) -> None:
+    for who, kind in zip(people * 3, [k.value for k in req.missing()], strict=False):
+        await gateway.grant(req.id, who, [kind], proposal_hash=req.proposal_hash)
+
+
+async def test_a_recall_selects_the_output_its_state_holds(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread) -> None:
+    """E3631A User's Guide, chapter 4, ``*SAV``: the stored state "remembers" INST[:SEL]
+    with the levels, so after ``*RCL 1`` of a state stored with P25V selected, a bare
+    ``VOLT 3`` means P25V on the instrument. The run's selection (per run, never sent)
+    stayed on P6V, so the gateway set P6V to 3 V, a rail the script never meant. The
+    selection is read after the recall runs; a bare unit after it in the same message is
+    refused (-221), never guessed. Every approval granted; the simulator's own port."""
+    with own_port(e3631a_sim.resource_name, panel=True) as panel:
+        panel.write("INST:NSEL 2")
+        panel.write("*SAV 1")  # stored at the panel with P25V selected
+        panel.write("INST:NSEL 1")
+    run = gateway.create_run(script, "script", goal="the stored set-up, then a new level")
+    assert (await gateway.submit(run.id, "e3631a", "INST:SEL P6V")).status == "executed"
+    recall = await gateway.submit(run.id, "e3631a", "*RCL 1")
+    assert recall.request is not None
+    await _grant_all(gateway, recall.request, olga, pete)
+    assert gateway.get_request(recall.request.id).status is Status.EXECUTED
+    held = await gateway.submit(run.id, "e3631a", "VOLT 3")
+    assert held.request is not None, held
+    assert [a.channel for a in held.request.actions] == [2], held.request.actions
+    await _grant_all(gateway, held.request, olga, pete)
+    with own_port(e3631a_sim.resource_name) as port:
+        assert float(port.query("INST:NSEL 2;:VOLT?")) == 3
+        assert float(port.query("INST:NSEL 1;:VOLT?")) == 0
+    same = await gateway.submit(run.id, "e3631a", "*RCL 1;:VOLT 4")
+    assert same.status == "refused" and same.code == -221, same
+    assert "INST:NSEL <n>" in same.reason
