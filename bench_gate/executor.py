@@ -24,6 +24,7 @@ from .models import (
     Event,
     EventType,
     Receipt,
+    SentLine,
     Status,
     TakeoverRequest,
 )
@@ -35,6 +36,7 @@ from .runs import Runs
 from .safety import Safed, Safety, Written
 from .scpi import as_exciting, excitation_now, measures_now
 from .selections import read_selection
+from .sent import KEPT_BACK, on_the_wire
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .states import Event as Move
@@ -322,6 +324,7 @@ class Executor(Part):
             is not None and any((f := profile.form_of(a.canonical)) is not None
                                 and f.reselects == "recalled" for a in req.actions)
         reselected: list[int] = []
+        lines: list[SentLine] = []  # what the instrument got, in order, and what it did not
 
         async def job(link: AsyncLink) -> Written | None:
             if recheck is not None and not await recheck(link):
@@ -340,7 +343,11 @@ class Executor(Part):
                         break
                     form = profile.form_of(a.canonical)
                     if a.effect == "select" or (form is not None and form.local):
-                        continue  # per run, or answered by the gateway (*CLS): never sent
+                        # per run, or answered by the gateway (*CLS): never sent
+                        lines.append(SentLine(text=a.canonical, sent=False, why=KEPT_BACK[
+                            "select" if a.effect == "select" else "local"]))
+                        continue
+                    lines.extend(on_the_wire(profile, a.canonical))
                     if a.canonical.split(" ")[0].endswith("?"):
                         out.answers[i] = await link.query(a.canonical,
                                                           inst.extra_seconds(a.canonical))
@@ -367,7 +374,8 @@ class Executor(Part):
         if found:
             return await self._go_stale(req, inst, {"measure function": (
                 "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])
-        receipt = Receipt(sent=commands, before=req.snapshot.values, after=w.after or {},
+        receipt = Receipt(sent=[ln.text for ln in lines if ln.sent], lines=lines,
+                          before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=started,
                           finished_at=self.clock(),
                           detail=";".join(w.answers[i] for i in sorted(w.answers)))

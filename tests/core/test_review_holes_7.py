@@ -194,3 +194,65 @@ async def test_a_recall_selects_the_output_its_state_holds(
     same = await gateway.submit(run.id, "e3631a", "*RCL 1;:VOLT 4")
     assert same.status == "refused" and same.code == -221, same
     assert "INST:NSEL <n>" in same.reason
+
+
+# ------------------------------------------------------------------ 5. what a receipt says was sent
+@pytest.fixture
+def e3631a_heard(e3631a_sim: SimServedThread) -> Iterator[list[str]]:
+    """Every message the simulated E3631A got, in order, whoever sent it."""
+    got: list[str] = []
+    inst: Any = e3631a_sim.instrument
+    real = inst.handle_message
+
+    def spy(message: str, *args: Any) -> str | None:
+        got.append(message)
+        return real(message, *args)  # type: ignore[no-any-return]
+
+    inst.handle_message = spy
+    yield got
+    inst.handle_message = real
+
+
+def _within(part: list[str], whole: list[str]) -> bool:
+    return any(whole[i:i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
+async def test_a_receipt_shows_exactly_what_the_instrument_got(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_heard: list[str]) -> None:
+    """``APPL P25V,5,0.1`` on the E3631A: the receipt's ``sent`` read ``INST:NSEL 2``,
+    ``VOLT 5.0,(@2)``, ``CURR 0.1,(@2)``: a selection the gateway keeps per run and never
+    sends, and two texts the supply never got (it takes no channel list: the gateway sends
+    its own ``INST:NSEL 2`` before each). Now ``sent`` is what the instrument got, in order,
+    and ``lines`` marks what the gateway added or kept back, with why."""
+    run = gateway.create_run(script, "script", goal="the +25V rail")
+    held = await gateway.submit(run.id, "e3631a", "APPL P25V,5,0.1")
+    assert held.request is not None
+    e3631a_heard.clear()
+    await _grant_all(gateway, held.request, olga, pete)
+    done = gateway.get_request(held.request.id)
+    assert done.status is Status.EXECUTED and done.receipt is not None, done.outcome
+    receipt = done.receipt
+    assert receipt.sent == ["INST:NSEL 2", "VOLT 5.0", "INST:NSEL 2", "CURR 0.1"]
+    assert _within(receipt.sent, e3631a_heard), (receipt.sent, e3631a_heard)
+    kept, *wire = receipt.lines
+    assert kept.text == "INST:NSEL 2" and not kept.sent and "kept per run" in kept.why
+    assert [ln.added for ln in wire] == [True, False, True, False]
+    assert all("added by the gateway" in ln.why for ln in wire if ln.added)
+
+
+async def test_a_receipt_never_lists_what_the_gateway_answered_itself(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """``*CLS;VOLT 3,(@1)``: ``*CLS`` is answered by the gateway (the connection's own error
+    view) and never sent, yet the receipt listed it as sent."""
+    run = gateway.create_run(script, "script")
+    held = await gateway.submit(run.id, "psu", "*CLS;VOLT 3,(@1)")
+    assert held.request is not None
+    await _grant_all(gateway, held.request, olga)
+    receipt = gateway.get_request(held.request.id).receipt
+    assert receipt is not None
+    assert receipt.sent == ["VOLT 3.0,(@1)"]
+    assert [(ln.text, ln.sent) for ln in receipt.lines] == [("*CLS", False),
+                                                           ("VOLT 3.0,(@1)", True)]
+    assert "answered by the gateway" in receipt.lines[0].why
+    assert _volts(front_panel, 1) == 3
