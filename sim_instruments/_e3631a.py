@@ -30,7 +30,8 @@ _MEASURE = re.compile(r"MEAS:(VOLT|CURR)\? \(@(\d)\)")
 _NAMES = {1: "P6V", 2: "P25V", 3: "N25V"}
 #: A +25V or -25V voltage setpoint; in track mode the other takes it with the opposite sign.
 _TRACKED = re.compile(r"VOLT ([-+0-9.E]+),\(@([23])\)")
-_SAV = re.compile(r"\*SAV (\d)")
+#: *SAV as the model classifies it: with the output selected (the profile's channel list).
+_SAV = re.compile(r"\*SAV (\d)(?:,\(@\d\))?")
 _RCL = re.compile(r"\*RCL (\d)")
 #: What *SAV stores and *RCL restores (User's Guide, chapter 4, *SAV: "INST[:SEL],
 #: VOLT[:IMM], CURR[:IMM], OUTP[:STAT], OUTP:TRAC, TRIG:SOUR, and TRIG:DEL"): the selected
@@ -75,10 +76,14 @@ class SimE3631a(SimInstrument):
         if (m := _TRACKED.fullmatch(canonical)) and int(self._get("set_outp_trac")):
             self._set(f"ch{5 - int(m[2])}_voltage", -float(m[1]))
 
-    def _link(self, canonical: str) -> None:
+    def _model_write(self, canonical: str) -> bool:
         if m := _SAV.fullmatch(canonical):
             self._slots[int(m[1])] = {name: self._get(name) for name in _STORED}
-        elif m := _RCL.fullmatch(canonical):
+            return True
+        return False
+
+    def _link(self, canonical: str) -> None:
+        if m := _RCL.fullmatch(canonical):
             # *RCL: "You recall *RST states or values of the power supply from a memory
             # location that was not previously specified as a storage location."
             saved = self._slots.get(int(m[1]))

@@ -196,6 +196,28 @@ async def test_a_recall_selects_the_output_its_state_holds(
     assert "INST:NSEL <n>" in same.reason
 
 
+async def test_a_state_saved_through_the_gateway_keeps_the_runs_selection(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        e3631a_sim: SimServedThread) -> None:
+    """The other half: a script selected P25V and stored the state (``*SAV 1``); the
+    gateway keeps a run's selection and never sends it, so the supply stored the output it
+    had selected itself (P6V), and after ``*RCL 1`` the script's bare ``VOLT 3`` was judged
+    and written for P6V. ``*SAV`` now goes out after the run's own selection
+    (``INST:NSEL 2``, then ``*SAV 1``), so the recall restores what the script stored."""
+    run = gateway.create_run(script, "script", goal="store a set-up, recall it")
+    for message in ("INST:SEL P25V", "*SAV 1", "INST:SEL P6V", "VOLT 1", "*RCL 1", "VOLT 3"):
+        result = await gateway.submit(run.id, "e3631a", message)
+        if result.request is not None:
+            await _grant_all(gateway, result.request, olga, pete)
+            done = gateway.get_request(result.request.id)
+            assert done.status is Status.EXECUTED, (message, done.outcome)
+        else:
+            assert result.status == "executed", (message, result)
+    with own_port(e3631a_sim.resource_name) as port:
+        assert float(port.query("INST:NSEL 2;:VOLT?")) == 3
+        assert float(port.query("INST:NSEL 1;:VOLT?")) == 0  # the recall's stored 0 V
+
+
 # ------------------------------------------------------------------ 5. what a receipt says was sent
 @pytest.fixture
 def e3631a_heard(e3631a_sim: SimServedThread) -> Iterator[list[str]]:
