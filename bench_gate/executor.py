@@ -93,12 +93,12 @@ class Executor(Part):
         """Run an approved request. One that runs on its requester's resend (``on_resend``)
         runs only with ``resent`` (``Intake.resent`` matched the resend): never at its last
         approval, at a restart, or on another gateway's word."""
+        if request_id in self._in_flight:
+            return await self.requests.wait(request_id, timeout=30, follow=False)
+        self._in_flight.add(request_id)  # before the task starts: one execution per request
         return await self._detached(self._execute(request_id, resent))
 
     async def _execute(self, request_id: str, resent: bool) -> TakeoverRequest:
-        if request_id in self._in_flight:
-            return await self.requests.wait(request_id, timeout=30, follow=False)
-        self._in_flight.add(request_id)
         try:
             return await self._execute_owned(request_id, resent)
         finally:
@@ -149,15 +149,20 @@ class Executor(Part):
 
     async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
                           ) -> TakeoverRequest | None:
-        """:meth:`_run_granted`, detached from its caller (:meth:`_detached`)."""
-        return await self._detached(self._run_granted(req, version, events))
+        """:meth:`_run_granted`, detached from its caller (:meth:`_detached`). The lock,
+        free (``may_run_granted``), is taken here, before the task starts: a grant that
+        looks next finds the instrument busy and goes the long way."""
+        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
+        await lock.acquire()  # free: taken without yielding to another grant
+        self._in_flight.add(req.id)
+        return await self._detached(self._run_granted(req, version, events, lock))
 
-    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
-                           ) -> TakeoverRequest | None:
+    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event],
+                           lock: asyncio.Lock) -> TakeoverRequest | None:
         """The last approval (``events``) and the start in one transaction, the live recheck
         (a change: ``executing`` -> ``stale``), then the write: one durable commit before the
         write, not two. None, nothing recorded and nothing written, if ``req`` moved since
-        ``version``. Awaited right after ``may_run_granted``: the free lock is taken at once.
+        ``version``. ``lock`` is the instrument's, taken by :meth:`run_granted`; released here.
 
         The commit (its fsync) runs on a worker thread while the lane re-reads the live
         state, and the write follows in the same lane turn: reads change nothing, nothing is
@@ -165,47 +170,46 @@ class Executor(Part):
         its write), and no other job reaches the instrument between the recheck and the
         write. A crash after the commit leaves it ``executing``: a restart judges it from a
         read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
-        self._in_flight.add(req.id)
         try:
-            async with self._executing.setdefault(req.instrument, asyncio.Lock()):
-                req.status = Status.EXECUTING  # approve, then start: both in states.py
-                extra = {"plan_id": req.plan_id} if req.plan_id else {}
-                started = Event(run_id=req.run_id, request_id=req.id,
-                                type=EventType.STEP_STARTED,
-                                data={"commands": [a.canonical for a in req.actions],
-                                      "status": req.status.value, **extra})
-                inst = self.core.instrument(req.instrument)
-                fields = self.snaps.fields(inst, req.actions)
-                saving = asyncio.ensure_future(asyncio.to_thread(
-                    self.store.save_request, req, version, [*events, started]))
-                refused: list[Refusal | None] = []
+            req.status = Status.EXECUTING  # approve, then start: both in states.py
+            extra = {"plan_id": req.plan_id} if req.plan_id else {}
+            started = Event(run_id=req.run_id, request_id=req.id,
+                            type=EventType.STEP_STARTED,
+                            data={"commands": [a.canonical for a in req.actions],
+                                  "status": req.status.value, **extra})
+            inst = self.core.instrument(req.instrument)
+            fields = self.snaps.fields(inst, req.actions)
+            saving = asyncio.ensure_future(asyncio.to_thread(
+                self.store.save_request, req, version, [*events, started]))
+            refused: list[Refusal | None] = []
 
-                async def recheck(link: AsyncLink) -> bool:
-                    live = await self.checks.read_live(link, inst, fields)
-                    if not await saving:
-                        return False
-                    self.core.notifier.request_changed(req)
-                    for listener in self.requests.listeners:
-                        listener(req, req.status)
-                    refused.append(self.checks.last_moment(req)
-                                   or self.checks.live_refusal(req, inst, live)
-                                   or self._stop_refusal(req))
-                    return refused[-1] is None
+            async def recheck(link: AsyncLink) -> bool:
+                live = await self.checks.read_live(link, inst, fields)
+                if not await saving:
+                    return False
+                self.core.notifier.request_changed(req)
+                for listener in self.requests.listeners:
+                    listener(req, req.status)
+                refused.append(self.checks.last_moment(req)
+                               or self.checks.live_refusal(req, inst, live)
+                               or self._stop_refusal(req))
+                return refused[-1] is None
 
-                try:
-                    done = await self._write(req, inst, fields, recheck)
-                finally:
-                    if not saving.done():  # the lane failed before it awaited the commit
-                        await asyncio.wait([saving])
-                if done is not None:
-                    return done
-                if not refused:
-                    return None  # it moved meanwhile: nothing recorded, nothing written
-                why = refused[-1]
-                assert why is not None
-                await self._record(why, req, inst)
-                return self.requests.get(req.id)
+            try:
+                done = await self._write(req, inst, fields, recheck)
+            finally:
+                if not saving.done():  # the lane failed before it awaited the commit
+                    await asyncio.wait([saving])
+            if done is not None:
+                return done
+            if not refused:
+                return None  # it moved meanwhile: nothing recorded, nothing written
+            why = refused[-1]
+            assert why is not None
+            await self._record(why, req, inst)
+            return self.requests.get(req.id)
         finally:
+            lock.release()
             self._in_flight.discard(req.id)
 
     async def _recheck_and_write(self, req: TakeoverRequest) -> TakeoverRequest:
