@@ -1,91 +1,102 @@
-"""How fast is a query through the socket door? One run, four paths, the same question.
+"""How fast is a read through the socket door, against a plain relay? Each in its own process.
 
-    python bench/proxy.py [-n 2000]
+    python bench/proxy.py [-n 3000] [--rounds 3] [--what-if-no-journal] [--compare DIR]
+    python bench/proxy.py --one-process ...   (the first benchmark: everything in one process)
 
-Each path asks ``VOLT? (@1)`` of the simulated E36312A, sequentially, from one pyvisa
-client, and reports queries per second and latency p50/p99, as a ratio to the relay floor:
+As on a bench, every party runs in its own process: the simulated instruments
+(``python -m sim_instruments serve``, standing in for hardware), the server under test, and
+a pyvisa-py client asking ``VOLT? (@1)`` sequentially over a raw socket. The servers:
 
-  direct        pyvisa-sim in this process: no socket at all (the floor of the floor)
-  relay         a minimal asyncio byte relay in front of the SimBench raw-socket PSU
-  gateway       the gateway's socket door (Gateway + read log + SQLite journal + lane +
-                pyvisa-py)
-  pyvisa-proxy  the PyPI package pyvisa-proxy serving the same YAML (a peer)
+  relay     a minimal byte relay on uvloop, one upstream connection per client: the floor
+  gateway   ``bench-gate serve --door psu=PORT`` (what production runs: read log, SQLite
+            journal, the envelope watch, the HTTP API idle beside it)
+  what-if   (``--what-if-no-journal``) the same door with reads not journaled (not the product)
+  compare   (``--compare DIR``) ``bench-gate serve`` from another source tree, e.g. the code
+            before a change (``git archive``): alternated with this tree in the same run
 
-It also prints where the gateway's time goes: one ``Gateway.submit`` in-process, the lane
-round trip alone, one read's record in the read log, and its share of a fold into the
-journal (done off the read's path, on the journal's thread).
-
-``--what-if-no-journal`` also measures the door with reads not journaled at all (not the
-product): the gap between it and the door is what journaling a read costs.
-
-``--what-if-no-chain`` also measures the door with the journal as it was before its hash
-chain (issue 17), alternating with the real one ``--rounds`` times on the loop ``serve``
-runs on, and prints what the chain costs: the median of the rounds' throughput ratios, each
-pair measured back to back (which goes first alternates), so a noisy machine disturbs both
-alike.
+Each round measures every server once (the order alternates round to round), so a noisy
+machine disturbs them alike; the figures are the medians of the rounds, each ratio taken
+against the relay of its own round. Besides q/s and p50, the client reads the CPU time the
+server's process used per query (``/proc/PID/task/*/schedstat``): it moves less with the
+machine's load than wall time does, and it is what the door itself costs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import functools
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import pyvisa
+if __package__:  # imported as bench.<script>
+    from ._procs import free_port, process
+else:  # run as python bench/<script>.py
+    from _procs import free_port, process
 
-from bench_gate.auth import Tokens
-from bench_gate.config import default_config
-from bench_gate.gateway import Gateway
-from bench_gate.models import Event, EventType, Principal, Role
-from bench_gate.proxy import start_doors
-from bench_gate.store import READ_LOG_TABLE, SqliteStore
-from sim_instruments import (
-    PSU_RESOURCE,
-    SimBenchThread,
-    bench_yaml_path,
-    open_fresh_resource_manager,
-)
-
-T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
 QUERY = "VOLT? (@1)"
-PROXY_START_ATTEMPTS = 20
+ONE_PROCESS_FLAGS = {"--one-process", "--what-if-no-chain", "--door-only"}
 
 
-class LoopThread:
-    """An event loop in a daemon thread, for the servers under test."""
-
-    def __init__(self, factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
-                 ) -> None:
-        self.loop = factory()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
-                                       name="loop")
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
+# --------------------------------------------------------------------------- client process
+def cpu_ns(pid: int) -> int:
+    """CPU time (ns) every thread of ``pid`` has used so far (Linux schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
 
 
-async def start_relay(upstream: tuple[str, int]) -> asyncio.Server:
-    """The minimal relay: bytes in, bytes out, one upstream connection per client."""
+def client_main(port: int, n: int, pids: dict[str, int]) -> None:
+    """The client's own process: ``n`` sequential reads; prints q/s, latency, CPU per query."""
+    import pyvisa
 
+    rm = pyvisa.ResourceManager("@py")
+    res = rm.open_resource(f"TCPIP0::127.0.0.1::{port}::SOCKET", read_termination="\n",
+                           write_termination="\n", timeout=5000)
+    for _ in range(min(200, n)):
+        res.query(QUERY)
+    lat = []
+    cpu0 = {k: cpu_ns(p) for k, p in pids.items()}
+    own0 = time.process_time()
+    start = time.perf_counter()
+    for _ in range(n):
+        t0 = time.perf_counter()
+        res.query(QUERY)
+        lat.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    own = time.process_time() - own0
+    cpu = {k: (cpu_ns(p) - cpu0[k]) / n / 1e3 for k, p in pids.items()}
+    res.close()
+    lat.sort()
+    print(json.dumps({"qps": n / wall, "p50": statistics.median(lat) * 1e3,
+                      "p99": lat[min(n - 1, int(n * 0.99))] * 1e3,
+                      "cpu": {**cpu, "client": own / n * 1e6}}))
+
+
+def measure(port: int, n: int, pids: dict[str, int]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, "--client", str(port), "-n", str(n),
+                           "--pids", json.dumps(pids)], capture_output=True, text=True,
+                          timeout=n * 0.05 + 120, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"client failed: {done.stderr.strip()[-600:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+# --------------------------------------------------------------------------- relay process
+async def _relay(upstream: int) -> None:
     async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
@@ -94,343 +105,210 @@ async def start_relay(upstream: tuple[str, int]) -> asyncio.Server:
             writer.close()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*upstream)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream)
         await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer),
                              return_exceptions=True)
 
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds each live thread of this process has used, by thread name."""
-    used: dict[str, float] = {}
-    for thread in threading.enumerate():
-        with contextlib.suppress(OSError, OverflowError, TypeError):
-            clock = time.pthread_getcpuclockid(thread.ident or 0)
-            used[thread.name] = time.clock_gettime(clock)
-    return used
+def relay_main(upstream: int) -> None:
+    """The relay's own process, on the loop ``bench-gate serve`` runs on; prints its port."""
+    from bench_gate.server import run_loop
+    run_loop(_relay(upstream))
 
 
-def measure(query: Callable[[], str], n: int) -> dict[str, float]:
-    """q/s and latency, and the CPU each thread used per query (µs): everything shares one
-    process and one GIL, so a query's wall time is about the sum of the threads' CPU, and
-    that split moves less with the machine's load than the wall time does."""
-    for _ in range(min(100, n)):
-        query()
-    lat = []
-    before = thread_cpu()
-    start = time.perf_counter()
-    for _ in range(n):
-        t0 = time.perf_counter()
-        query()
-        lat.append(time.perf_counter() - t0)
-    total = time.perf_counter() - start
-    after = thread_cpu()
-    lat.sort()
-    out = {"qps": n / total, "p50": statistics.median(lat) * 1e3,
-           "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3}
-    for name, used in after.items():
-        role = _ROLES.get(name.split(" ")[0].split("_")[0], "other")
-        out[f"cpu:{role}"] = out.get(f"cpu:{role}", 0.0) + (used - before.get(name, 0.0)) / n * 1e6
-    return out
+# --------------------------------------------------------------------------- what-if process
+async def _door_no_journal(config_path: str, db: str) -> None:
+    from bench_gate.auth import Tokens
+    from bench_gate.config import load_config
+    from bench_gate.gateway import Gateway
+    from bench_gate.models import Event
+    from bench_gate.proxy import start_doors
+    from bench_gate.store import SqliteStore
 
+    class NoReadJournal(SqliteStore):
+        """What-if only: reads are not journaled (the product always journals them)."""
 
-#: Thread names (up to the first space or '_') -> what the thread is, for the CPU split.
-_ROLES = {"MainThread": "client", "sim-bench": "simulator", "journal": "fold",
-          "loop": "loop"}
+        def log_read(self, events: list[Event]) -> None:
+            return None
 
+        def log_read_rows(self, rows: list[Any]) -> None:
+            return None
 
-def socket_client(rm: pyvisa.ResourceManager, port: int) -> Any:
-    return rm.open_resource(f"TCPIP0::127.0.0.1::{port}::SOCKET", read_termination="\n",
-                            write_termination="\n", timeout=5000)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_pyvisa_proxy(tmp: Path) -> tuple[subprocess.Popen[bytes] | None, Any, str]:
-    """pyvisa-proxy's server in a subprocess serving a copy of the same YAML, and a client."""
-    try:
-        import pyvisa_proxy  # noqa: F401
-    except ImportError:
-        return None, None, "not installed (pip install pyvisa-proxy)"
-    yaml = tmp / "bench.yaml"
-    shutil.copyfile(bench_yaml_path(), yaml)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pyvisa_proxy", "--port", str(port), "--backend", f"{yaml}@sim"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    last = ""
-    for _ in range(PROXY_START_ATTEMPTS):
-        if proc.poll() is not None:
-            err = (proc.stderr.read() if proc.stderr else b"").decode(errors="replace")
-            return None, None, f"server exited: {err.strip().splitlines()[-1:]}"
-        try:
-            rm = pyvisa.ResourceManager(f"127.0.0.1:{port}@proxy")
-            res = rm.open_resource(PSU_RESOURCE, read_termination="\n",
-                                   write_termination="\n", timeout=5000)
-            res.query(QUERY)
-            return proc, res, ""
-        except Exception as exc:  # any failure to come up is reported, not raised
-            last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.5)
-    proc.terminate()
-    return None, None, f"could not connect: {last}"
-
-
-def loops() -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """asyncio's own loop, and uvloop (what ``bench-gate serve`` runs on) where installed."""
-    found: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-        "asyncio": asyncio.new_event_loop}
-    with contextlib.suppress(ImportError):
-        import uvloop
-        found["uvloop"] = uvloop.new_event_loop
-    return found
-
-
-class _NoReadJournal(SqliteStore):
-    """What-if only: reads are not journaled (the product always journals them)."""
-
-    def log_read(self, events: list[Event]) -> None:
-        return None
-
-    def log_read_rows(self, rows: list[Any]) -> None:
-        return None
-
-
-class _NoChain(SqliteStore):
-    """What-if only: the journal without its hash chain, appended as before issue 17 (the
-    product always chains): shows what the chain costs a read."""
-
-    def migrate(self) -> None:
-        super().migrate()
-        with self._tx() as db:
-            db.execute("DROP TRIGGER IF EXISTS journal_head_moves")
-
-    def _append(self, db: Any, events: list[Event]) -> None:
-        for ev in events:
-            cur = db.execute(
-                "INSERT INTO journal (run_id, request_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
-                (ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
-                 json.dumps(ev.data, default=str)))
-            ev.seq = int(cur.lastrowid or 0)
-
-    def _fold(self, rows: list[Any], log_id: str, upto: int) -> None:
-        with self._fast_lock:
-            self._fast.execute("BEGIN IMMEDIATE")
-            self._fast.executemany("INSERT INTO journal (run_id, request_id, type, at, data) "
-                                   "VALUES (?, ?, ?, ?, ?)", rows)
-            self._fast.execute("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) ON CONFLICT "
-                               "(tbl, key) DO UPDATE SET data = excluded.data",
-                               (READ_LOG_TABLE, log_id, json.dumps({"lsn": upto})))
-            self._fast.execute("COMMIT")
-
-    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
-        if durable or not events:
-            with self._tx() as db:
-                self._append(db, events)
-            return events
-        rows = ", ".join(["(?, ?, ?, ?, ?)"] * len(events))
-        args = [a for ev in events for a in (
-            ev.run_id, ev.request_id, ev.type.value, ev.at.isoformat(),
-            json.dumps(ev.data, default=str))]
-        with self._fast_lock:
-            last = self._fast.execute("INSERT INTO journal (run_id, request_id, type, at, data) "
-                                      f"VALUES {rows}", args).lastrowid
-        first = int(last or 0) - len(events) + 1
-        for i, ev in enumerate(events):
-            ev.seq = first + i
-        return events
-
-
-def door_path(loop: LoopThread, sim: SimBenchThread, tmp: Path, n: int, notes: list[str],
-              store_class: type[SqliteStore] = SqliteStore) -> dict[str, float]:
-    """The socket door as ``bench-gate serve`` runs it, and where its time goes."""
-    config = default_config(sim.psu_port, sim.dmm_port)
-    for ic in config.instruments:
-        ic.socket_port = 0
-    store = store_class(tmp / f"bench-{id(loop)}-{store_class.__name__}.db")
+    config = load_config(config_path)
+    psu = config.instrument("psu")
+    assert psu is not None
+    psu.socket_port = 0
+    store = NoReadJournal(db)
     gateway = Gateway(config, store)
+    await gateway.start()
+    doors = await start_doors(gateway, Tokens(store), config)
+    print(doors.addresses["psu"][1], flush=True)
+    await asyncio.Event().wait()
 
-    async def up() -> Any:
-        await gateway.start()
-        return await start_doors(gateway, Tokens(store), config)
 
-    doors = loop.run(up())
-    rm = pyvisa.ResourceManager("@py")
-    gc = socket_client(rm, doors.addresses["psu"][1])
-    result = measure(lambda: gc.query(QUERY), n)
-    gc.close()
+def no_journal_main(config_path: str, db: str) -> None:
+    from bench_gate.server import run_loop
+    run_loop(_door_no_journal(config_path, db))
 
-    # Where the gateway's time goes, in-process on the same loop.
-    principal = Principal(name="bench", role=Role.REQUESTER)
-    run = gateway.create_run(principal, "script")
 
-    async def timed(fn: Callable[[], Coroutine[Any, Any, Any]], count: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(count):
-            await fn()
-        return (time.perf_counter() - t0) / count * 1e6
+# --------------------------------------------------------------------------- orchestration
+def bench_toml(psu: int, dmm: int) -> str:
+    return f'''bench = "proxy-bench"
+[[instruments]]
+name = "psu"
+resource = "TCPIP0::127.0.0.1::{psu}::SOCKET"
+profile = "e36312a"
+[[instruments]]
+name = "dmm"
+resource = "TCPIP0::127.0.0.1::{dmm}::SOCKET"
+profile = "34465a"
+[server]
+port = {free_port()}
+'''
 
-    inst = gateway.instrument("psu")
-    k = min(n, 1000)
-    submit_us = loop.run(timed(lambda: gateway.submit(run.id, "psu", QUERY), k))
-    lane_us = loop.run(timed(lambda: inst.lane.run(lambda link: link.query(QUERY)), k))
-    def reads(count: int) -> list[list[Event]]:
-        return [[Event(run_id=run.id, type=EventType.COMMAND_RECEIVED, data={"message": QUERY}),
-                 Event(run_id=run.id, type=EventType.READ_EXECUTED,
-                       data={"message": QUERY, "response": "+0"})] for _ in range(count)]
 
-    store.fold_reads()
-    batch = reads(k)
-    t0 = time.perf_counter()
-    for events in batch:
-        store.log_read(events)
-    log_us = (time.perf_counter() - t0) / k * 1e6
-    t0 = time.perf_counter()
-    store.fold_reads()
-    fold_us = (time.perf_counter() - t0) / k * 1e6
-    notes.append(f"in-process on {type(loop.loop).__module__}: Gateway.submit {submit_us:.0f} "
-                 f"µs, lane round trip alone {lane_us:.0f} µs, a read's record in the read "
-                 f"log {log_us:.0f} µs, its share of a fold {fold_us:.0f} µs (off the path)")
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        with suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"port {port} did not open")
 
-    async def down() -> None:
-        await doors.close()
-        await gateway.close()
 
-    loop.run(down())
-    store.close()
-    return result
+@contextmanager
+def gateway(tmp: Path, name: str, config: Path, tree: Path | None
+            ) -> Iterator[tuple[int, int]]:
+    """``bench-gate serve`` with a socket door on the PSU, from ``tree`` (else this one):
+    yields (door port, pid)."""
+    door = free_port()
+    home = tmp / name
+    home.mkdir()
+    (home / "bench.toml").write_text(config.read_text().replace(  # its own HTTP port
+        "[server]\nport = ", f"[server]\nport = {free_port()}\n# was "))
+    env = {**os.environ, "BENCH_GATE_HOME": str(home)}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    with process([sys.executable, "-m", "bench_gate.cli", "serve", "--config",
+                  str(home / "bench.toml"), "--db", str(home / "gateway.db"),
+                  "--door", f"psu={door}"],
+                 env=env, cwd=home) as proc:
+        wait_port(door, proc)
+        yield door, proc.pid
+
+
+@contextmanager
+def printing(args: list[str]) -> Iterator[tuple[int, int]]:
+    """A server process of this script that prints its port: yields (port, pid)."""
+    with process([sys.executable, __file__, *args]) as proc:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{args[0]} exited with {proc.wait()}")
+        yield int(line), proc.pid
+
+
+def summarize(rounds: list[dict[str, dict[str, Any]]], floor: str) -> list[str]:
+    """Medians over the rounds; each ratio against the floor of its own round."""
+    def med(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+    lines = [f"{'server':26} {'q/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'server µs':>10} "
+             f"{'sim µs':>7} {'client µs':>9} | q/s floor/it, p50 it/floor, server CPU "
+             "it/floor: median (range)"]
+    for name in rounds[0]:
+        rs = [r[name] for r in rounds]
+        cell = {k: statistics.median(r[k] for r in rs) for k in ("qps", "p50", "p99")}
+        cpu = {k: statistics.median(r["cpu"][k] for r in rs) for k in ("server", "sim", "client")}
+        line = (f"{name:26} {cell['qps']:7.0f} {cell['p50']:7.3f} {cell['p99']:7.3f} "
+                f"{cpu['server']:10.1f} {cpu['sim']:7.1f} {cpu['client']:9.1f}")
+        if name != floor:
+            fl = [r[floor] for r in rounds]
+            line += (" | " + med([f["qps"] / r["qps"] for f, r in zip(fl, rs, strict=True)])
+                     + ", " + med([r["p50"] / f["p50"] for f, r in zip(fl, rs, strict=True)])
+                     + ", " + med([r["cpu"]["server"] / f["cpu"]["server"]
+                                   for f, r in zip(fl, rs, strict=True)]))
+        lines.append(line)
+    return lines
+
+
+def main_processes(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    psu, dmm = free_port(), free_port()
+    config = tmp / "bench.toml"
+    config.write_text(bench_toml(psu, dmm))
+    load0 = os.getloadavg()
+    with ExitStack() as stack:
+        sim = stack.enter_context(process(
+            [sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
+             "--dmm-port", str(dmm)], cwd=ROOT))
+        assert sim.stdout is not None
+        sim.stdout.readline()  # serving
+        servers = {"relay (uvloop)": stack.enter_context(printing(["--serve-relay", str(psu)])),
+                   "gateway": stack.enter_context(gateway(tmp, "gateway", config, None))}
+        if args.what_if_no_journal:
+            servers["what-if: no read journal"] = stack.enter_context(printing(
+                ["--serve-no-journal", str(config), str(tmp / "what-if.db")]))
+        for i, tree in enumerate(args.compare):
+            servers[f"compare {i + 1}: {Path(tree).name}"[:26]] = stack.enter_context(
+                gateway(tmp, f"compare{i}", config, Path(tree).resolve()))
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for r in range(args.rounds):
+            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            results = {name: measure(servers[name][0], args.n,
+                                     {"server": servers[name][1], "sim": sim.pid})
+                       for name in order}
+            rounds.append({name: results[name] for name in servers})
+    load1 = os.getloadavg()
+    print(f"{args.n} sequential {QUERY!r} reads per server per round, {args.rounds} rounds, "
+          f"each server, simulator and client its own process (python "
+          f"{sys.version.split()[0]}, {os.cpu_count()} cpus); load average "
+          f"{load0[0]:.1f} at the start, {load1[0]:.1f} at the end\n")
+    print("\n".join(summarize(rounds, "relay (uvloop)")))
+    print("\nCPU per query in µs, each process's whole CPU (every thread) while the client "
+          "measured.")
+    gw = [r["gateway"] for r in rounds]
+    fl = [r["relay (uvloop)"] for r in rounds]
+    ratio = statistics.median(f["qps"] / g["qps"] for f, g in zip(fl, gw, strict=True))
+    print(f"goal: the gateway within 1.3x of the relay floor (q/s, median of the rounds): "
+          f"{ratio:.2f}x -> {'met' if ratio <= 1.3 else 'NOT met'}")
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    if ONE_PROCESS_FLAGS & set(argv):
+        if __package__:
+            from ._proxy_one import main as one_process
+        else:
+            from _proxy_one import main as one_process
+        one_process([a for a in argv if a != "--one-process"])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=2000, help="queries per path")
+    parser.add_argument("-n", type=int, default=3000, help="reads per server per round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--what-if-no-journal", action="store_true",
-                        help="also measure the door with reads not journaled (not the product: "
-                             "shows what the journal commit costs)")
-    parser.add_argument("--what-if-no-chain", action="store_true",
-                        help="also measure the door with the journal unchained, alternating "
-                             "with the real one (shows what the hash chain costs)")
-    parser.add_argument("--rounds", type=int, default=5,
-                        help="chained/unchained pairs for --what-if-no-chain (default 5)")
-    parser.add_argument("--door-only", action="store_true",
-                        help="only the relay floor and the door, on uvloop (for profiling: "
-                             "py-spy record -- python bench/proxy.py --door-only -n 20000)")
-    args = parser.parse_args()
-    n = args.n
-    results: dict[str, dict[str, float] | str] = {}
-    notes: list[str] = []
-
-    if not args.door_only:
-        direct_rm = open_fresh_resource_manager()
-        direct = direct_rm.open_resource(PSU_RESOURCE, read_termination="\n",
-                                         write_termination="\n")
-        results["direct (pyvisa-sim)"] = measure(lambda: direct.query(QUERY), n)
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
-    rm = pyvisa.ResourceManager("@py")
-    relays: list[str] = []
-    doors: list[str] = []
-    pairs: list[tuple[float, float]] = []  # (chained, unchained) q/s, back to back
-    with SimBenchThread() as sim:
-        for kind, factory in loops().items():
-            if args.door_only and kind != list(loops())[-1]:
-                continue
-            loop = LoopThread(factory)
-            relay = loop.run(start_relay(("127.0.0.1", sim.psu_port)))
-            rc = socket_client(rm, relay.sockets[0].getsockname()[1])
-            relays.append(f"relay ({kind})")
-            results[relays[-1]] = measure(functools.partial(rc.query, QUERY), n)
-            rc.close()
-            loop.loop.call_soon_threadsafe(relay.close)  # the server is the loop's
-            doors.append(f"gateway ({kind})")
-            results[doors[-1]] = door_path(loop, sim, tmp, n, notes)
-            if args.what_if_no_journal:
-                results[f"what-if ({kind}, no read journal)"] = door_path(
-                    loop, sim, tmp, n, [], _NoReadJournal)
-            if args.what_if_no_chain and kind == list(loops())[-1]:
-                for r in range(args.rounds):  # which goes first alternates
-                    if r % 2:
-                        chained = door_path(loop, sim, tmp, n, [])
-                        plain = door_path(loop, sim, tmp, n, [], _NoChain)
-                    else:
-                        plain = door_path(loop, sim, tmp, n, [], _NoChain)
-                        chained = door_path(loop, sim, tmp, n, [])
-                    pairs.append((chained["qps"], plain["qps"]))
-                    results[f"chain {r + 1} ({kind})"] = chained
-                    results[f"no chain {r + 1} ({kind})"] = plain
-            loop.stop()
-
-    proc, proxy_res, why = (None, None, "--door-only") if args.door_only else \
-        start_pyvisa_proxy(tmp)
-    if proxy_res is not None:
-        try:
-            results["pyvisa-proxy"] = measure(lambda: proxy_res.query(QUERY), n)
-        except Exception as exc:  # report, don't crash the whole benchmark
-            results["pyvisa-proxy"] = f"failed while measuring: {type(exc).__name__}: {exc}"
-        with contextlib.suppress(Exception):
-            proxy_res.close()
+                        help="also the door with reads not journaled (not the product)")
+    parser.add_argument("--compare", action="append", default=[], metavar="DIR",
+                        help="also bench-gate serve from the source tree DIR (repeatable)")
+    parser.add_argument("--client", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pids", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-relay", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-no-journal", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.client is not None:
+        client_main(args.client, args.n, json.loads(args.pids))
+    elif args.serve_relay is not None:
+        relay_main(args.serve_relay)
+    elif args.serve_no_journal is not None:
+        no_journal_main(*args.serve_no_journal)
     else:
-        results["pyvisa-proxy"] = f"not measured: {why}"
-    if proc is not None:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(5)
-    shutil.rmtree(tmp, ignore_errors=True)
-
-    def qps(name: str) -> float:
-        r = results[name]
-        return r["qps"] if isinstance(r, dict) else 0.0
-
-    # The floor is the fastest relay: the gateway is judged against the best a Python
-    # socket proxy does on this machine, whichever loop it runs on.
-    floor_name = max(relays, key=qps)
-    floor = results[floor_name]
-    assert isinstance(floor, dict)
-    print(f"{n} sequential {QUERY!r} queries per path (python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} cpus); floor: {floor_name}\n")
-    print(f"{'path':24} {'q/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p50/floor':>10} "
-          f"{'q/s floor/path':>15}")
-    for name, r in results.items():
-        if isinstance(r, str):
-            print(f"{name:24} {r}")
-            continue
-        print(f"{name:24} {r['qps']:8.0f} {r['p50']:8.3f} {r['p99']:8.3f} "
-              f"{r['p50'] / floor['p50']:9.2f}x {floor['qps'] / r['qps']:14.2f}x")
-    print("\nCPU per query by thread, µs (the door's own work is in the loop's column):")
-    roles = ("client", "loop", "fold", "simulator", "other")
-    print(f"{'path':24} " + " ".join(f"{r:>9}" for r in roles) + f" {'sum':>9} {'sum/floor':>10}")
-    floor_cpu = sum(v for k, v in floor.items() if k.startswith("cpu:"))
-    for name, r in results.items():
-        if isinstance(r, str) or "cpu:loop" not in r:
-            continue
-        total_cpu = sum(v for k, v in r.items() if k.startswith("cpu:"))
-        print(f"{name:24} " + " ".join(f"{r.get('cpu:' + k, 0.0):9.1f}" for k in roles)
-              + f" {total_cpu:9.1f} {total_cpu / floor_cpu:9.2f}x")
-    print()
-    for note in notes:
-        print(note)
-    served = doors[-1]  # the loop ``bench-gate serve`` runs on
-    gw = results[served]
-    px = results["pyvisa-proxy"]
-    if isinstance(gw, dict):
-        ratio = floor["qps"] / gw["qps"]
-        print(f"goal: {served} within 1.3x of the relay floor: {ratio:.2f}x -> "
-              f"{'met' if ratio <= 1.3 else 'NOT met'}")
-        if isinstance(px, dict):
-            print(f"goal: gateway faster than pyvisa-proxy: {gw['qps']:.0f} vs {px['qps']:.0f} "
-                  f"q/s -> {'met' if gw['qps'] > px['qps'] else 'NOT met'}")
-    if pairs:
-        costs = sorted(1 - chained / plain for chained, plain in pairs)
-        cost = statistics.median(costs)
-        print(f"goal: the hash chain costs at most 10 % of the door's read throughput: "
-              f"{cost * 100:.1f} % (median of {len(pairs)} back-to-back pairs; each: "
-              f"{', '.join(f'{c * 100:.1f}' for c in costs)} %) -> "
-              f"{'met' if cost <= 0.10 else 'NOT met'}")
+        main_processes(args)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "no_worse", "safe_commands", "setpoint_fields", "summary",
-           "unbounded"]
+           "enveloped_fields", "no_worse", "readable_fields", "safe_commands",
+           "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -107,6 +107,15 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
             bounded(profile, limits[channel]))
         out.extend((channel, f) for f in dict.fromkeys(names))
     return out
+
+
+def readable_fields(profile: Profile, limits: dict[int, ChannelLimits]
+                    ) -> list[tuple[int, str]]:
+    """The enveloped fields the profile can read on their channel. One it says a channel
+    lacks (the SPD3303X's fixed CH3: no setpoint, no status bit) is never asked: it has no
+    query that answers, so each ask only waits out the link's timeout and drops the
+    connection, holding the lane. Left out of a reading, it counts as unreadable: outside."""
+    return [(ch, f) for ch, f in enveloped_fields(profile, limits) if profile.has_field(f, ch)]
 
 
 def _energized(profile: Profile, state: dict[str, str], channel: int) -> bool:

@@ -81,28 +81,29 @@ class Executor(Part):
             if self.core.owns(req) and req.id not in self._in_flight and not req.on_resend:
                 self.core.spawn(self.execute(req.id))
 
-    async def _detached(self, work: Coroutine[Any, Any, T]) -> T:
-        """``work`` in a task of its own, awaited by the caller: a caller cancelled (an
-        approver's HTTP client gone, an MCP call cancelled) leaves it running to its end.
-        The decision was durable; a gone approver's connection is no denial, and a write
-        whose job was dropped from the lane's queue stayed ``executing``, nothing written.
-        A gone *requester* is its run closing, checked on the write's lane turn."""
-        return await asyncio.shield(self.core.spawn(work))
-
     async def execute(self, request_id: str, *, resent: bool = False) -> TakeoverRequest:
         """Run an approved request. One that runs on its requester's resend (``on_resend``)
         runs only with ``resent`` (``Intake.resent`` matched the resend): never at its last
         approval, at a restart, or on another gateway's word."""
         if request_id in self._in_flight:
             return await self.requests.wait(request_id, timeout=30, follow=False)
-        self._in_flight.add(request_id)  # before the task starts: one execution per request
-        return await self._detached(self._execute(request_id, resent))
+        self._in_flight.add(request_id)
 
-    async def _execute(self, request_id: str, resent: bool) -> TakeoverRequest:
-        try:
-            return await self._execute_owned(request_id, resent)
-        finally:
-            self._in_flight.discard(request_id)
+        async def owned() -> TakeoverRequest:
+            try:
+                return await self._execute_owned(request_id, resent)
+            finally:
+                self._in_flight.discard(request_id)
+        return await self._to_the_end(owned())
+
+    async def _to_the_end(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run an execution to its end in a task of its own, whatever happens to its caller
+        (an MCP call cancelled, a session ending): the lane job of a started write runs to
+        its end anyway (instruments.Lane), so what follows it (the judged read-back, the
+        receipt, the lease on what it switched on, the setpoint remembered) must too, or a
+        written request stays ``executing`` with no lease, and a lost client leaves the DUT
+        energized. Gateway.close waits for it."""
+        return await asyncio.shield(self.core.spawn(work))
 
     async def _execute_owned(self, request_id: str, resent: bool) -> TakeoverRequest:
         req = self.requests.get(request_id)
@@ -149,27 +150,29 @@ class Executor(Part):
 
     async def run_granted(self, req: TakeoverRequest, version: int, events: list[Event]
                           ) -> TakeoverRequest | None:
-        """:meth:`_run_granted`, detached from its caller (:meth:`_detached`). The lock,
-        free (``may_run_granted``), is taken here, before the task starts: a grant that
-        looks next finds the instrument busy and goes the long way."""
-        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
-        await lock.acquire()  # free: taken without yielding to another grant
-        self._in_flight.add(req.id)
-        return await self._detached(self._run_granted(req, version, events, lock))
-
-    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event],
-                           lock: asyncio.Lock) -> TakeoverRequest | None:
         """The last approval (``events``) and the start in one transaction, the live recheck
         (a change: ``executing`` -> ``stale``), then the write: one durable commit before the
         write, not two. None, nothing recorded and nothing written, if ``req`` moved since
-        ``version``. ``lock`` is the instrument's, taken by :meth:`run_granted`; released here.
+        ``version``. Awaited right after ``may_run_granted``: the free lock is taken at once.
 
         The commit (its fsync) runs on a worker thread while the lane re-reads the live
         state, and the write follows in the same lane turn: reads change nothing, nothing is
         judged or written until the commit is durable (the request is ``executing`` before
         its write), and no other job reaches the instrument between the recheck and the
         write. A crash after the commit leaves it ``executing``: a restart judges it from a
-        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept."""
+        read-back, never re-sends it (reconcile_interrupted); before it, nothing is kept.
+        It runs to its end whatever happens to its caller (:meth:`_to_the_end`)."""
+        self._in_flight.add(req.id)
+        lock = self._executing.setdefault(req.instrument, asyncio.Lock())
+        try:
+            await lock.acquire()  # free (may_run_granted): taken at once, nothing awaited
+        except BaseException:
+            self._in_flight.discard(req.id)
+            raise
+        return await self._to_the_end(self._run_granted(req, version, events, lock))
+
+    async def _run_granted(self, req: TakeoverRequest, version: int, events: list[Event],
+                           lock: asyncio.Lock) -> TakeoverRequest | None:
         try:
             req.status = Status.EXECUTING  # approve, then start: both in states.py
             extra = {"plan_id": req.plan_id} if req.plan_id else {}
@@ -190,7 +193,7 @@ class Executor(Part):
                 self.core.notifier.request_changed(req)
                 for listener in self.requests.listeners:
                     listener(req, req.status)
-                refused.append(self.checks.last_moment(req)
+                refused.append(self.checks.closed_refusal(req) or self.checks.last_moment(req)
                                or self.checks.live_refusal(req, inst, live)
                                or self._stop_refusal(req))
                 return refused[-1] is None
@@ -224,8 +227,8 @@ class Executor(Part):
 
         async def recheck(link: AsyncLink) -> bool:
             live = await self.checks.read_live(link, inst, fields)
-            why = (self.checks.last_moment(req) or self.checks.live_refusal(req, inst, live)
-                   or self._stop_refusal(req))
+            why = (self.checks.closed_refusal(req) or self.checks.last_moment(req)
+                   or self.checks.live_refusal(req, inst, live) or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)
                 return False
@@ -315,7 +318,7 @@ class Executor(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         # Read back every field the write touched, and every enveloped field of every
         # channel: the effect of a command may reach further than the profile predicts.
-        readback = list(dict.fromkeys([*fields, *envelope.enveloped_fields(profile, limits)]))
+        readback = list(dict.fromkeys([*fields, *envelope.readable_fields(profile, limits)]))
         # A reading approved without the words "excites" measures with the function set now:
         # asked on this turn (the panel may have changed it since); exciting, nothing runs.
         spec = profile.model.excitation
@@ -448,7 +451,7 @@ class Executor(Part):
         inst = self.core.instrument(req.instrument)
         limits = self.config.envelope.get(inst.config.name, {})
         fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
-                                     *envelope.enveloped_fields(inst.profile, limits)]))
+                                     *envelope.readable_fields(inst.profile, limits)]))
 
         async def job(link: AsyncLink) -> Written:
             out = Written()

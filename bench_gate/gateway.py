@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,10 @@ class Gateway:
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         executor.reselect = self._intake.reselected
+        #: A kept read in one step, or None: :meth:`submit` it (``Intake.read``). Bound
+        #: here, not wrapped: a read is what a bench does most, and every frame is on it.
+        self.read: Callable[[str, str, str], Awaitable[SubmitResult | None]] = \
+            self._intake.read
         self._snaps = snaps
         #: [journal] keep_days: old events archived to segment files, off the hot path.
         self._retention = Retention(store, config.journal, clock=lambda: self.clock())

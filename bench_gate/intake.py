@@ -85,6 +85,7 @@ class Intake(Part):
         self.leases = leases
         #: Each run's selected channel per instrument: per run, never sent, kept in the store.
         self._selected = Selections(core)
+        runs.on_close.append(self._selected.forget)
         #: Reads that passed, kept to run again without being worked out again (reads.py).
         self._plans = ReadPlans()
         self._reads = ReadJournal(core.store, read_log_path(core.store, core.config),
@@ -126,18 +127,28 @@ class Intake(Part):
         """The run's selection after a recall ran: the one the instrument has now."""
         self._selected.set(run_id, inst.config.name, channel, inst.profile)
 
-    async def _read_again(self, run_id: str, inst: Instrument, message: str, origin: str
-                          ) -> SubmitResult | None:
-        """A read that passed before, run from its plan (reads.py); None: work it out."""
-        selected = self._selected.get(run_id, inst.config.name)
+    async def read(self, run_id: str, instrument: str, message: str, origin: str = "client"
+                   ) -> SubmitResult | None:
+        """A read that passed before, in one step from the door's message to its record:
+        run from its plan (reads.py), with what can change between two reads checked again
+        (the run known and not closed, the reading's timing; the plan's own profile,
+        envelope and policy; on the lane's turn the instrument lock and the excitation).
+        For a message with nothing attached (no rationale, confidence, step, idempotency
+        key or timeout). None: not a kept read; :meth:`submit` works it out."""
+        self.leases.renew(run_id)  # any submit says the client is still there
+        if not self.runs.known(run_id) or self.runs.is_closed(run_id):
+            return None
+        inst = self.core.instrument(instrument)
+        name = inst.config.name
+        selected = self._selected.get(run_id, name)
         plan = self._plans.get(inst, message, selected, origin,
-                               self.config.envelope.get(inst.config.name), self.config.policy)
+                               self.config.envelope.get(name), self.config.policy)
         if plan is None or inst.timing.refusal(plan.units) is not None:
             return None  # a refusal is journaled the long way
         received_at = now()
         c = plan.classification
         if c.selected is not None:
-            self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
+            self._selected.set(run_id, name, c.selected, inst.profile)
         try:
             response = await run_plan(inst, plan, selected)
         except InstrumentError as exc:
@@ -148,7 +159,7 @@ class Intake(Part):
                       data={"message": message, "reason": exc.message})])
             raise
         except Excites as exc:  # nothing was sent: decided again, as excites
-            return await self.submit(run_id, inst.config.name, message, origin=origin,
+            return await self.submit(run_id, name, message, origin=origin,
                                      excites=exc.applies)
         self._reads.append_rows(plan.rows(run_id, received_at, now(), response))
         return SubmitResult(Outcome.EXECUTED, response=response)
@@ -160,16 +171,16 @@ class Intake(Part):
                      origin: str = "client", excites: str | None = None) -> SubmitResult:
         """``excites``: what the meter applies, found on the lane turn of a reading that was
         about to pass (scpi/_excitation.py); the message is then decided as excites."""
-        self.leases.renew(run_id)  # any submit says the client is still there
+        if excites is None and rationale is None and confidence is None \
+                and step_id is None and idempotency_key is None and timeout_minutes is None:
+            again = await self.read(run_id, instrument, message, origin)
+            if again is not None:
+                return again
+        else:
+            self.leases.renew(run_id)  # any submit says the client is still there
         # A known run exists (runs are never deleted): it is read only if a write needs it.
         run = None if self.runs.known(run_id) else self.runs.get(run_id)
         inst = self.core.instrument(instrument)
-        if run is None and excites is None and rationale is None and confidence is None \
-                and step_id is None and idempotency_key is None and timeout_minutes is None \
-                and not self.runs.is_closed(run_id):
-            again = await self._read_again(run_id, inst, message, origin)
-            if again is not None:
-                return again
         asked = (instrument, message, rationale, confidence, step_id, timeout_minutes)
         if idempotency_key is not None:
             earlier = self.store.find_request(run_id, idempotency_key)

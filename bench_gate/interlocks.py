@@ -113,6 +113,12 @@ class Interlocks(Part):
                         profile, safe.field, await link.query(query), query, ch)
                 except InstrumentError as exc:
                     out["errors"].append(exc.message)
+            # Sent is not done: a supply locked by another interface still reads on.
+            on = [ch for ch in channels
+                  if out["read_back"].get(snapshot_key(ch, safe.field)) not in (None, "0")]
+            if on:
+                out["errors"].append("the safe action was sent, but "
+                                     f"{', '.join(f'CH{ch}' for ch in on)} still reads on")
             return out
 
         try:

@@ -20,6 +20,7 @@ from .errors import InstrumentError
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
 from .scpi import classify
+from .snapshots import normalize
 
 __all__ = ["LEASES", "Leases"]
 
@@ -35,6 +36,8 @@ class Leases(Part):
         self._renewed: dict[str, float] = {}
         #: Runs whose client is connected now (a socket-door connection, an MCP session).
         self._connected: set[str] = set()
+        #: A lease whose safe action failed: its errors, said once, tried again each sweep.
+        self._failing: dict[str, list[str]] = {}
 
     def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
         """After an executed write: the channels it switched on that read back on."""
@@ -91,17 +94,32 @@ class Leases(Part):
         policy = self.config.policy
         run_id, name = str(lease["run_id"]), str(lease["instrument"])
         channels = [int(c) for c in lease["channels"]]
-        self.store.kv_delete(LEASES, f"{run_id}/{self.core.qualified(name)}")
-        self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
-        self._renewed.pop(run_id, None)
+        key = f"{run_id}/{self.core.qualified(name)}"
         data: dict[str, Any] = {"instrument": name, "channels": channels,
                                 "policy": policy.on_client_lost,
                                 "lease_seconds": policy.lease_seconds}
-        if policy.on_client_lost == "safe" and name in self.core.instruments:
-            data.update(await self._make_safe(name, channels))
-        self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
+        if policy.on_client_lost == "safe" and name in self.core.instruments:
+            data.update(await self._make_safe(name, channels))
+            if data["errors"]:
+                # Not shown off (a write that failed, an output that still reads on): the
+                # lease stays, so the next sweep tries again; said once per failure.
+                if self._failing.get(key) != data["errors"]:
+                    self._failing[key] = data["errors"]
+                    self._announce(run_id, name, channels, data, "the safe action failed ("
+                                   + "; ".join(data["errors"]) + "): it is tried again "
+                                   "every sweep until the outputs read off; check the bench")
+                return
+        self._failing.pop(key, None)
+        self.store.kv_delete(LEASES, key)
+        self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
+        self._renewed.pop(run_id, None)
+        self._announce(run_id, name, channels, data, what)
+
+    def _announce(self, run_id: str, name: str, channels: list[int], data: dict[str, Any],
+                  what: str) -> None:
+        self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
         self.core.notifier.publish(
             "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
             reason=f"the client of {run_id} stopped renewing its lease on {name} "
@@ -121,6 +139,18 @@ class Leases(Part):
                         sent.append(unit.canonical)
                     except InstrumentError as exc:
                         errors.append(exc.message)
+            on = []  # sent is not done: read each output back
+            for ch in channels:
+                query = inst.profile.field_query(safe.field, ch)
+                try:
+                    if normalize(inst.profile, safe.field, await link.query(query), query,
+                                 ch) != "0":
+                        on.append(ch)
+                except InstrumentError as exc:
+                    errors.append(exc.message)
+            if on:
+                errors.append("the safe action was sent, but "
+                              f"{', '.join(f'CH{ch}' for ch in on)} still reads on")
             return {"sent": sent, "errors": errors}
 
         return await inst.lane.run(job, urgent=True)

@@ -141,6 +141,15 @@ class Rechecks(Part):
                            f"failed: refused at the live recheck: {exc.message}")
         return None
 
+    def closed_refusal(self, req: TakeoverRequest) -> Refusal | None:
+        """A run closed while its write waited for the lane (its client gone): closing
+        cancels what is undecided, not a request already ``executing``, so the lane turn
+        asks again (in memory: closed through this gateway, where its doors are)."""
+        if not self.runs.is_closed(req.run_id):
+            return None
+        why = "its run closed while it waited for the instrument"
+        return Refusal(Move.FAIL, why, f"failed: {why}; nothing was written")
+
     @staticmethod
     def unfit_to_run(req: TakeoverRequest) -> str | None:
         """Invariant 3, checked again at the last moment: the approvals are bound to exactly

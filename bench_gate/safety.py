@@ -102,15 +102,15 @@ class Safety(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         if after is None:
             after = {}
-            for ch, f in envelope.enveloped_fields(inst.profile, limits):
+            for ch, f in envelope.readable_fields(inst.profile, limits):
                 query = inst.profile.field_query(f, ch)
                 with contextlib.suppress(InstrumentError):
                     after[snapshot_key(ch, f)] = normalize(
                         inst.profile, f, await link.query(query), query, ch)
-            found = envelope.breaches(inst.profile, limits, after,
-                                      set(limits) & set(inst.profile.channels))
-        else:
-            found = envelope.breaches(inst.profile, limits, after)
+        # Every limited channel is judged: a field left unread (one the profile cannot
+        # read there, or one that failed) is outside, never passed over.
+        found = envelope.breaches(inst.profile, limits, after,
+                                  set(limits) & set(inst.profile.channels))
         if not found:
             return None
         channels = sorted({b.channel for b in found})
@@ -124,6 +124,13 @@ class Safety(Part):
                     link, inst, [(ch, safe.field) for ch in channels])
                 safed.after = check.values
                 after.update(check.values)
+                # Sent is not done: a supply locked by another interface, or one that
+                # ignores the command, still reads on; never reported as made safe.
+                still = [ch for ch in channels
+                         if check.values.get(snapshot_key(ch, safe.field)) != "0"]
+                if still:
+                    safed.error = ("the safe action was sent, but "
+                                   f"{', '.join(f'CH{ch}' for ch in still)} still reads on")
         except InstrumentError as exc:
             safed.error = exc.message
         return safed

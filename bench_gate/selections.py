@@ -52,6 +52,19 @@ class Selections(Part):
                            "channel": channel})
         self._known[(run_id, instrument)] = channel
 
+    def forget(self, run_id: str) -> None:
+        """A closed run runs nothing more: its selections go, from memory and the store.
+        Kept, every connection of a script that reconnects for each reading (a run each)
+        left a row and an entry for good."""
+        for instrument in self.core.instruments:
+            key = self._key(run_id, instrument)
+            if (run_id, instrument) in self._known:  # read through once: the row is known
+                kept = self._known.pop((run_id, instrument)) is not None
+            else:
+                kept = self.store.kv_get(SELECTIONS, key) is not None
+            if kept:
+                self.store.kv_delete(SELECTIONS, key)
+
 
 async def read_selection(link: AsyncLink, inst: Instrument) -> int | None:
     """The instrument's own selection (``addressing.query``), read on the caller's lane

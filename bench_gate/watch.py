@@ -23,6 +23,7 @@ from .errors import GatewayError, InstrumentError
 from .instruments import AsyncLink
 from .models import Event, EventType
 from .safety import Safed, Safety
+from .scpi.compound import IDN
 
 __all__ = ["Watch"]
 
@@ -75,12 +76,13 @@ class Watch(Part):
     async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | None:
         # An instrument that answers nothing at all is unreachable, not breached: its lane
         # counts the error, and no write reaches it until it answers (the recheck).
-        fields = envelope.enveloped_fields(inst.profile, self.config.envelope[inst.config.name])
-        if not fields:
+        limits = self.config.envelope[inst.config.name]
+        if not envelope.enveloped_fields(inst.profile, limits):
             return None
-        ch, f = fields[0]
+        readable = envelope.readable_fields(inst.profile, limits)
+        probe = inst.profile.field_query(readable[0][1], readable[0][0]) if readable else IDN
         try:
-            await link.query(inst.profile.field_query(f, ch))
+            await link.query(probe)
         except InstrumentError:
             return None
         return await self.safety.make_safe(link, inst, None)

@@ -44,6 +44,8 @@ _SAV = re.compile(r"\*SAV (\d+)")
 _RCL = re.compile(r"\*RCL (\d+)")
 _VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
 _OFF = re.compile(r"OUTP 0,\(@(\d)\)")
+#: A trigger of the transient system: every channel (*TRG) or one (TRIG (@n)).
+_TRIGGER = re.compile(r"\*TRG|TRIG \(@(\d)\)")
 
 _TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
 
@@ -468,6 +470,40 @@ class SimPsu(SimInstrument):
         super().__init__(resource, definition)
         # The memory of *SAV lives here: pyvisa-sim cannot copy one property to another.
         self._slots: dict[int, dict[str, int | float | str]] = {}
+        #: A list running per channel: the voltage of its present point, and its timer.
+        self._list_level: dict[int, float] = {}
+        self._list_timer: dict[int, threading.Timer] = {}
+
+    def close(self) -> None:
+        for ch in list(self._list_timer):
+            self._stop_list(ch)
+        super().close()
+
+    def _stop_list(self, channel: int) -> None:
+        timer = self._list_timer.pop(channel, None)
+        if timer is not None:
+            timer.cancel()
+        self._list_level.pop(channel, None)
+
+    def _run_list(self, channel: int, point: int) -> None:
+        """Keysight's list (N6700 guide, LIST subsystem; the E36300 has the same): in LIST
+        mode a trigger steps the output through the voltage points, each for its dwell;
+        the immediate level, what ``VOLT?`` answers, is not changed, and the output returns
+        to it when the list ends."""
+        with self._lock:
+            volts = [float(v) for v in str(self._get(f"set_list_volt_ch{channel}")).split(",")]
+            dwell = [float(v) for v in str(self._get(f"set_list_dwel_ch{channel}")).split(",")]
+            if point >= len(volts):
+                self._stop_list(channel)
+                self._settle()
+                return
+            self._list_level[channel] = volts[point]
+            seconds = dwell[point] if point < len(dwell) else dwell[-1]
+            timer = threading.Timer(seconds, self._run_list, (channel, point + 1))
+            timer.daemon = True
+            self._list_timer[channel] = timer
+            timer.start()
+            self._settle()
 
     def probe(self, channel: int) -> tuple[float, float]:
         """(measured volts, measured amps) at ``channel``'s terminals, for a DMM."""
@@ -511,6 +547,14 @@ class SimPsu(SimInstrument):
             self._settle()
 
     def _link(self, canonical: str) -> None:
+        if m := _TRIGGER.fullmatch(canonical):
+            for ch in ([int(m[1])] if m[1] else self.channels):
+                if str(self._get(f"set_volt_mode_ch{ch}")).upper().startswith("LIST"):
+                    self._stop_list(ch)
+                    self._run_list(ch, 0)
+        elif canonical == "*RST":
+            for ch in list(self._list_timer):
+                self._stop_list(ch)
         if m := _NSEL.fullmatch(canonical):
             self._set("selected_name", f"CH{m[1]}")
         elif m := _SEL.fullmatch(canonical):
@@ -546,7 +590,8 @@ class SimPsu(SimInstrument):
             if on:
                 load = float(self._get(p + "load"))
                 limit = float(self._get(p + "current"))
-                volts = min(float(self._get(p + "voltage")), limit * load)
+                level = self._list_level.get(ch, float(self._get(p + "voltage")))
+                volts = min(level, limit * load)
                 amps = volts / load
                 if volts > float(self._get(p + "ovp")):
                     self._set(p + "ovp_tripped", 1)

@@ -215,9 +215,16 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         approval; use it whenever something looks wrong."""
         session = await session_for(ctx)
         done = Stopped.model_validate(await session.bench.emergency_stop(instrument))
-        return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: outputs "
-                             f"off, {len(done.cancelled)} requests cancelled; an operator "
-                             "must clear the stop")
+        # Only what was read back is said: an output that still reads on, or one that could
+        # not be read or sent to, is named, never reported off.
+        failed: dict[str, list[str]] = {
+            name: [str(e) for e in r.get("errors") or []]
+            for name, r in done.instruments.items() if r.get("errors")}
+        outputs = ("outputs off" if not failed else "NOT every output is shown off: " + "; ".join(
+            f"{name}: {'; '.join(errors)}" for name, errors in failed.items()))
+        return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: "
+                             f"{outputs}; {len(done.cancelled)} requests cancelled; an "
+                             "operator must clear the stop")
 
     @server.tool(annotations=READ, title="List instruments")
     @_guard

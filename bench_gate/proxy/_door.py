@@ -195,9 +195,15 @@ class Connection:
                 return
             refusing = self.on_hold == "refuse"
             try:
-                result = await submit(self.gateway, run_id, self.instrument, text,
-                                      rationale=rationale, confidence=confidence,
-                                      on_resend=refusing)
+                # A kept read runs in one step; anything else goes the whole way.
+                result = None if rationale is not None or confidence is not None else \
+                    await self.gateway.read(run_id, self.instrument, text)
+                if result is None:
+                    result = await submit(self.gateway, run_id, self.instrument, text,
+                                          rationale=rationale, confidence=confidence,
+                                          on_resend=refusing)
+                elif result.status is Outcome.REFUSED:  # decided again, as excites
+                    raise Refused(result.code, result.reason)
             except Refused as exc:
                 self.rationale = self.confidence = None
                 await self.push_error(exc.code, exc.message)

@@ -75,6 +75,31 @@ async def test_a_closed_run_refuses_a_read_it_made_before(
         await gateway.submit("run-nope", "psu", "VOLT? (@1)")
 
 
+async def test_the_one_step_read_takes_only_a_kept_read_and_journals_what_submit_does(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """``Gateway.read`` (the socket door's path for a read with nothing attached) runs a
+    kept read in one step; anything else is left to ``submit`` (None), and what it
+    journals is what the long way journals."""
+    run = gateway.create_run(script, "script")
+    assert await gateway.read(run.id, "psu", "VOLT? (@1)") is None, "not kept yet"
+    assert await gateway.read("run-nope", "psu", "VOLT? (@1)") is None  # submit: NotFound
+    assert (await gateway.submit(run.id, "psu", "VOLT? (@1)")).status == "executed"
+    front_panel.write("VOLT 2.5,(@1)")
+    result = await gateway.read(run.id, "psu", "VOLT? (@1)")
+    assert result is not None and result.status == "executed"
+    assert float(result.response or "nan") == 2.5, "the live answer, never a kept one"
+    assert await gateway.read(run.id, "psu", "VOLT 1,(@1)") is None, "a write: never here"
+    assert await gateway.read(run.id, "psu", "CURR? (@1)") is None, "another message"
+    received = _events(gateway, run.id, EventType.COMMAND_RECEIVED)
+    executed = _events(gateway, run.id, EventType.READ_EXECUTED)
+    assert received == [{"instrument": "psu", "message": "VOLT? (@1)", "rationale": None,
+                         "confidence": None, "step_id": None, "origin": "client"}] * 2
+    assert [float(e["response"]) for e in executed][1:] == [2.5]
+    gateway.close_run(run.id, "done")
+    assert await gateway.read(run.id, "psu", "VOLT? (@1)") is None, "closed: submit refuses"
+    assert gateway.verify_journal().intact
+
+
 async def test_each_runs_selection_decides_a_repeated_channel_less_read(
         gateway: Gateway, script: Principal, front_panel: Any) -> None:
     for channel, volts in ((1, "1.0"), (2, "2.0"), (3, "3.0")):

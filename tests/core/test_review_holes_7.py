@@ -155,7 +155,7 @@ async def test_a_run_closed_while_its_granted_write_waits_for_the_lane_runs_noth
     await blocker
     done = (await grant).request
     assert done.status is Status.FAILED, done.outcome
-    assert "run is closed" in (done.outcome or "") and "nothing was written" in done.outcome
+    assert "run closed" in (done.outcome or "") and "nothing was written" in done.outcome
     assert _volts(front_panel, 1) == 0
 
 
