@@ -146,7 +146,7 @@ def mcp(args: argparse.Namespace) -> int:
     """The MCP server on stdio, acting for the token's requester against --url."""
     import anyio
 
-    from .mcp import AgentSession, HttpBench, build_server
+    from .mcp import AgentSession, HttpBench, build_server, serve_stdio
 
     client = client_for(args)
     try:
@@ -160,10 +160,8 @@ def mcp(args: argparse.Namespace) -> int:
         return session
 
     async def serve() -> None:
-        try:
-            await build_server(session_for).run_stdio_async()
-        finally:
-            await session.close()
+        # Ends with its client, even a killed one with a tool call in flight (mcp/_stdio.py).
+        await serve_stdio(build_server(session_for).run_stdio_async, session)
 
     try:
         anyio.run(serve)

@@ -72,6 +72,9 @@ def _receipt(tk: dict[str, Any], proposed: dict[str, Any]) -> None:
     if not r:
         return
     _line("sent", "; ".join(r.get("sent") or []) or "nothing")
+    for ln in r.get("lines") or []:  # what the gateway added on the wire, or kept back
+        if ln.get("why"):
+            _line("", f"{ln['text']}: {ln['why']}")
     after = r.get("after") or {}
     before = r.get("before") or {}
     read = [f"{k} {before[k]} → {v}" if k in before and before[k] != v else f"{k} {v}"

@@ -24,6 +24,7 @@ from .models import (
     Event,
     EventType,
     Receipt,
+    SentLine,
     Status,
     TakeoverRequest,
 )
@@ -34,6 +35,8 @@ from .rechecks import Rechecks, Refusal
 from .runs import Runs
 from .safety import Safed, Safety, Written
 from .scpi import as_exciting, excitation_now, measures_now
+from .selections import read_selection
+from .sent import KEPT_BACK, on_the_wire
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .states import Event as Move
@@ -64,6 +67,9 @@ class Executor(Part):
         self._executing: dict[str, asyncio.Lock] = {}
         #: Turns an approved plan request into a live plan (set by the plans part).
         self.activate_plan: Callable[[TakeoverRequest], TakeoverRequest] | None = None
+        #: Keeps a run's selection read after a recall (set by the intake: run, instrument,
+        #: the channel the instrument has selected now).
+        self.reselect: Callable[[str, Instrument, int], None] | None = None
 
     def in_flight(self, request_id: str) -> bool:
         return request_id in self._in_flight
@@ -187,7 +193,7 @@ class Executor(Part):
                 self.core.notifier.request_changed(req)
                 for listener in self.requests.listeners:
                     listener(req, req.status)
-                refused.append(self.checks.closed_refusal(req)
+                refused.append(self.checks.closed_refusal(req) or self.checks.last_moment(req)
                                or self.checks.live_refusal(req, inst, live)
                                or self._stop_refusal(req))
                 return refused[-1] is None
@@ -221,8 +227,8 @@ class Executor(Part):
 
         async def recheck(link: AsyncLink) -> bool:
             live = await self.checks.read_live(link, inst, fields)
-            why = (self.checks.closed_refusal(req) or self.checks.live_refusal(req, inst, live)
-                   or self._stop_refusal(req))
+            why = (self.checks.closed_refusal(req) or self.checks.last_moment(req)
+                   or self.checks.live_refusal(req, inst, live) or self._stop_refusal(req))
             if why is not None:
                 refused.append(why)
                 return False
@@ -244,9 +250,14 @@ class Executor(Part):
         return None
 
     async def _record(self, why: Refusal, req: TakeoverRequest, inst: Instrument) -> None:
-        """The live recheck's refusal: the request goes stale (with a fresh one), or fails."""
+        """The live recheck's refusal: the request goes stale (with a fresh one), expires,
+        or fails."""
         if why.move is Move.GO_STALE:
             await self._go_stale(req, inst, why.diff)
+        elif why.move is Move.EXPIRE:
+            self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                               {"expires_at": req.expires_at.isoformat(),
+                                "reason": why.reason}, outcome=why.outcome)
         else:
             self.requests.move(req, why.move, EventType.STEP_FAILED, {"reason": why.reason},
                                outcome=why.outcome)
@@ -314,6 +325,13 @@ class Executor(Part):
         unshown = spec is not None and any(a.effect != "excites" and measures_now(
             profile, a.canonical) for a in req.actions)
         found: list[str] = []
+        # A recall restores the instrument's own selection (the E3631A's *RCL): what a bare
+        # unit of the run means next is read on this turn, after the write.
+        recalls = profile.model.addressing is not None and profile.model.addressing.query \
+            is not None and any((f := profile.form_of(a.canonical)) is not None
+                                and f.reselects == "recalled" for a in req.actions)
+        reselected: list[int] = []
+        lines: list[SentLine] = []  # what the instrument got, in order, and what it did not
 
         async def job(link: AsyncLink) -> Written | None:
             if recheck is not None and not await recheck(link):
@@ -332,7 +350,11 @@ class Executor(Part):
                         break
                     form = profile.form_of(a.canonical)
                     if a.effect == "select" or (form is not None and form.local):
-                        continue  # per run, or answered by the gateway (*CLS): never sent
+                        # per run, or answered by the gateway (*CLS): never sent
+                        lines.append(SentLine(text=a.canonical, sent=False, why=KEPT_BACK[
+                            "select" if a.effect == "select" else "local"]))
+                        continue
+                    lines.extend(on_the_wire(profile, a.canonical))
                     if a.canonical.split(" ")[0].endswith("?"):
                         out.answers[i] = await link.query(a.canonical,
                                                           inst.extra_seconds(a.canonical))
@@ -341,6 +363,8 @@ class Executor(Part):
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
             except (InstrumentError, Refused) as exc:
                 out.error = exc.message
+            if recalls and (now_selected := await read_selection(link, inst)) is not None:
+                reselected.append(now_selected)
             # Read back whatever happened; never retry the write blindly. Only the instrument
             # that was judged may answer: another one's values say nothing about ours.
             out.after, out.read_error = await self.safety.read_back(link, inst, readback,
@@ -352,10 +376,13 @@ class Executor(Part):
         w = await inst.lane.run(job)
         if w is None:
             return None
+        if reselected and self.reselect is not None:
+            self.reselect(req.run_id, inst, reselected[0])
         if found:
             return await self._go_stale(req, inst, {"measure function": (
                 "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])
-        receipt = Receipt(sent=commands, before=req.snapshot.values, after=w.after or {},
+        receipt = Receipt(sent=[ln.text for ln in lines if ln.sent], lines=lines,
+                          before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=started,
                           finished_at=self.clock(),
                           detail=";".join(w.answers[i] for i in sorted(w.answers)))

@@ -123,6 +123,10 @@ class Intake(Part):
             self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
         return c
 
+    def reselected(self, run_id: str, inst: Instrument, channel: int) -> None:
+        """The run's selection after a recall ran: the one the instrument has now."""
+        self._selected.set(run_id, inst.config.name, channel, inst.profile)
+
     async def read(self, run_id: str, instrument: str, message: str, origin: str = "client"
                    ) -> SubmitResult | None:
         """A read that passed before, in one step from the door's message to its record:

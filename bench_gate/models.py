@@ -25,6 +25,7 @@ __all__ = [
     "Run",
     "RunKind",
     "RunStatus",
+    "SentLine",
     "Snapshot",
     "Status",
     "TakeoverRequest",
@@ -198,7 +199,20 @@ class Approval(BaseModel):
     people: list[str] = Field(default_factory=list)
 
 
+class SentLine(BaseModel):
+    """One line of a receipt, in order: a text exactly as the instrument got it, or a unit
+    of the request that was not sent; ``added`` and ``why`` when the gateway added it
+    (a selection before a command, on an instrument that addresses outputs by selection)
+    or kept it back (a run's selection, ``*CLS`` answered by the gateway)."""
+
+    text: str
+    sent: bool = True
+    added: bool = False
+    why: str = ""
+
+
 class Receipt(BaseModel):
+    #: Exactly what reached the instrument, in order (``lines`` says who added what, why).
     sent: list[str]
     before: dict[str, str]
     after: dict[str, str]
@@ -207,6 +221,7 @@ class Receipt(BaseModel):
     finished_at: datetime
     reconciled: bool = False
     detail: str = ""
+    lines: list[SentLine] = Field(default_factory=list)
 
 
 class TakeoverRequest(BaseModel):

@@ -18,6 +18,7 @@ from .runs import Runs
 from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
+from .wire import rfc3339
 
 __all__ = ["Rechecks", "Refusal"]
 
@@ -45,12 +46,11 @@ class Rechecks(Part):
         """The owner's own rules, checked again just before it executes: a decision made on
         another gateway, or before a restart or a config change, never skips them."""
         run = self.runs.get(req.run_id)
-        if run.status is RunStatus.CLOSED:
-            return "its run is closed: nothing more runs in it"
+        gone = self._run_refusal(req, run)
+        if gone is not None:
+            return gone
         if req.plan_id is not None and req.handoff.get("auto_step"):
             return self._plan_refusal(req, run)
-        if run.status is RunStatus.SUSPENDED:
-            return "its run is suspended; an operator must release it"
         grants = [Grant(a.kind, a.by) for a in req.valid_approvals()]
         why = violation(req, run, self.config.policy, grants, self.setpoints.people_in_force(req))
         if why is None:
@@ -59,6 +59,33 @@ class Rechecks(Part):
             found = envelope.action_breaches(inst.profile, limits, req.actions)
             why = envelope.summary(inst.profile, found) if found else None
         return f"this bench's rules refuse it now: {why}" if why else None
+
+    @staticmethod
+    def _run_refusal(req: TakeoverRequest, run: Run) -> str | None:
+        """A closed run (its requester gone or done) runs nothing; a suspended one runs
+        nothing a person approved until an operator releases it."""
+        if run.status is RunStatus.CLOSED:
+            return "its run is closed: nothing more runs in it"
+        if run.status is RunStatus.SUSPENDED and not (
+                req.plan_id is not None and req.handoff.get("auto_step")):
+            return "its run is suspended; an operator must release it"
+        return None
+
+    def last_moment(self, req: TakeoverRequest) -> Refusal | None:
+        """Checked again on the write's own lane turn, before any command: the write may
+        have waited there (behind another write, a slow read) past its expiry (an expiry
+        is a denial), or past the end of its run (a gone client's request never runs;
+        the grant had already made it ``executing``, which closing a run leaves alone)."""
+        if req.expires_at <= self.clock():
+            when = rfc3339(req.expires_at)
+            return Refusal(Move.EXPIRE, f"expired at {when} while it waited for the "
+                           "instrument", f"expired: its time ran out at {when} while it "
+                           "waited for the instrument; nothing was written")
+        why = self._run_refusal(req, self.runs.get(req.run_id))
+        if why is not None:
+            return Refusal(Move.FAIL, why, f"failed: {why} (it ended while the write waited "
+                           "for the instrument); nothing was written")
+        return None
 
     def _plan_refusal(self, req: TakeoverRequest, run: Run) -> str | None:
         """A write inside a plan runs only while the plan is live, and only while the

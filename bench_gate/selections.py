@@ -9,10 +9,14 @@ mean the instrument's own selection or the profile's default channel (DESIGN.md 
 
 from __future__ import annotations
 
-from .core import Core, Part
+from decimal import Decimal, InvalidOperation
+
+from .core import Core, Instrument, Part
+from .errors import InstrumentError
+from .instruments import AsyncLink
 from .scpi import Profile
 
-__all__ = ["SELECTIONS", "Selections"]
+__all__ = ["SELECTIONS", "Selections", "read_selection"]
 
 #: The store's key-value table of selections: ``run/bench/instrument`` -> the channel.
 SELECTIONS = "selections"
@@ -60,3 +64,16 @@ class Selections(Part):
                 kept = self.store.kv_get(SELECTIONS, key) is not None
             if kept:
                 self.store.kv_delete(SELECTIONS, key)
+
+
+async def read_selection(link: AsyncLink, inst: Instrument) -> int | None:
+    """The instrument's own selection (``addressing.query``), read on the caller's lane
+    turn after a recall restored it; None if unreadable (the run's selection then stays)."""
+    spec = inst.profile.model.addressing
+    if spec is None or spec.query is None:
+        return None
+    try:
+        channel = int(Decimal((await link.query(spec.query)).strip()))
+    except (InstrumentError, InvalidOperation, ValueError):
+        return None
+    return channel if channel in inst.profile.channels else None

@@ -97,6 +97,8 @@ TRANSITIONS: dict[tuple[Status, Event], Status] = {
     (Status.EXECUTING, Event.FAIL): Status.FAILED,
     (Status.EXECUTING, Event.LOSE_TRACK): Status.AMBIGUOUS,
     (Status.EXECUTING, Event.GO_STALE): Status.STALE,
+    # Its expiry passed while the write waited for its lane turn: nothing was sent.
+    (Status.EXECUTING, Event.EXPIRE): Status.EXPIRED,
 }
 
 

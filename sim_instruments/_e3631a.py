@@ -13,7 +13,9 @@ its current limit.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from pyvisa.resources import MessageBasedResource
 
 from ._model import PANEL, Session, SimInstrument
 
@@ -28,6 +30,14 @@ _MEASURE = re.compile(r"MEAS:(VOLT|CURR)\? \(@(\d)\)")
 _NAMES = {1: "P6V", 2: "P25V", 3: "N25V"}
 #: A +25V or -25V voltage setpoint; in track mode the other takes it with the opposite sign.
 _TRACKED = re.compile(r"VOLT ([-+0-9.E]+),\(@([23])\)")
+#: *SAV as the model classifies it: with the output selected (the profile's channel list).
+_SAV = re.compile(r"\*SAV (\d)(?:,\(@\d\))?")
+_RCL = re.compile(r"\*RCL (\d)")
+#: What *SAV stores and *RCL restores (User's Guide, chapter 4, *SAV: "INST[:SEL],
+#: VOLT[:IMM], CURR[:IMM], OUTP[:STAT], OUTP:TRAC, TRIG:SOUR, and TRIG:DEL"): the selected
+#: output too, so a bare VOLT after *RCL acts on the output the recalled state selects.
+_STORED = ("selected", "output", "set_outp_trac", "set_trig_sour", "set_trig_del",
+           *(f"ch{ch}_{f}" for ch in (1, 2, 3) for f in ("voltage", "current")))
 
 
 class SimE3631a(SimInstrument):
@@ -37,6 +47,10 @@ class SimE3631a(SimInstrument):
     resource_name = E3631A_RESOURCE
     rst_keeps: ClassVar[frozenset[str]] = frozenset(
         {"ese", "sre", "saved_slot", "recalled_slot", "ch1_load", "ch2_load", "ch3_load"})
+
+    def __init__(self, resource: MessageBasedResource, definition: Any) -> None:
+        super().__init__(resource, definition)
+        self._slots: dict[int, dict[str, int | float | str]] = {}
 
     def handle_message(self, message: str, session: Session = PANEL) -> str | None:
         if "(@" in message:  # chapter 4: outputs are selected, never listed
@@ -61,6 +75,21 @@ class SimE3631a(SimInstrument):
         super()._after_write(canonical)
         if (m := _TRACKED.fullmatch(canonical)) and int(self._get("set_outp_trac")):
             self._set(f"ch{5 - int(m[2])}_voltage", -float(m[1]))
+
+    def _model_write(self, canonical: str) -> bool:
+        if m := _SAV.fullmatch(canonical):
+            self._slots[int(m[1])] = {name: self._get(name) for name in _STORED}
+            return True
+        return False
+
+    def _link(self, canonical: str) -> None:
+        if m := _RCL.fullmatch(canonical):
+            # *RCL: "You recall *RST states or values of the power supply from a memory
+            # location that was not previously specified as a storage location."
+            saved = self._slots.get(int(m[1]))
+            for name in _STORED:
+                prop = self._props[name]
+                self._set(name, saved[name] if saved else prop.parse(prop.default))
 
     def _selected(self) -> int:
         return int(self._get("selected"))

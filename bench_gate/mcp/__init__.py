@@ -13,6 +13,7 @@ from ._core import CoreBench
 from ._door import McpDoor
 from ._http import HttpBench
 from ._server import AgentSession, build_server
+from ._stdio import client_gone, serve_stdio
 
 __all__ = ["AgentSession", "Bench", "CoreBench", "HttpBench", "McpDoor", "ToolFailure",
-           "build_server"]
+           "build_server", "client_gone", "serve_stdio"]

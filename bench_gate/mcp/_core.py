@@ -70,10 +70,13 @@ class CoreBench:
             return run.id
         return await self._call(go)
 
-    async def close_run(self, run_id: str) -> None:
+    async def close_run(self, run_id: str, reason: str | None = None) -> None:
         async def go() -> None:
             self.gateway.client_connected(run_id, False)
-            self.gateway.close_run(run_id)
+            if reason is None:
+                self.gateway.close_run(run_id)
+            else:
+                self.gateway.close_run(run_id, reason)
         await self._call(go)
 
     async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:

@@ -67,11 +67,13 @@ class HttpBench:
             "POST", "/v1/runs", json={"kind": "agent", "goal": goal}))
         return str(run["id"])
 
-    async def close_run(self, run_id: str) -> None:
+    async def close_run(self, run_id: str, reason: str | None = None) -> None:
         """Close the run: its undecided requests are cancelled, and it no longer counts
         against ``limits.open_runs``. If the server is away, they expire instead."""
+        body = {"reason": reason} if reason else None
         with contextlib.suppress(ToolFailure):
-            await self._call(lambda: self.client.request("POST", f"/v1/runs/{run_id}/close"))
+            await self._call(lambda: self.client.request(
+                "POST", f"/v1/runs/{run_id}/close", json=body))
 
     async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:
         body = {"instrument": instrument} if instrument else {}

@@ -68,6 +68,7 @@ class AgentSession:
         self.goal: str | None = None
         self._lock = anyio.Lock()
         self._profiles: dict[str, str] | None = None
+        self._closed = False
 
     def run(self) -> str:
         if self.run_id is None:
@@ -95,9 +96,11 @@ class AgentSession:
                               f"{', '.join(self._profiles) or 'none'}", hint="list_instruments")
         return self._profiles[instrument]
 
-    async def close(self) -> None:
-        if self.run_id is not None:
-            await self.bench.close_run(self.run_id)
+    async def close(self, reason: str | None = None) -> None:
+        """Close the session's run (once): its undecided requests are cancelled."""
+        if self.run_id is not None and not self._closed:
+            self._closed = True
+            await self.bench.close_run(self.run_id, reason)
 
 
 SessionFor = Callable[[Context], Awaitable[AgentSession]]

@@ -73,11 +73,27 @@ class _Resolver(ParamReader):
         if selected is None and profile.addressing is not None:
             selected = profile.addressing.default  # never the instrument's own selection
         self.selected = selected
+        #: After a recall (``reselects: recalled``): the instrument's selection is the one
+        #: the recalled state holds, unknown until it ran (``selected`` is None then).
+        self.recalled = False
         #: The header path for a relative header (SCPI-99 Vol. 1 §6.2.4): each node with the
         #: numeric suffix it was sent with, so ``SOUR2:VOLT 5;CURR 1`` means ``SOUR2:CURR``.
         self.path: tuple[tuple[str, int | None], ...] = ()
         #: The canonical header of the unit being resolved when a '#' keeps its number.
         self.numbered: str | None = None
+
+    def selection(self, pos: int) -> int | None:
+        """The selected channel, for a unit that names none. After a recall it is the one
+        the recalled state holds, known only once the recall ran: refused, never guessed."""
+        if self.recalled:
+            spec = self.profile.addressing
+            select = spec.select.format(ch="<n>") if spec is not None and spec.select else ""
+            raise self.err(ScpiExecutionError, -221, "settings conflict: after the recall "
+                           "the selected output is the one the recalled state holds, known "
+                           "only once it has run; name the output first"
+                           + (f" ({select})" if select else "") + ", or send this in a "
+                           "message after the recall", pos)
+        return self.selected
 
     def run(self) -> Classification:
         out: list[Unit] = []
@@ -227,14 +243,14 @@ class _Resolver(ParamReader):
                 for ch in channels:
                     self.check_channel(ch, listed.pos)
             else:
-                channels = [self.selected]
+                channels = [self.selection(raw.start)]
                 self.check_channel(self.selected, raw.start)
         elif form.channel == "every":  # one unit per channel: each is judged as its own
             channels = list(self.profile.channels) or [None]
         elif form.channel == "suffix":
             # SCPI-99 Vol. 1 §6.2.5: no suffix is suffix 1; an instrument that addresses by
             # selection (DP800 guide, :SOURce[<n>]) means its selected channel instead.
-            bare = self.selected if self.profile.addressing is not None else 1
+            bare = self.selection(raw.start) if self.profile.addressing is not None else 1
             channels = [suffix_channel if suffix_channel is not None else bare]
             self.check_channel(channels[0], raw.start)
             if command.suffixes and channels[0] not in command.suffixes:  # SPD3303X: CH1, CH2
@@ -272,7 +288,7 @@ class _Resolver(ParamReader):
                 if spec.name == form.channel_param:
                     channel = int(values[spec.name])
             if form.channel == "param" and form.channel_param not in values:
-                channel = self.selected  # APPL? alone: the selected channel's
+                channel = self.selection(raw.start)  # APPL? alone: the selected channel's
                 if channel is not None and form.channel_param is not None:
                     values[form.channel_param] = channel  # written out, never the panel's
             reach = self.reach(form, values)
@@ -342,10 +358,12 @@ class _Resolver(ParamReader):
                 if channel is None:  # the selection decides: no channel list at all
                     template = RE_CHANNEL_LIST.sub("", template)
                 text = template.format(ch=channel, **rendered)
-                sub = _Resolver(text, self.profile, self.selected, self.depth + 1).run()
+                resolver = _Resolver(text, self.profile, self.selected, self.depth + 1)
+                resolver.selected, resolver.recalled = self.selected, self.recalled
+                sub = resolver.run()
                 units.extend(dataclasses.replace(u, source=raw.index, position=raw.start,
                                                  text=raw.text) for u in sub.units)
-                self.selected = sub.selected
+                self.selected, self.recalled = sub.selected, resolver.recalled
             if not units:  # a unit must never vanish from the classification
                 missing = next((s.name for s in form.params if s.name not in values), "a value")
                 raise self.err(ScpiSyntaxError, -109, f"{missing} is missing", raw.end)
@@ -368,9 +386,12 @@ class _Resolver(ParamReader):
                               if s.field is not None and s.field == form.field
                               and s.name in values), None)
         if form.effect is Effect.SELECT:
-            self.selected = channel
+            self.selected, self.recalled = channel, False
         if form.reselects and self.profile.addressing is not None:
-            self.selected = self.profile.addressing.default
+            if form.reselects == "recalled":
+                self.selected, self.recalled = None, True
+            else:
+                self.selected, self.recalled = self.profile.addressing.default, False
         effect, note = form.effect, ""
         applied = self.excitation(form, values)
         if applied is not None:

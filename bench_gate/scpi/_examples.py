@@ -160,6 +160,8 @@ def _instances(command: CommandSpec, form: FormSpec, profile: Profile,
                 # As the instrument's own clients write it: select, then the bare unit.
                 text = text[: -len(channel)].rstrip(" ,")
                 if select is not None:
-                    text = select.format(ch=channel[2:-1]) + ";:" + text
+                    # A common command header takes no leading colon (IEEE 488.2).
+                    text = (select.format(ch=channel[2:-1])
+                            + (";" if text.startswith("*") else ";:") + text)
             out.append(Example(text, command.header, query, form.effect))
     return out

@@ -143,7 +143,10 @@ class FormSpec(BaseModel):
     #: Puts the instrument's own channel selection back to its power-on one (the E3631A's
     #: ``*RST`` selects the +6V output): after it, a connection's selection is the
     #: profile's ``addressing.default`` again, as a unit after it means on the instrument.
-    reselects: bool = False
+    #: ``recalled``: to the one a stored state holds (the E3631A's ``*RCL`` restores
+    #: INST[:SEL]), known only once it ran: read then (``addressing.query``) as the run's
+    #: selection; a unit after it in the same message that names no channel is refused.
+    reselects: bool | Literal["recalled"] = False
 
 
 class CommandSpec(BaseModel):
@@ -222,6 +225,9 @@ class AddressingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: The query that reads the instrument's own selection (``INST:NSEL?``): asked only
+    #: after a form that ``reselects: recalled`` ran.
+    query: str | None = None
     #: The command that selects a channel; ``{ch}`` is its number (``INST:NSEL {ch}``).
     #: None: a single-channel instrument (the DL3021 load): its one channel's units go out
     #: without a list, and nothing selects it.
