@@ -18,7 +18,7 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "no_worse", "readable_fields", "safe_commands",
+           "enveloped_fields", "magnitude", "no_worse", "readable_fields", "safe_commands",
            "setpoint_fields", "summary", "unbounded"]
 
 
@@ -50,6 +50,21 @@ class Breach:
     def as_json(self) -> dict[str, str | int | None]:
         return {"channel": self.channel, "field": self.field, "value": self.value,
                 "limit": format_number(self.limit)}
+
+
+def magnitude(raw: str | None) -> Decimal | None:
+    """How far a field's value is from 0: a number's magnitude, or the largest of a list's
+    points (``3,-20`` is 20: ``FieldSpec.points``). None when any part is no finite number
+    (unread, garbled, empty): it cannot be shown inside."""
+    if raw is None:
+        return None
+    try:
+        values = [Decimal(part) for part in raw.split(",")]
+    except InvalidOperation:
+        return None
+    if not all(v.is_finite() for v in values):
+        return None
+    return max(abs(v) for v in values)
 
 
 def _limits_of(limits: ChannelLimits) -> dict[str, Decimal]:
@@ -91,7 +106,7 @@ def setpoint_fields(profile: Profile) -> tuple[str, ...]:
     """A channel's setpoint on this instrument: every field the envelope's voltage or
     current bounds (an SMU's level and limit in both source functions), else those two."""
     return tuple(f for f, spec in profile.fields.items() if not spec.measured
-                 and profile.limit_of(f) in SETPOINT_KEYS) or SETPOINT_KEYS
+                 and not spec.points and profile.limit_of(f) in SETPOINT_KEYS) or SETPOINT_KEYS
 
 
 def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
@@ -146,13 +161,10 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
             continue
         for field, limit in bounded(profile, limits[channel]).items():
             raw = state.get(_key(channel, field))
-            try:
-                value = Decimal(raw) if raw is not None else None
-            except InvalidOperation:
-                value = None
             # A limit bounds the magnitude: a bipolar source (an SMU, a negative supply
-            # output) at -20 V is as far from 0 as at +20 V.
-            if value is None or not value.is_finite() or abs(value) > limit:
+            # output) at -20 V is as far from 0 as at +20 V; a list, its farthest point.
+            value = magnitude(raw)
+            if value is None or value > limit:
                 out.append(Breach(channel, field, raw, limit))
     return out
 
@@ -179,11 +191,8 @@ def no_worse(now: Breach, before: Breach | None) -> bool:
     """True when ``now`` was already there before, at the same value or a safer one."""
     if before is None:
         return False
-    try:
-        return now.value is not None and before.value is not None and \
-            abs(Decimal(now.value)) <= abs(Decimal(before.value))
-    except InvalidOperation:
-        return False
+    now_at, before_at = magnitude(now.value), magnitude(before.value)
+    return now_at is not None and before_at is not None and now_at <= before_at
 
 
 def summary(profile: Profile, found: list[Breach]) -> str:

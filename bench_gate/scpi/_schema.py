@@ -200,6 +200,11 @@ class FieldSpec(BaseModel):
     #: a CH2 setpoint is judged on CH3 too. A target written ``-ch3.voltage`` takes the
     #: opposite sign (the E3631A's -25V output tracking its +25V output).
     copies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: Levels stored for a later trigger (a triggered level, a list's points), read as
+    #: numbers joined by ``,`` (Keysight's ``LIST:VOLT?``): each point is judged against
+    #: the field's limit, the largest magnitude deciding. Not part of the channel's
+    #: setpoint: a trigger, not a setpoint approval, puts them on the output.
+    points: bool = False
 
 
 class SafeActionSpec(BaseModel):
