@@ -79,7 +79,9 @@ class Snapshots(Part):
         for a in actions:
             if a.effect in ("read", "select", "harmless", "measure-config"):
                 continue
-            if a.channel is None:
+            # An effect the gateway cannot predict may reach any channel (a trigger steps
+            # every channel INSTrument:COUPle joins): its snapshot reads them all.
+            if a.channel is None or a.unpredictable:
                 everything = True
             channels.add(a.channel)
         if everything:

@@ -546,6 +546,14 @@ class SimPsu(SimInstrument):
             return True  # still on until the delay has passed
         return False
 
+    def _coupled(self, channel: int) -> list[int]:
+        """The channels one channel's trigger steps: INSTrument:COUPle couples the triggers
+        of the channels it names (ALL, NONE, or a list) (E36300 guide, INSTrument:COUPle)."""
+        word = str(self._get("set_inst_coup")).upper()
+        joined = (list(self.channels) if word.startswith("ALL") else
+                  [int(d) for d in re.findall(r"\d", word) if int(d) in self.channels])
+        return joined if channel in joined else [channel]
+
     def _trigger(self, channel: int) -> None:
         """STEP applies the triggered levels (E36300 guide, VOLTage:MODE); LIST runs the
         list (_run_list)."""
@@ -565,7 +573,8 @@ class SimPsu(SimInstrument):
     def _link(self, canonical: str) -> None:
         if m := _TRIGGER.fullmatch(canonical):
             for ch in ([int(m[1])] if m[1] else self.channels):
-                self._trigger(ch)
+                for each in self._coupled(ch):
+                    self._trigger(each)
         elif canonical == "*RST":
             for ch in list(self._list_timer):
                 self._stop_list(ch)

@@ -115,6 +115,26 @@ async def test_an_e36312a_list_in_force_is_judged_before_its_trigger_and_after(
         assert panel.query("OUTP? (@3)") == "0"
 
 
+async def test_a_trigger_of_one_channel_is_judged_on_every_channel_it_may_step(
+        gateway: Gateway, config: BenchConfig, script: Principal, olga: Principal,
+        pete: Principal, sim: SimBenchThread) -> None:
+    """The channels' triggers coupled at the panel (``INST:COUP ALL``) and a list 20 V, 3 V
+    stored on CH2 (on at 3 V): ``TRIG (@1)`` steps CH2 too. Its snapshot read CH1 only, so
+    it ran and CH2 gave the DUT 20 V until the read-back switched it off. A command whose
+    effect cannot be predicted is now judged on every channel: refused, CH2 untouched."""
+    config.policy.watch_seconds = 0
+    run = gateway.create_run(script, "script", goal="a voltage list")
+    await _on_at_3v(gateway, run.id, olga, pete)
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        panel.write("INST:COUP ALL;:LIST:VOLT 20,3,(@2);:LIST:DWEL 0.2,0.2,(@2)")
+        panel.write("VOLT:MODE LIST,(@2)")
+        assert panel.query("*OPC?") == "1"
+    fired = await _everything(gateway, run.id, "psu", "TRIG (@1)", olga, pete)
+    assert fired.status == "refused" and fired.code == -222, fired
+    assert "CH2 list voltages" in fired.reason, fired.reason
+    assert _ch2(sim) == (Decimal(3), "1")
+
+
 async def test_the_watch_switches_off_a_channel_holding_a_list_outside(
         gateway: Gateway, config: BenchConfig, sim: SimBenchThread, script: Principal,
         olga: Principal, pete: Principal) -> None:
