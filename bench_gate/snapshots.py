@@ -150,6 +150,12 @@ class Snapshots(Part):
         for a in actions:
             if a.field is not None and a.new is not None:
                 key = snapshot_key(a.channel, a.field)
+                if profile is not None:  # an unprogrammed stored level answers this field
+                    for name, spec in profile.fields.items():
+                        other = snapshot_key(a.channel, name)
+                        if spec.follows == a.field and other in state and \
+                                state[other] == state.get(key):
+                            state[other] = a.new
                 state[key] = a.new
                 if profile is not None:
                     state = envelope.follow(profile, state, key)

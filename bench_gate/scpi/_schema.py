@@ -205,6 +205,12 @@ class FieldSpec(BaseModel):
     #: the field's limit, the largest magnitude deciding. Not part of the channel's
     #: setpoint: a trigger, not a setpoint approval, puts them on the output.
     points: bool = False
+    #: For a stored level the instrument answers with another field's value while none is
+    #: programmed (the E3631A's ``VOLTage:TRIGgered?``: "if no triggered level is
+    #: programmed, the VOLTage level is returned"): where the snapshot shows the two equal,
+    #: the predicted state moves this one with that field. A programmed level that only
+    #: happens to be equal is then judged by the read-back, which reads it.
+    follows: str | None = None
 
 
 class SafeActionSpec(BaseModel):
