@@ -57,6 +57,22 @@ def _number(raw: str, text: str, where: str) -> str:
     return format_number(number)
 
 
+def _stored_follow(profile: Profile, before: dict[str, str], after: dict[str, str]
+                   ) -> dict[str, str]:
+    """``after`` with each unprogrammed stored level (``FieldSpec.follows``: equal to its
+    field in ``before``) moved with its field, however that moved (a coupling included)."""
+    out = dict(after)
+    for key, value in after.items():
+        if before.get(key) == value or "." not in key:
+            continue
+        head, name = key.split(".", 1)
+        for other, spec in profile.fields.items():
+            stored = f"{head}.{other}"
+            if spec.follows == name and stored in before and before[stored] == before[key]:
+                out[stored] = value
+    return out
+
+
 def unverifiable(actions: list[Action]) -> list[str]:
     """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
     return [a.canonical for a in actions
@@ -150,15 +166,10 @@ class Snapshots(Part):
         for a in actions:
             if a.field is not None and a.new is not None:
                 key = snapshot_key(a.channel, a.field)
-                if profile is not None:  # an unprogrammed stored level answers this field
-                    for name, spec in profile.fields.items():
-                        other = snapshot_key(a.channel, name)
-                        if spec.follows == a.field and other in state and \
-                                state[other] == state.get(key):
-                            state[other] = a.new
-                state[key] = a.new
+                before = state
+                state = {**state, key: a.new}
                 if profile is not None:
-                    state = envelope.follow(profile, state, key)
+                    state = _stored_follow(profile, before, envelope.follow(profile, state, key))
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:

@@ -72,10 +72,13 @@ class SimDp832(SimInstrument):
         self._timer: threading.Timer | None = None
         #: (VOLT|CURR, channel) with a triggered level programmed since the last trigger.
         self._pending: set[tuple[str, int]] = set()
+        self._delays: list[threading.Timer] = []
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        for delay in self._delays:
+            delay.cancel()
         super().close()
 
     def _run_timer(self, channel: int, group: int) -> None:
@@ -137,6 +140,7 @@ class SimDp832(SimInstrument):
             fired, self._pending = set(self._pending), set()
             delay = threading.Timer(float(self._get("set_trig_del")), self._fire, (fired,))
             delay.daemon = True
+            self._delays = [d for d in self._delays if d.is_alive()] + [delay]
             delay.start()
             return True
         if m := _TIMER_SET.fullmatch(canonical):

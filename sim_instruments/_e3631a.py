@@ -56,6 +56,12 @@ class SimE3631a(SimInstrument):
         #: (VOLT|CURR, output) with a pending triggered level; whether INIT armed it.
         self._pending: set[tuple[str, int]] = set()
         self._armed = False
+        self._delays: list[threading.Timer] = []
+
+    def close(self) -> None:
+        for delay in self._delays:
+            delay.cancel()
+        super().close()
 
     def _fire(self) -> None:
         """The trigger, after its delay: the selected output and those coupled to it take
@@ -78,6 +84,7 @@ class SimE3631a(SimInstrument):
         self._armed = False
         delay = threading.Timer(float(self._get("set_trig_del")), self._fire)
         delay.daemon = True
+        self._delays = [d for d in self._delays if d.is_alive()] + [delay]
         delay.start()
 
     def _model_write(self, canonical: str) -> bool:
