@@ -211,6 +211,11 @@ class FieldSpec(BaseModel):
     #: the predicted state moves this one with that field. A programmed level that only
     #: happens to be equal is then judged by the read-back, which reads it.
     follows: str | None = None
+    #: A mode in which the bench's limits bound what the channel does: the values (as the
+    #: snapshot holds them, any case) under which they do. An energized channel with any
+    #: other value, or an unread one, is outside the envelope (the DL3021's short-circuit
+    #: and list modes draw what no level names), wherever the mode was set.
+    bounded_when: tuple[str, ...] = ()
 
 
 class SafeActionSpec(BaseModel):
