@@ -14,10 +14,14 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
+from bench_gate.envelope import breaches
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
+from bench_gate.scpi import get_profile
 from sim_instruments import SimDl3021, SimServedThread
 from tests.conftest import own_port
 from tests.core.test_review_holes_2 import _everything
@@ -107,3 +111,27 @@ async def test_the_watch_switches_off_a_load_left_in_a_short(
         if _drawn(load_sim)[1] == 0:
             break
     assert _drawn(load_sim) == (12.0, 0.0)
+
+
+@given(short=st.sampled_from(["0", "1", None, "garbage"]),
+       mode=st.sampled_from(["FIX", "fixed", "LIST", "WAV", "BATT", "OCP", "OPP", "", None]),
+       on=st.booleans())
+def test_a_mode_no_level_bounds_is_outside_only_while_the_input_is_on(
+        short: str | None, mode: str | None, on: bool) -> None:
+    """For every mode the load can answer (or none), an input that is on is outside the
+    envelope exactly when it is in a short, in a mode other than fixed levels, or either
+    is unread; an input that is off is never outside for its mode."""
+    profile = get_profile("dl3021")
+    state = {"ch1.input": "1" if on else "0", "ch1.current": "2", "ch1.voltage": "0",
+             "ch1.cv_ilim": "1", "ch1.cr_ilim": "1", "ch1.cp_ilim": "1"}
+    if short is not None:
+        state["ch1.short"] = short
+    if mode is not None:
+        state["ch1.func_mode"] = mode
+    found = {b.field for b in breaches(profile, LIMITS, state)}
+    expected = set()
+    if on and short != "0":
+        expected.add("short")
+    if on and (mode or "").upper() not in ("FIX", "FIXED"):
+        expected.add("func_mode")
+    assert found == expected, (state, found)
