@@ -46,7 +46,10 @@ def test_the_simulated_e36312a_runs_its_list_and_triggered_levels(sim: SimBenchT
         res.write("VOLT 1,(@2);:CURR 0.5,(@2);:OUTP 1,(@2)")
         res.write("VOLT:TRIG 4,(@2);:VOLT:MODE STEP,(@2);:TRIG (@2)")
         assert Decimal(res.query("MEAS:VOLT? (@2)")) == 4
-        res.write("LIST:VOLT 2,7,(@2);:LIST:DWEL 0.2,0.2,(@2);:VOLT:MODE LIST,(@2);:TRIG (@2)")
+        res.write("LIST:VOLT 2,7,(@2);:LIST:DWEL 0.2,5,(@2)")
+        assert res.query("*OPC?") == "1"
+        sim.psu.execute("VOLT:MODE LIST,(@2)", False)  # the panel's key: the profile refuses it
+        res.write("TRIG (@2)")
         assert Decimal(res.query("MEAS:VOLT? (@2)")) == 2
     time.sleep(0.5)
     assert _ch2(sim)[0] == 7
@@ -73,7 +76,10 @@ async def test_an_e36312a_list_stored_at_the_panel_never_runs_outside_the_envelo
     with own_port(sim.psu_resource_name, panel=True) as panel:
         panel.write("LIST:VOLT 3,20,(@2);:LIST:DWEL 0.2,0.2,(@2)")
         assert panel.query("*OPC?") == "1"
-    for message in ("VOLT:MODE LIST,(@2)", "TRIG (@2)", "*TRG"):
+    moded = await _everything(gateway, run.id, "psu", "VOLT:MODE LIST,(@2)", olga, pete)
+    assert moded.status == "refused" and moded.code == -224, moded  # review 6's closing
+    sim.psu.execute("VOLT:MODE LIST,(@2)", False)  # the panel's key
+    for message in ("TRIG (@2)", "*TRG", "VOLT:MODE FIX,(@2)"):
         result = await _everything(gateway, run.id, "psu", message, olga, pete)
         assert result.status == "refused" and result.code == -222, (message, result)
         assert "list voltages" in result.reason and "20" in result.reason, result.reason
@@ -94,8 +100,7 @@ async def test_an_e36312a_list_in_force_is_judged_before_its_trigger_and_after(
     with own_port(sim.psu_resource_name, panel=True) as panel:
         panel.write("LIST:VOLT 3,5,(@2);:LIST:DWEL 0.2,0.2,(@2)")
         assert panel.query("*OPC?") == "1"
-    moded = await _everything(gateway, run.id, "psu", "VOLT:MODE LIST,(@2)", olga, pete)
-    assert moded.request.status.value == "executed", moded.request.outcome
+    sim.psu.execute("VOLT:MODE LIST,(@2)", False)  # the panel's key
     with own_port(sim.psu_resource_name, panel=True) as panel:
         panel.write("LIST:VOLT 3,20,(@2)")
         assert panel.query("*OPC?") == "1"
@@ -127,7 +132,8 @@ async def test_a_trigger_of_one_channel_is_judged_on_every_channel_it_may_step(
     await _on_at_3v(gateway, run.id, olga, pete)
     with own_port(sim.psu_resource_name, panel=True) as panel:
         panel.write("INST:COUP ALL;:LIST:VOLT 20,3,(@2);:LIST:DWEL 0.2,0.2,(@2)")
-        panel.write("VOLT:MODE LIST,(@2)")
+    sim.psu.execute("VOLT:MODE LIST,(@2)", False)  # the panel's key
+    with own_port(sim.psu_resource_name, panel=True) as panel:
         assert panel.query("*OPC?") == "1"
     fired = await _everything(gateway, run.id, "psu", "TRIG (@1)", olga, pete)
     assert fired.status == "refused" and fired.code == -222, fired
