@@ -18,8 +18,8 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "no_worse", "readable_fields", "safe_commands",
-           "setpoint_fields", "summary", "unbounded"]
+           "enveloped_fields", "magnitude", "modes", "no_worse", "readable_fields",
+           "safe_commands", "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -44,12 +44,30 @@ class Breach:
         label = spec.label if spec is not None else self.field
         unit = f" {spec.unit}" if spec is not None and spec.unit else ""
         shown = "unknown" if self.value is None else f"{self.value}{unit}"
+        if spec is not None and spec.bounded_when:
+            return (f"CH{self.channel} {label} is {shown}: the bench limits bound this "
+                    f"channel only with {label} {' or '.join(spec.bounded_when)}")
         return (f"CH{self.channel} {label} is {shown}, above the bench limit of "
                 f"{format_number(self.limit)}{unit}")
 
     def as_json(self) -> dict[str, str | int | None]:
         return {"channel": self.channel, "field": self.field, "value": self.value,
                 "limit": format_number(self.limit)}
+
+
+def magnitude(raw: str | None) -> Decimal | None:
+    """How far a field's value is from 0: a number's magnitude, or the largest of a list's
+    points (``3,-20`` is 20: ``FieldSpec.points``). None when any part is no finite number
+    (unread, garbled, empty): it cannot be shown inside."""
+    if raw is None:
+        return None
+    try:
+        values = [Decimal(part) for part in raw.split(",")]
+    except InvalidOperation:
+        return None
+    if not all(v.is_finite() for v in values):
+        return None
+    return max(abs(v) for v in values)
 
 
 def _limits_of(limits: ChannelLimits) -> dict[str, Decimal]:
@@ -91,7 +109,7 @@ def setpoint_fields(profile: Profile) -> tuple[str, ...]:
     """A channel's setpoint on this instrument: every field the envelope's voltage or
     current bounds (an SMU's level and limit in both source functions), else those two."""
     return tuple(f for f, spec in profile.fields.items() if not spec.measured
-                 and profile.limit_of(f) in SETPOINT_KEYS) or SETPOINT_KEYS
+                 and not spec.points and profile.limit_of(f) in SETPOINT_KEYS) or SETPOINT_KEYS
 
 
 def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
@@ -104,7 +122,7 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
         if channel not in profile.channels:
             continue
         names = ([safe.field] if safe is not None else []) + list(
-            bounded(profile, limits[channel]))
+            bounded(profile, limits[channel])) + modes(profile, channel)
         out.extend((channel, f) for f in dict.fromkeys(names))
     return out
 
@@ -116,6 +134,17 @@ def readable_fields(profile: Profile, limits: dict[int, ChannelLimits]
     query that answers, so each ask only waits out the link's timeout and drops the
     connection, holding the lane. Left out of a reading, it counts as unreadable: outside."""
     return [(ch, f) for ch, f in enveloped_fields(profile, limits) if profile.has_field(f, ch)]
+
+
+def modes(profile: Profile, channel: int) -> list[str]:
+    """The channel's fields that say whether its limits bound it at all (``bounded_when``)."""
+    return [f for f, spec in profile.fields.items()
+            if spec.bounded_when and profile.has_field(f, channel)]
+
+
+def _unbounded_mode(profile: Profile, field: str, raw: str | None) -> bool:
+    allowed = {v.upper() for v in profile.fields[field].bounded_when}
+    return raw is None or raw.strip().upper() not in allowed
 
 
 def _energized(profile: Profile, state: dict[str, str], channel: int) -> bool:
@@ -146,14 +175,13 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
             continue
         for field, limit in bounded(profile, limits[channel]).items():
             raw = state.get(_key(channel, field))
-            try:
-                value = Decimal(raw) if raw is not None else None
-            except InvalidOperation:
-                value = None
             # A limit bounds the magnitude: a bipolar source (an SMU, a negative supply
-            # output) at -20 V is as far from 0 as at +20 V.
-            if value is None or not value.is_finite() or abs(value) > limit:
+            # output) at -20 V is as far from 0 as at +20 V; a list, its farthest point.
+            value = magnitude(raw)
+            if value is None or value > limit:
                 out.append(Breach(channel, field, raw, limit))
+        out.extend(Breach(channel, field, raw, Decimal(0)) for field in modes(profile, channel)
+                   if _unbounded_mode(profile, field, raw := state.get(_key(channel, field))))
     return out
 
 
@@ -179,11 +207,10 @@ def no_worse(now: Breach, before: Breach | None) -> bool:
     """True when ``now`` was already there before, at the same value or a safer one."""
     if before is None:
         return False
-    try:
-        return now.value is not None and before.value is not None and \
-            abs(Decimal(now.value)) <= abs(Decimal(before.value))
-    except InvalidOperation:
-        return False
+    if now.value is not None and now.value == before.value:
+        return True  # the same mode, or the same value: nothing new
+    now_at, before_at = magnitude(now.value), magnitude(before.value)
+    return now_at is not None and before_at is not None and now_at <= before_at
 
 
 def summary(profile: Profile, found: list[Breach]) -> str:

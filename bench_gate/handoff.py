@@ -38,11 +38,13 @@ def show_value(profile: Profile | None, field: str, value: str | None,
             return value
         return "+".join(w for b, w in sorted(spec.flags.items()) if bits >> b & 1) or "none"
     if spec.type == "number":
-        try:
-            shown = Decimal(value).quantize(spec.resolution.normalize(), ROUND_HALF_EVEN)
+        step = spec.resolution.normalize()
+        try:  # a list's points each in the field's step: ``3.000, 20.000 V``
+            shown = ", ".join(f"{Decimal(v).quantize(step, ROUND_HALF_EVEN):f}"
+                              for v in (value.split(",") if spec.points else [value]))
         except (InvalidOperation, ValueError):
             return value
-        return f"{shown:f} {spec.unit}".strip()
+        return f"{shown} {spec.unit}".strip()
     return value
 
 

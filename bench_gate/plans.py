@@ -16,7 +16,7 @@ from decimal import Decimal
 from pydantic import BaseModel, Field, model_validator
 
 from .config import ChannelLimits
-from .envelope import bounded, follow
+from .envelope import bounded, follow, magnitude
 from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
@@ -123,8 +123,11 @@ def _outside_at_enable(scope: PlanScope, profile: Profile, ch: int,
         if not profile.has_field(name, ch) or only not in (None, name):
             continue
         spec = profile.fields[name]
-        try:
-            value = Decimal(state[f"ch{ch}.{name}"])
+        try:  # a list's points by the farthest one (FieldSpec.points)
+            raw = state[f"ch{ch}.{name}"]
+            value = Decimal(raw) if not spec.points else magnitude(raw)
+            if value is None:
+                raise ArithmeticError(raw)
         except (KeyError, ArithmeticError):
             return f"CH{ch} {doing} with its {spec.label} unknown is outside the plan"
         low = lo if name == "voltage" else Decimal(0)

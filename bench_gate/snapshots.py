@@ -39,15 +39,38 @@ def normalize(profile: Profile, fld: str, raw: str, where: str = "",
             raise InstrumentError(f"{where or fld}: answer {raw!r} unreadable: {exc}") from exc
     if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
         return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
+    if spec.points:  # a list's points (N6900 guide, LIST:VOLT?: values joined by ',')
+        return ",".join(_number(raw, part, where or fld) for part in text.split(","))
+    if spec.type == "boolean":
+        return "1" if Decimal(_number(raw, text, where or fld)) != 0 else "0"
+    return _number(raw, text, where or fld)
+
+
+def _number(raw: str, text: str, where: str) -> str:
+    """One number of an answer, canonical; anything else (empty, garbled) an I/O failure."""
     try:
-        number = Decimal(text)
+        number = Decimal(text.strip())
     except InvalidOperation:
         number = Decimal("NaN")
     if not number.is_finite():
-        raise InstrumentError(f"{where or fld}: answer {raw!r} is not a number")
-    if spec.type == "boolean":
-        return "1" if number != 0 else "0"
+        raise InstrumentError(f"{where}: answer {raw!r} is not a number")
     return format_number(number)
+
+
+def _stored_follow(profile: Profile, before: dict[str, str], after: dict[str, str]
+                   ) -> dict[str, str]:
+    """``after`` with each unprogrammed stored level (``FieldSpec.follows``: equal to its
+    field in ``before``) moved with its field, however that moved (a coupling included)."""
+    out = dict(after)
+    for key, value in after.items():
+        if before.get(key) == value or "." not in key:
+            continue
+        head, name = key.split(".", 1)
+        for other, spec in profile.fields.items():
+            stored = f"{head}.{other}"
+            if spec.follows == name and stored in before and before[stored] == before[key]:
+                out[stored] = value
+    return out
 
 
 def unverifiable(actions: list[Action]) -> list[str]:
@@ -72,7 +95,9 @@ class Snapshots(Part):
         for a in actions:
             if a.effect in ("read", "select", "harmless", "measure-config"):
                 continue
-            if a.channel is None:
+            # An effect the gateway cannot predict may reach any channel (a trigger steps
+            # every channel INSTrument:COUPle joins): its snapshot reads them all.
+            if a.channel is None or a.unpredictable:
                 everything = True
             channels.add(a.channel)
         if everything:
@@ -141,9 +166,10 @@ class Snapshots(Part):
         for a in actions:
             if a.field is not None and a.new is not None:
                 key = snapshot_key(a.channel, a.field)
-                state[key] = a.new
+                before = state
+                state = {**state, key: a.new}
                 if profile is not None:
-                    state = envelope.follow(profile, state, key)
+                    state = _stored_follow(profile, before, envelope.follow(profile, state, key))
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
@@ -152,17 +178,32 @@ class Snapshots(Part):
         the envelope, the fields the write does not touch included; and no state it passes
         through on the way (units run in the order they are sent) is outside where the one
         before was not. ``OUTP ON`` before the ``VOLT`` that would make it safe is refused.
-        Commands whose effect cannot be predicted are judged by the read-back after them.
+        Commands whose effect cannot be predicted are judged by the read-back after them,
+        and are never sent while levels stored for a trigger (a list's points, a triggered
+        level) are outside on an energized channel: they may be that trigger.
         Raises Refused (-222) naming the field."""
         limits = self.config.envelope.get(inst.config.name, {})
         over = envelope.action_breaches(inst.profile, limits, actions)
         if over:  # a value above its limit, energized or not
             raise Refused(-222, f"{envelope.summary(inst.profile, over)}; nothing was sent")
+        profile = inst.profile
+        # Levels stored for a trigger (a list's points, a triggered level) outside on an
+        # energized channel: a command whose effect cannot be predicted may be the trigger
+        # that applies them, its first point before any read-back. Other breaches found
+        # live are the read-back's: it makes them safe on the write's own lane turn.
+        stored = [b for b in envelope.breaches(profile, limits, snap.values)
+                  if profile.fields[b.field].points]
+        blind = [a.canonical for a in actions if a.unpredictable]
+        if stored and blind:
+            raise Refused(-222, f"levels stored for a trigger are outside the envelope: "
+                          f"{envelope.summary(profile, stored)}; {blind[0]} cannot be "
+                          "predicted and may apply them, so it is not sent while they are "
+                          "stored (store levels inside, or switch the channel off); "
+                          "nothing was sent")
         named = {a.channel for a in actions if a.channel is not None and not a.unpredictable
                  and a.effect in ("setpoint", "output", "protection")}
         if not named:
             return
-        profile = inst.profile
         states = [self.proposed(actions[:done], snap, profile)
                   for done in range(1, len(actions) + 1)]
         # A coupling that is (or may come) on moves its followers too: judge them with it;

@@ -8,6 +8,10 @@ The timer (DP800 guide, :TIMEr): ``:TIMEr:PARAmeter <group>,<volts>,<amps>,<seco
 a group of the selected channel; ``:TIMEr ON`` applies the groups in turn, each for its time,
 long after the command that started them. The delayer (``:DELAY``) is not modelled.
 
+The trigger (DP800 guide, :TRIGger, :SOURce:VOLTage:TRIGgered): ``:TRIGger`` or ``*TRG``
+applies, after ``:TRIGger:DELay`` (1 s at least), the triggered levels of every channel one
+was programmed on since the last trigger.
+
 The model keeps its own selection, shared by every interface like the instrument's, and
 classifies each message under it; a message with a channel list is refused (the DP832 takes
 none), so a test proves the gateway writes every channel out in the DP832's own spelling.
@@ -45,6 +49,9 @@ _CLEAR = re.compile(r"(?:SOUR\d:(?:VOLT|CURR):PROT|OUTP:O[VC]P):CLE(?: CH\d)?")
 _NUM = r"([-+0-9.E]+)"
 _TIMER_SET = re.compile(rf"TIME(?:R)?:PARA(?:METER)? {_NUM},{_NUM},{_NUM},{_NUM}(?:,\(@(\d)\))?")
 _TIMER_RUN = re.compile(r"TIME(?:R)?(?::STAT(?:E)?)? (?:CH(\d),)?(ON|OFF|1|0)")
+#: A triggered level stored (pending until the next trigger), and the trigger itself.
+_TRIGGERED = re.compile(r"SOUR(\d):(VOLT|CURR):TRIG ([-+0-9.E]+)")
+_FIRE = frozenset({"TRIG", "*TRG"})
 #: The rating each channel's APPL? names (DP800 guide: ``CH1:30V/3A,5.000,1.0000``).
 _RATING = {1: "30V/3A", 2: "30V/3A", 3: "5V/3A"}
 
@@ -63,10 +70,15 @@ class SimDp832(SimInstrument):
         #: Timer groups per channel: group -> (volts, amps, seconds); the running timer.
         self._groups: dict[int, dict[int, tuple[float, float, float]]] = {1: {}, 2: {}, 3: {}}
         self._timer: threading.Timer | None = None
+        #: (VOLT|CURR, channel) with a triggered level programmed since the last trigger.
+        self._pending: set[tuple[str, int]] = set()
+        self._delays: list[threading.Timer] = []
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        for delay in self._delays:
+            delay.cancel()
         super().close()
 
     def _run_timer(self, channel: int, group: int) -> None:
@@ -112,7 +124,25 @@ class SimDp832(SimInstrument):
             other = 3 - int(m[1])
             self._set(f"ch{other}_{'voltage' if m[2] == 'VOLT' else 'current'}", float(m[3]))
 
+    def _fire(self, pending: set[tuple[str, int]]) -> None:
+        """Apply the triggered levels ``pending``: what a trigger does after its delay."""
+        with self._lock:
+            for kind, ch in sorted(pending):
+                field = "voltage" if kind == "VOLT" else "current"
+                self._set(f"ch{ch}_{field}",
+                          float(self._get(f"set_sour{ch}_{kind.lower()}_trig_ch{ch}")))
+
     def _model_write(self, canonical: str) -> bool:
+        if m := _TRIGGERED.fullmatch(canonical):
+            self._pending.add((m[2], int(m[1])))
+            return False  # stored by its setting
+        if canonical in _FIRE:
+            fired, self._pending = set(self._pending), set()
+            delay = threading.Timer(float(self._get("set_trig_del")), self._fire, (fired,))
+            delay.daemon = True
+            self._delays = [d for d in self._delays if d.is_alive()] + [delay]
+            delay.start()
+            return True
         if m := _TIMER_SET.fullmatch(canonical):
             channel = int(m[5]) if m[5] else self._selected()
             self._groups[channel][int(float(m[1]))] = (float(m[2]), float(m[3]), float(m[4]))

@@ -455,6 +455,11 @@ class SimPsu(SimInstrument):
     ``OUTP 0`` waits the channel's ``OUTP:DEL:FALL`` before the output goes off, as the
     Keysight supplies' turn-off sequencing does (N6700 guide, OUTPut:DELay:FALL: "affects
     on-to-off transitions including changes in the OUTPut:STATe").
+
+    A trigger (``TRIG (@n)``, ``*TRG``) applies what the channel's mode says (E36300 guide,
+    VOLTage:MODE; N6900 guide, LIST): STEP, the triggered levels (``VOLT:TRIG``,
+    ``CURR:TRIG``); LIST, the list's points (_run_list). The arming (``INIT``) is not
+    modelled.
     """
 
     profile = PSU_PROFILE
@@ -541,6 +546,25 @@ class SimPsu(SimInstrument):
             return True  # still on until the delay has passed
         return False
 
+    def _coupled(self, channel: int) -> list[int]:
+        """The channels one channel's trigger steps: INSTrument:COUPle couples the triggers
+        of the channels it names (ALL, NONE, or a list) (E36300 guide, INSTrument:COUPle)."""
+        word = str(self._get("set_inst_coup")).upper()
+        joined = (list(self.channels) if word.startswith("ALL") else
+                  [int(d) for d in re.findall(r"\d", word) if int(d) in self.channels])
+        return joined if channel in joined else [channel]
+
+    def _trigger(self, channel: int) -> None:
+        """STEP applies the triggered levels (E36300 guide, VOLTage:MODE); LIST runs the
+        list (_run_list)."""
+        for kind, name in (("volt", "voltage"), ("curr", "current")):
+            if str(self._get(f"set_{kind}_mode_ch{channel}")).upper().startswith("STEP"):
+                level = float(self._get(f"set_{kind}_trig_ch{channel}"))
+                self._set(f"ch{channel}_{name}", level)
+        if str(self._get(f"set_volt_mode_ch{channel}")).upper().startswith("LIST"):
+            self._stop_list(channel)
+            self._run_list(channel, 0)
+
     def _fall(self, channel: int) -> None:
         with self._lock:
             self._set(f"ch{channel}_output", 0)
@@ -549,9 +573,8 @@ class SimPsu(SimInstrument):
     def _link(self, canonical: str) -> None:
         if m := _TRIGGER.fullmatch(canonical):
             for ch in ([int(m[1])] if m[1] else self.channels):
-                if str(self._get(f"set_volt_mode_ch{ch}")).upper().startswith("LIST"):
-                    self._stop_list(ch)
-                    self._run_list(ch, 0)
+                for each in self._coupled(ch):
+                    self._trigger(each)
         elif canonical == "*RST":
             for ch in list(self._list_timer):
                 self._stop_list(ch)

@@ -203,6 +203,22 @@ class FieldSpec(BaseModel):
     #: a CH2 setpoint is judged on CH3 too. A target written ``-ch3.voltage`` takes the
     #: opposite sign (the E3631A's -25V output tracking its +25V output).
     copies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: Levels stored for a later trigger (a triggered level, a list's points), read as
+    #: numbers joined by ``,`` (Keysight's ``LIST:VOLT?``): each point is judged against
+    #: the field's limit, the largest magnitude deciding. Not part of the channel's
+    #: setpoint: a trigger, not a setpoint approval, puts them on the output.
+    points: bool = False
+    #: For a stored level the instrument answers with another field's value while none is
+    #: programmed (the E3631A's ``VOLTage:TRIGgered?``: "if no triggered level is
+    #: programmed, the VOLTage level is returned"): where the snapshot shows the two equal,
+    #: the predicted state moves this one with that field. A programmed level that only
+    #: happens to be equal is then judged by the read-back, which reads it.
+    follows: str | None = None
+    #: A mode in which the bench's limits bound what the channel does: the values (as the
+    #: snapshot holds them, any case) under which they do. An energized channel with any
+    #: other value, or an unread one, is outside the envelope (the DL3021's short-circuit
+    #: and list modes draw what no level names), wherever the mode was set.
+    bounded_when: tuple[str, ...] = ()
 
 
 class SafeActionSpec(BaseModel):

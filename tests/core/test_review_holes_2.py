@@ -82,7 +82,9 @@ _levels = st.decimals(min_value=-2, max_value=2, places=3)
 @given(scope_v=st.decimals(min_value=0, max_value=2, places=2),
        scope_i=st.decimals(min_value=0, max_value="0.2", places=3),
        state=st.fixed_dictionaries({f: _levels for f in
-                                    ("voltage", "current", "current_level", "vlim")}),
+                                    ("voltage", "current", "current_level", "vlim",
+                                     "triggered_voltage", "triggered_current",
+                                     "list_voltage", "list_current")}),
        profile=st.sampled_from(["k2450", "e36312a"]))
 def test_a_plan_covers_an_output_enable_only_inside_its_scope_on_every_bounded_field(
         scope_v: Decimal, scope_i: Decimal, state: dict[str, Decimal], profile: str) -> None:

@@ -179,7 +179,8 @@ async def test_the_dl3021_never_runs_a_list_or_test_mode(
         fired = await _everything(gateway, run.id, "load", trigger, olga, pete)
         assert getattr(fired, "status", None) == "refused" and fired.code == -203, fired
     await asyncio.sleep(0.6)
-    assert _drawn(load_sim) == (12.0, 2.0)
+    # 2 A, or nothing once the watch has found the list mode set at the panel (review 5)
+    assert _drawn(load_sim) in ((12.0, 2.0), (12.0, 0.0))
 
 
 def test_the_simulated_dl3021_runs_its_list_after_a_trigger(load_sim: SimServedThread) -> None:
