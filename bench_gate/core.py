@@ -45,6 +45,12 @@ class Instrument:
     #: The link's connection count the timing settings were kept on.
     opens: int | None = None
 
+    @property
+    def compound(self) -> bool:
+        """Whether the link carries compound queries: pyvisa-sim's devices match each
+        message whole (one query a message), so on its backend every field is asked alone."""
+        return not self.config.backend.endswith("@sim")
+
     def _same_connection(self) -> None:
         # A reconnect: the instrument may have restarted or been changed meanwhile, so a
         # reading may take up to the cap until a *RST.

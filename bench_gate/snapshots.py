@@ -114,7 +114,7 @@ class Snapshots(Part):
         one message (scpi/compound.py), each answer normalized as if asked alone."""
         profile = inst.profile
         name = inst.config.name
-        plan = read_plan(profile, fields)
+        plan = read_plan(profile, fields, inst.compound)
         values = {}
         if plan.message is None:
             idn = await link.query(IDN)

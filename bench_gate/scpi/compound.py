@@ -73,8 +73,12 @@ def joins(profile: Profile, field_name: str) -> bool:
             and not spec.bits)
 
 
-def read_plan(profile: Profile, fields: list[Field] | tuple[Field, ...]) -> ReadPlan:
-    """The plan for reading ``fields`` (and ``*IDN?``) on ``profile``; kept per profile."""
+def read_plan(profile: Profile, fields: list[Field] | tuple[Field, ...],
+              compound: bool = True) -> ReadPlan:
+    """The plan for reading ``fields`` (and ``*IDN?``) on ``profile``; kept per profile.
+    ``compound`` False (a link that answers one query a message): every field alone."""
+    if not compound:
+        return ReadPlan(None, (), tuple(fields))
     key = (id(profile), tuple(fields))
     kept = _plans.get(key)
     if kept is not None and kept[0] is profile:

@@ -190,3 +190,28 @@ async def test_no_other_job_reaches_the_supply_between_the_recheck_and_the_write
         link.go.set()
         await gw.close()
         gw.store.close()
+
+
+async def test_pyvisa_sims_own_backend_is_read_one_query_a_message(
+        db_path: Path, clock: Clock, script: Principal) -> None:
+    """pyvisa-sim (``<bench.yaml>@sim``) matches each message whole, so a compound
+    snapshot got one answer for ten queries and every write's hold failed ("unreadable"):
+    on that backend each field is asked alone, and the write is held with what it read."""
+    from bench_gate.config import InstrumentConfig
+    from sim_instruments import PSU_RESOURCE, bench_yaml_path
+
+    config = BenchConfig(instruments=[InstrumentConfig(
+        name="psu", resource=PSU_RESOURCE, profile="e36312a",
+        backend=f"{bench_yaml_path()}@sim")])
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert req is not None and req.status is Status.PENDING, req
+        assert req.snapshot.idn.startswith("Keysight Technologies,E36312A")
+        asked = [k for k in req.snapshot.values if k.startswith("ch1.")]
+        assert len(asked) >= 5, req.snapshot.values  # each field read, one at a time
+    finally:
+        await gw.close()
+        gw.store.close()
