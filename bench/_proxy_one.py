@@ -58,6 +58,11 @@ from bench_gate.gateway import Gateway
 from bench_gate.models import Event, EventType, Principal, Role
 from bench_gate.proxy import start_doors
 from bench_gate.store import READ_LOG_TABLE, SqliteStore
+
+if __package__:
+    from ._relay import start_relay
+else:  # run as a script, or imported by bench/proxy.py run as one
+    from _relay import start_relay
 from sim_instruments import (
     PSU_RESOURCE,
     SimBenchThread,
@@ -86,24 +91,6 @@ class LoopThread:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-
-
-async def start_relay(upstream: tuple[str, int]) -> asyncio.Server:
-    """The minimal relay: bytes in, bytes out, one upstream connection per client."""
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-        finally:
-            writer.close()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*upstream)
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer),
-                             return_exceptions=True)
-
-    return await asyncio.start_server(handle, "127.0.0.1", 0)
 
 
 def thread_cpu() -> dict[str, float]:

@@ -97,19 +97,11 @@ def measure(port: int, n: int, pids: dict[str, int]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- relay process
 async def _relay(upstream: int) -> None:
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-        finally:
-            writer.close()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", upstream)
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer),
-                             return_exceptions=True)
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    if __package__:
+        from ._relay import start_relay
+    else:
+        from _relay import start_relay
+    server = await start_relay(("127.0.0.1", upstream))
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
 
