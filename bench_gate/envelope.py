@@ -38,6 +38,8 @@ class Breach:
     field: str
     value: str | None  # None: the field could not be read, so it cannot be shown inside
     limit: Decimal
+    #: A mode in which the limits bound nothing (``bounded_when``), not a level.
+    mode: bool = False
 
     def words(self, profile: Profile) -> str:
         spec = profile.fields.get(self.field)
@@ -180,7 +182,8 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
             value = magnitude(raw)
             if value is None or value > limit:
                 out.append(Breach(channel, field, raw, limit))
-        out.extend(Breach(channel, field, raw, Decimal(0)) for field in modes(profile, channel)
+        out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
+                   for field in modes(profile, channel)
                    if _unbounded_mode(profile, field, raw := state.get(_key(channel, field))))
     return out
 
@@ -207,8 +210,8 @@ def no_worse(now: Breach, before: Breach | None) -> bool:
     """True when ``now`` was already there before, at the same value or a safer one."""
     if before is None:
         return False
-    if now.value is not None and now.value == before.value:
-        return True  # the same mode, or the same value: nothing new
+    if now.mode and before.mode:
+        return now.value is not None and now.value == before.value  # the same mode
     now_at, before_at = magnitude(now.value), magnitude(before.value)
     return now_at is not None and before_at is not None and now_at <= before_at
 

@@ -135,3 +135,18 @@ def test_a_mode_no_level_bounds_is_outside_only_while_the_input_is_on(
     if on and (mode or "").upper() not in ("FIX", "FIXED"):
         expected.add("func_mode")
     assert found == expected, (state, found)
+
+
+@pytest.mark.parametrize("raw", ["NAN", "OOPS", "", "9.9E37,NAN"])
+def test_an_unreadable_level_seen_before_is_never_no_worse(raw: str) -> None:
+    """Only a mode (bounded_when) is judged the same by its word: a level that reads as no
+    number counts as outside each time, never as 'already there, no worse'."""
+    from decimal import Decimal
+
+    from bench_gate.envelope import Breach, no_worse
+
+    level = Breach(1, "voltage", raw, Decimal(6))
+    assert not no_worse(level, Breach(1, "voltage", raw, Decimal(6)))
+    mode = Breach(1, "short", "1", Decimal(0), mode=True)
+    assert no_worse(mode, Breach(1, "short", "1", Decimal(0), mode=True))
+    assert not no_worse(mode, Breach(1, "short", None, Decimal(0), mode=True))
