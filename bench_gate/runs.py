@@ -188,6 +188,9 @@ class Runs(Part):
         self.store.save_run(run, events)
         self.store.kv_delete(ATTACHED, run_id)
         self.store.kv_delete(TERMS, run_id)
+        if events:  # told live (another gateway's lane turn reads the run: last_moment)
+            self.core.notifier.publish("run", id=run_id, status=run.status.value,
+                                       reason=reason)
         for hook in self.on_close:  # e.g. its standing plans end with it
             hook(run_id)
 

@@ -18,11 +18,13 @@ import pytest
 from bench_gate.config import BenchConfig
 from bench_gate.errors import InvalidInput, PermissionDenied, TransitionError
 from bench_gate.gateway import Gateway
+from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal, Role, RunStatus, Status
 from bench_gate.store import SqliteStore
 from bench_gate.terms import MAX_TERM, MIN_TERM
 from tests.conftest import Clock
 from tests.core.test_leases import until
+from tests.core.test_review_holes_6 import SlowAfterWrite
 
 TERM = 2
 
@@ -154,3 +156,35 @@ async def test_a_term_starts_when_its_run_is_created(
     run = gateway.create_run(script, "agent", heartbeat_seconds=TERM)
     await asyncio.sleep(1.0)  # two sweeps
     assert gateway.get_run(run.id).status is RunStatus.ACTIVE
+
+
+async def test_a_term_running_out_mid_write_lets_the_write_finish(
+        config: BenchConfig, db_path: Path, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """The term runs out while a granted write's lane job is running (written, its
+    read-back held back): the run closes, but the write is never cut in half: it is
+    concluded (executed, read back, receipted), and nothing else of the run runs."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = SlowAfterWrite(PyvisaLink(psu), "VOLT", TERM + 1.0)
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link})
+    await gw.start()
+    try:
+        run = gw.create_run(script, "agent", heartbeat_seconds=TERM)
+        asked = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        later = (await gw.submit(run.id, "psu", "VOLT 3,(@2)")).request
+        assert asked is not None and later is not None
+        link.armed = True
+        granting = asyncio.ensure_future(gw.grant(asked.id, olga, ["setpoint"],
+                                                  proposal_hash=asked.proposal_hash))
+        await asyncio.to_thread(link.landed.wait, 5)
+        await until(lambda: gw.get_run(run.id).status is RunStatus.CLOSED, TERM + 1.0)
+        assert gw.get_request(asked.id).status is Status.EXECUTING, "left to finish"
+        done = (await granting).request
+        assert done.status is Status.EXECUTED, (done.status, done.outcome)
+        assert done.receipt is not None
+        assert gw.get_request(later.id).status is Status.CANCELLED
+    finally:
+        await gw.close()
+        gw.store.close()
+    assert volts(front_panel, 1) == 2 and volts(front_panel, 2) == 0
