@@ -4,6 +4,7 @@ schema; ``POST /v1/runs/{id}/heartbeat`` by whom, and on a closed run."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from bench_gate.client import ApiError, Client
 from bench_gate.terms import MAX_TERM, MIN_TERM
 
 from ..._http_bench import Bench, start_bench
+from ..cli.test_cli_vocabulary import run_main
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,21 @@ def test_the_client_heartbeats_and_a_closed_run_is_a_conflict(bench: Bench) -> N
         assert closed.value.status == 409
         assert "client gone: no heartbeat for 2 s" in closed.value.reason
         assert bot.request("GET", f"/v1/runs/{run['id']}")["status"] == "closed"
+
+
+def test_watch_shows_a_silent_clients_run_closing(
+        bench: Bench, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench-gate watch`` shows the alert and the run closed, with why. Before, any
+    alert (it has no id: a lost lease, an emergency stop, this) ended the watch with a
+    KeyError traceback."""
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "agent", "heartbeatSeconds": MIN_TERM}
+                     ).json()["id"]
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu", "command":
+                                                 "VOLT 0.7,(@2)"})
+        assert r.status_code == 202, r.text
+    code, out, err = run_main(bench, "olga", capsys, "watch", "--timeout", str(MIN_TERM + 2))
+    assert code == 0, err
+    assert re.search(rf"alert    client_gone  {run}: client gone: no heartbeat for "
+                     rf"{MIN_TERM} s", out), out
+    assert re.search(rf"run      {run}  closed  \(client gone: no heartbeat", out), out
