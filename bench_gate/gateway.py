@@ -270,8 +270,7 @@ class Gateway:
         """``heartbeat_seconds``: the run closes if its client is silent that long."""
         run = self._runs.create(principal, kind, goal, attached=attached,
                                 heartbeat_seconds=heartbeat_seconds)
-        if heartbeat_seconds is not None:
-            self._terms.heard(run.id)  # its term starts now, not at start-up
+        self._terms.created(run.id, run.heartbeat_seconds)  # its term starts now
         return run
 
     def get_run(self, run_id: str) -> Run:

@@ -33,7 +33,7 @@ __all__ = ["ATTACHED", "TERMS", "Runs"]
 RUNS_REMEMBERED = 100_000
 #: The store's table of runs that live and die with one connection (socket door, MCP).
 ATTACHED = "attached_runs"
-#: The store's table of runs with a heartbeat term, ``{bench, seconds[, heard]}`` per run
+#: The store's table of runs with a heartbeat term, ``{bench, seconds[, beat]}`` per run
 #: (bench_gate/terms.py).
 TERMS = "run_terms"
 

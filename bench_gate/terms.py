@@ -13,11 +13,13 @@ The term is kept in the store (table ``run_terms``), so a restart never forgets 
 run was last heard is kept in memory, so after a restart every term starts again from
 start-up: the process being down never closes a run early. The gateway of the bench the
 run was created on keeps the term; another gateway on the same store that hears the
-client writes when (wall clock, at most once a second) into the term's record.
+client writes a new beat token into the term's record (at most once a second), which the
+keeper, seeing it change, counts as heard by its own clock.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -58,8 +60,10 @@ class Terms(Part):
         self._records: dict[str, dict[str, Any] | None] = {}
         #: When each run's client was last heard here (monotonic seconds).
         self._heard: dict[str, float] = {}
-        #: When this gateway last wrote "heard" into another bench's run's record.
+        #: When this gateway last wrote a beat into another bench's run's record.
         self._written: dict[str, float] = {}
+        #: The last beat token seen in each of this bench's records (written by another).
+        self._beats: dict[str, str] = {}
         self._started = time.monotonic()
 
     def start(self) -> None:
@@ -75,17 +79,18 @@ class Terms(Part):
         at = self._heard[run_id] = time.monotonic()
         if record.get("bench") != self.config.bench \
                 and at - self._written.get(run_id, -WRITE_EVERY) >= WRITE_EVERY:
-            # Another bench keeps this term: it learns of the client through the store.
+            # Another bench keeps this term: it learns of the client through the store, by
+            # a new beat token (no wall time: two hosts' clocks never have to agree).
             self._written[run_id] = at
             if self.store.kv_get(TERMS, run_id) is not None:  # not once it has closed
-                self.store.kv_put(TERMS, run_id, {**record, "heard": time.time()})
+                self.store.kv_put(TERMS, run_id, {**record, "beat": secrets.token_hex(8)})
 
     def left(self, run_id: str) -> float | None:
         """Seconds left of the run's term as this gateway counts it (None: no term)."""
         record = self._record(run_id)
         if record is None:
             return None
-        return max(0.0, float(record["seconds"]) - self._silent(run_id, record))
+        return max(0.0, float(record["seconds"]) - self._silent(run_id))
 
     def sweep(self) -> list[str]:
         """Close every run of this bench silent for a whole term; returns their ids."""
@@ -93,8 +98,12 @@ class Terms(Part):
         for run_id, record in self.store.kv_items(TERMS):
             if record.get("bench") != self.config.bench:
                 continue
+            beat = record.get("beat")
+            if beat is not None and self._beats.get(run_id) != beat:
+                self._beats[run_id] = beat  # another gateway heard the client since
+                self._heard[run_id] = time.monotonic()
             seconds = int(record["seconds"])
-            if self._silent(run_id, record) < seconds:
+            if self._silent(run_id) < seconds:
                 continue
             reason = f"client gone: no heartbeat for {seconds} s"
             try:
@@ -111,24 +120,32 @@ class Terms(Part):
             closed.append(run_id)
         return closed
 
+    def created(self, run_id: str, seconds: int | None) -> None:
+        """A run made here: its term (if any) starts now, and the first submit of a run
+        without one reads no store to learn that."""
+        self._remember(run_id, None if seconds is None
+                       else {"bench": self.config.bench, "seconds": seconds})
+        if seconds is not None:
+            self.heard(run_id)
+
     def forget(self, run_id: str) -> None:
-        self._heard.pop(run_id, None)
-        self._written.pop(run_id, None)
+        for memory in (self._heard, self._written, self._beats):
+            memory.pop(run_id, None)
         self._records[run_id] = None
 
-    def _silent(self, run_id: str, record: dict[str, Any]) -> float:
-        """Seconds since the client was last heard, by this gateway (never before its
-        start-up) or, through the store, by another."""
-        silent = time.monotonic() - max(self._heard.get(run_id, 0.0), self._started)
-        heard = record.get("heard")
-        if isinstance(heard, (int, float)) and not isinstance(heard, bool):
-            silent = min(silent, time.time() - float(heard))
-        return silent
+    def _silent(self, run_id: str) -> float:
+        """Seconds since the client was last heard (never before this gateway's start)."""
+        return time.monotonic() - max(self._heard.get(run_id, 0.0), self._started)
 
     def _record(self, run_id: str) -> dict[str, Any] | None:
         if run_id in self._records:
             return self._records[run_id]
-        if len(self._records) >= REMEMBERED:
-            self._records.clear()
-        record = self._records[run_id] = self.store.kv_get(TERMS, run_id)
+        record = self.store.kv_get(TERMS, run_id)
+        self._remember(run_id, record)
         return record
+
+    def _remember(self, run_id: str, record: dict[str, Any] | None) -> None:
+        if len(self._records) >= REMEMBERED:  # bounded; each is read again when needed
+            self._records.clear()
+            self._written.clear()
+        self._records[run_id] = record
