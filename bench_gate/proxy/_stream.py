@@ -48,10 +48,12 @@ class Inbox:
     one processor. A message costs an append and, when the processor waits, one future;
     a full inbox calls back its reader once the processor has taken a message."""
 
-    __slots__ = ("_getter", "_items", "_room", "maxsize")
+    __slots__ = ("_getter", "_items", "_loop", "_room", "maxsize")
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
+        # Made on its loop: asking for the loop at each get() is a getpid() on Python 3.11.
+        self._loop = asyncio.get_running_loop()
         self._items: collections.deque[object] = collections.deque()
         self._getter: asyncio.Future[None] | None = None
         self._room: Callable[[], None] | None = None
@@ -85,13 +87,13 @@ class Inbox:
 
     async def get(self) -> object:
         while not self._items:
-            self._getter = asyncio.get_running_loop().create_future()
+            self._getter = self._loop.create_future()
             await self._getter
         item = self._items.popleft()
         room = self._room
         if room is not None:  # after this message's turn starts, as a reader task would
             self._room = None
-            asyncio.get_running_loop().call_soon(room)
+            self._loop.call_soon(room)
         return item
 
 
