@@ -14,7 +14,7 @@ import pytest
 
 from bench.fuzz_scpi import DoorFuzz, door_property, rss_mib
 from bench_gate.models import Status
-from bench_gate.proxy._stream import MAX_QUEUED
+from bench_gate.proxy import MAX_QUEUED
 
 
 @pytest.fixture(scope="module")

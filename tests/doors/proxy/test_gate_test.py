@@ -3,11 +3,16 @@ search's own answer for every text: a GATE unit is never taken for an instrument
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bench_gate.proxy import is_gate_message
-from bench_gate.proxy._gate import _GATE_UNIT
+
+#: The rule as stated before the shortcut: a unit at the message's start or after a ';'
+#: whose header is GATE (any case, an optional leading ':'), not a longer word.
+_GATE_UNIT = re.compile(r"(?:^|;)[ \t]*:?[ \t]*GATE(?![A-Za-z0-9_])", re.IGNORECASE)
 
 #: Pieces of messages that come near the GATE namespace, in any case, with the separators.
 _PIECES = st.sampled_from(["GATE", "gate", "GaTe", "G", "g", "ATE", "GAT", ":", ";", " ",

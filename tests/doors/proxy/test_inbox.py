@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench_gate.proxy import Inbox
-from bench_gate.proxy._stream import EOF
+from bench_gate.proxy import EOF, Inbox
 
 
 @given(st.integers(1, 5), st.lists(st.booleans(), max_size=60))
