@@ -44,7 +44,10 @@ class _Answers(asyncio.Protocol):
         self.waiter: asyncio.Future[bytes] | None = None
         self.lost = False
         self._writable: asyncio.Future[None] | None = None
-        self._closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Its transport's loop. Kept: on Python 3.11 each asyncio.get_running_loop() is a
+        #: getpid() system call, and a read asked for the loop four times.
+        self.loop = asyncio.get_running_loop()
+        self._closed: asyncio.Future[None] = self.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the Transport API without subclassing it.
@@ -113,7 +116,7 @@ class _Answers(asyncio.Protocol):
 
     def expect(self) -> asyncio.Future[bytes]:
         """The future of the next answer (already settled if its bytes are here)."""
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = self.loop.create_future()
         if self.lost:
             waiter.set_exception(_ClosedEarly())
             return waiter
@@ -209,8 +212,8 @@ class SocketLink:
         """Send one command and read its answer within the timeout (plus ``extra_seconds``
         for a unit the instrument takes long over)."""
         conn = self._conn
-        if conn is None or conn.lost or conn.buffer or \
-                self._loop is not asyncio.get_running_loop():
+        loop = asyncio.get_running_loop()
+        if conn is None or conn.lost or conn.buffer or self._loop is not loop:
             conn = await self._ready()
         try:
             data = (command + self._wterm).encode("ascii")
@@ -219,8 +222,7 @@ class SocketLink:
             # the instrument (here, a simulator thread in the same process) gets the CPU.
             # call_later, not asyncio.timeout: no context manager and task bookkeeping.
             waiter = conn.expect()
-            timer = asyncio.get_running_loop().call_later(
-                self._timeout + max(extra_seconds, 0.0), _expire, waiter)
+            timer = loop.call_later(self._timeout + max(extra_seconds, 0.0), _expire, waiter)
             try:
                 conn.send(data)
                 line = await waiter

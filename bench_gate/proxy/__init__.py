@@ -11,9 +11,11 @@ nothing else: queries pass at once, writes wait for a person, in order, per conn
 from ._door import Connection
 from ._gate import GateCommand, GateOp, is_gate_message, parse_gate
 from ._listen import Doors, start_doors
-from ._stream import Inbox
+from ._stream import EOF, MAX_QUEUED, Inbox
 
 __all__ = [
+    "EOF",
+    "MAX_QUEUED",
     "Connection",
     "Doors",
     "GateCommand",

@@ -1,16 +1,15 @@
 """The socket door: one asyncio TCP server per instrument, speaking raw SCPI like a LAN
 instrument's port 5025. Each connection is a run of kind ``script``.
 
-A connection has two tasks. The reader (``_stream.py``) splits the byte stream into
-messages and queues them; the processor, here, handles them strictly in order, so a held
-write blocks every later message of that connection until a person decides it
+A connection's protocol (``_stream.Reader``) cuts the byte stream into messages and queues
+them as they arrive; its one task, the processor here, handles them strictly in order, so a
+held write blocks every later message of that connection until a person decides it
 (``_holds.py``). ``GATE`` commands are ``_commands.py``'s, the error queue ``_errors.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -24,29 +23,26 @@ from ._commands import gate_message
 from ._errors import ErrorQueue
 from ._gate import is_gate_message
 from ._holds import decision, refuse_hold, report, resent
-from ._stream import EOF, MAX_QUEUED, OVERSIZED, READ_CHUNK, Early, Inbox, read_loop
+from ._stream import EOF, MAX_QUEUED, OVERSIZED, Early, Inbox, Reader
 
 if TYPE_CHECKING:
     from ._listen import Door
 
-__all__ = ["READ_CHUNK", "Connection"]
+__all__ = ["Connection"]
 
 logger = logging.getLogger(__name__)
-
-#: Written bytes buffered before the processor awaits drain().
-HIGH_WATER = 1 << 16
 
 
 class Connection:
     """One client on one door: its run, its error queue, its pending rationale."""
 
-    def __init__(self, door: Door, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, peer: str) -> None:
+    def __init__(self, door: Door, reader: Reader, transport: asyncio.Transport,
+                 peer: str) -> None:
         self.door = door
         self.gateway = door.gateway
         self.instrument = door.config.name
         self.reader = reader
-        self.writer = writer
+        self.transport = transport
         self.peer = peer
         self.principal = Principal(name=f"script@{peer}", role=Role.REQUESTER)
         self.run_id: str | None = None
@@ -76,7 +72,6 @@ class Connection:
 
     # ------------------------------------------------------------------ tasks
     async def serve(self) -> None:
-        reader_task = asyncio.create_task(read_loop(self))
         try:
             while True:
                 item = await self.queue.get()
@@ -102,14 +97,10 @@ class Connection:
                 except GatewayError as exc:
                     await self.push_error(scpi_code(exc), exc.message)
         finally:
-            reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader_task
             self.gone.set()
             self._finish()
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            self.transport.close()
+            await self.reader.closed
 
     def _finish(self) -> None:
         """The client is gone: cancel whatever it still has pending (journaled by the core)."""
@@ -139,7 +130,7 @@ class Connection:
     def hang_up(self) -> None:
         """End the connection from our side: the reader sees EOF, a held write is cancelled."""
         self.gone.set()
-        self.writer.close()
+        self.transport.close()
 
     def _revoked(self) -> None:
         """The connection's token was revoked (told by ``Tokens.watch``): hang up now; the
@@ -154,15 +145,13 @@ class Connection:
 
     # ------------------------------------------------------------------ output
     def send(self, response: str) -> None:
-        if self.gone.is_set() and self.writer.is_closing():
+        if self.transport.is_closing():  # hung up, or the client is gone
             return
-        self.writer.write(response.encode("latin-1", "replace") + b"\n")
+        self.transport.write(response.encode("latin-1", "replace") + b"\n")
 
     async def flush(self) -> None:
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > HIGH_WATER:
-            with contextlib.suppress(ConnectionError):
-                await self.writer.drain()
+        """Wait while the client has not read ``HIGH_WATER`` bytes of answers."""
+        await self.reader.drained()
 
     async def push_error(self, code: int, reason: str) -> None:
         """Queue one gateway error, after whatever the instrument already holds."""

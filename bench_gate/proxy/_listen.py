@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 from dataclasses import dataclass, field
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from ..auth import Tokens
 from ..config import BenchConfig, InstrumentConfig
 from ..gateway import Gateway
-from ._door import READ_CHUNK, Connection
+from ._door import Connection
+from ._stream import Reader
 
 __all__ = ["Door", "Doors", "peer_allowed", "start_doors"]
 
@@ -57,24 +59,28 @@ class Door:
         self.profile = profile.name
         self.has_error_queue = profile.lookup(False, ("SYSTEM", "ERROR")) is not None
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    def connected(self, reader: Reader, transport: asyncio.Transport) -> Connection | None:
+        """A client connected (told by its :class:`Reader`): its connection, served by a
+        task of its own; None for a peer not allowed, whose transport is closed."""
+        peer = transport.get_extra_info("peername")
         host = str(peer[0]) if peer else "?"
         if not peer_allowed(host, self.allowed):
             logger.warning("%s door: refused connection from %s (not in allowed_peers)",
                            self.config.name, host)
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        conn = Connection(self, reader, writer, host)
+            transport.close()
+            return None
+        conn = Connection(self, reader, transport, host)
+        task = asyncio.get_running_loop().create_task(self._serve(conn))
         self.connections[task] = conn
-        try:
-            await conn.serve()
-        except asyncio.CancelledError:
-            pass  # the door is closing; serve() has already cancelled what was pending
-        finally:
-            self.connections.pop(task, None)
+        task.add_done_callback(self._gone)
+        return conn
+
+    async def _serve(self, conn: Connection) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # the door is closing; serve()
+            await conn.serve()                              # has cancelled what was pending
+
+    def _gone(self, task: asyncio.Task[None]) -> None:
+        self.connections.pop(task, None)
 
 
 class Doors:
@@ -125,8 +131,8 @@ async def start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig,
                 continue
             door = Door(gateway, tokens, ic, list(config.server.allowed_peers),
                         on_hold=config.socket_door.on_hold)
-            door.server = await asyncio.start_server(door.handle, bind, ic.socket_port,
-                                                     limit=READ_CHUNK)
+            door.server = await asyncio.get_running_loop().create_server(
+                functools.partial(Reader, door), bind, ic.socket_port)
             doors[ic.name] = door
     except OSError:
         for door in doors.values():

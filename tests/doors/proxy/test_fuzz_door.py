@@ -14,6 +14,7 @@ import pytest
 
 from bench.fuzz_scpi import DoorFuzz, door_property, rss_mib
 from bench_gate.models import Status
+from bench_gate.proxy import MAX_QUEUED
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,30 @@ def test_many_messages_in_one_packet_answer_in_order(fz: DoorFuzz) -> None:
         got = lines(s, 150)
     assert len(got) == 150 and all("E36312A" in g for g in got[::3])
     assert all(g.startswith('+0,"No error"') for g in got[2::3])
+
+
+def test_more_messages_at_once_than_the_inbox_holds_answer_in_order(fz: DoorFuzz) -> None:
+    """Thousands of messages in a few packets: the inbox fills (MAX_QUEUED), the door stops
+    reading and keeps the rest of what it got until the processor makes room; nothing is
+    lost or reordered."""
+    count = 3 * MAX_QUEUED
+    with socket.create_connection(fz.door) as s:
+        s.sendall(b"".join(f"GATE:GOAL \"g{i}\";:GATE:GOAL?\n".encode() for i in range(count)))
+        got = lines(s, count, 60)
+    assert got == [f'"g{i}"' for i in range(count)]
+
+
+def test_a_last_message_ended_by_the_clients_eof_is_answered_behind_a_full_inbox(
+        fz: DoorFuzz) -> None:
+    """The client sends more reads than the inbox holds, the last with no terminator, and
+    half-closes: that last one is still a message (IEEE 488.2 7.5: END ends a message
+    too), read and answered after every one before it."""
+    count = 2 * MAX_QUEUED + 10
+    with socket.create_connection(fz.door) as s:
+        s.sendall(b"*IDN?\n" * count + b"*IDN?")
+        s.shutdown(socket.SHUT_WR)
+        got = lines(s, count + 1, 120)
+    assert len(got) == count + 1 and all("E36312A" in g for g in got)
 
 
 def test_one_message_split_over_many_packets(fz: DoorFuzz) -> None:

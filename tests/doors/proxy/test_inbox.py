@@ -1,6 +1,7 @@
 """A socket-door connection's inbox (bench_gate/proxy/_stream.py): messages come out in the
-order the reader put them, it never holds more than its bound, and a put on a full inbox
-waits for the processor (the reader stops reading: TCP back-pressure)."""
+order the reader put them, it never holds more than its bound but for the end marker, and a
+full inbox tells its reader when the processor has taken a message (the reader stops
+reading meanwhile: TCP back-pressure)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench_gate.proxy import Inbox
+from bench_gate.proxy import EOF, Inbox
 
 
 @given(st.integers(1, 5), st.lists(st.booleans(), max_size=60))
@@ -37,20 +38,27 @@ def test_messages_come_out_in_order_and_the_bound_holds(size: int, steps: list[b
     asyncio.run(go())
 
 
-async def test_a_put_on_a_full_inbox_waits_for_a_get_and_a_get_for_a_put() -> None:
+async def test_a_full_inbox_calls_back_once_a_message_is_taken() -> None:
     inbox = Inbox(1)
-    await inbox.put("first")
-    blocked = asyncio.ensure_future(inbox.put("second"))
-    await asyncio.sleep(0)
-    assert not blocked.done() and inbox.full()
+    inbox.put_nowait("first")
+    with pytest.raises(asyncio.QueueFull):
+        inbox.put_nowait("second")
+    room: list[int] = []
+    inbox.when_room(lambda: room.append(inbox.qsize()))
     assert await inbox.get() == "first"
-    await asyncio.wait_for(blocked, 1)
+    await asyncio.sleep(0)
+    assert room == [0]  # once, with room for the next
+    inbox.put_nowait("second")
     assert await inbox.get() == "second"
+    await asyncio.sleep(0)
+    assert room == [0]
     waiting = asyncio.ensure_future(inbox.get())
     await asyncio.sleep(0)
     assert not waiting.done()
     inbox.put_nowait("third")
     assert await asyncio.wait_for(waiting, 1) == "third"
     inbox.put_nowait("fourth")
-    with pytest.raises(asyncio.QueueFull):
-        inbox.put_nowait("fifth")
+    inbox.end()  # the end marker goes in even when full
+    assert inbox.qsize() == 2
+    assert await inbox.get() == "fourth"
+    assert await inbox.get() is EOF
