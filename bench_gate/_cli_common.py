@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
+from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "table", "until"]
 
@@ -24,7 +25,9 @@ class CliError(Exception):
 
 
 def echo(text: str = "") -> None:
-    print(text, flush=True)
+    """Print ``text``, any character a terminal would not show as itself escaped (a stored
+    rationale's ESC [8m would hide every line printed after it)."""
+    print(visible(text), flush=True)
 
 
 def client_for(args: argparse.Namespace) -> Client:

@@ -18,6 +18,7 @@ from ._cli_common import CHANGED, CliError, client_for, echo, table, until
 from ._cli_show import said, summary
 from .client import ApiError, Client, ProposalChangedError
 from .doorway import exit_code, follow_remote
+from .texts import visible
 
 __all__ = ["answer", "approve", "deny", "journal", "pending", "plan_request", "plan_revoke",
            "plans", "questions", "release", "runs", "show", "stop", "wait", "watch"]
@@ -276,7 +277,7 @@ def wait(args: argparse.Namespace) -> int:
         line = (f"{tk['id']}: {tk['status']}; given {given}; missing "
                 f"{', '.join(tk['approvalsMissing']) or 'nothing'}; "
                 f"{until(tk['expiresAt'])} left")
-        print("\r\033[K" + line, end="", flush=True)
+        print("\r\033[K" + visible(line, lines=False), end="", flush=True)
 
     with client_for(args) as c:
         tk = follow_remote(lambda rid, wait: c.get(rid, wait=wait), args.request,

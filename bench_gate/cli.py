@@ -25,6 +25,7 @@ from ._cli_common import BROKEN, CHANGED, ERROR, CliError
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
+from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main", "parser"]
 
@@ -266,14 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = ""
         if exc.status == 401:
             hint = " (check --token or BENCH_GATE_TOKEN)"
-        print(f"bench-gate: {exc}{hint}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}{hint}"), file=sys.stderr)
         row = problem_named(str(exc.problem.get("type") or "").rpartition("/")[2])
         return row.exit if row is not None else ERROR
     except GatewayError as exc:
-        print(f"bench-gate: {exc}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}"), file=sys.stderr)
         return problem_of(exc).exit
     except CliError as exc:
-        print(f"bench-gate: {exc}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}"), file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return ERROR
