@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
 from ._cli_common import BROKEN, CHANGED, ERROR, CliError
@@ -145,11 +146,11 @@ def parser() -> argparse.ArgumentParser:
                                                            "default %(default)s)")
     pe.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     pe.add_argument("--instrument", help="only this instrument's")
-    sh = cmd("show", remote.show, "one request with everything the console's request page "
+    sh = cmd("show", decide.show, "one request with everything the console's request page "
                                   "shows: actions, margins, approvals given and missing, the "
                                   "outcome and its read-back")
     sh.add_argument("request", help=_REQUEST)
-    a = cmd("approve", remote.approve, "give approvals; the write runs when none is missing")
+    a = cmd("approve", decide.approve, "give approvals; the write runs when none is missing")
     a.add_argument("request", help=_REQUEST)
     a.add_argument("--setpoint", action="store_true",
                    help="approve the values it sets (voltage, current limit)")
@@ -161,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--set", action="append", metavar="CH1.voltage=5",
                    help="approve with a changed value (repeatable)")
     a.add_argument("--notes", help="a note kept with the approval and shown to the requester")
-    d = cmd("deny", remote.deny, "deny a request; the notes go back to the requester")
+    d = cmd("deny", decide.deny, "deny a request; the notes go back to the requester")
     d.add_argument("request", help=_REQUEST)
     d.add_argument("--notes", required=True, help="why: the requester reads it")
     for sp in (a, d):
