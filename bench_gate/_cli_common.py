@@ -4,13 +4,17 @@ and the client of a running server."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from datetime import UTC, datetime
+from typing import Any
 
 from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
+from .texts import visible
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "table", "until"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "identity", "print_json",
+           "table", "until"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -24,14 +28,26 @@ class CliError(Exception):
 
 
 def echo(text: str = "") -> None:
-    print(text, flush=True)
+    """Print ``text``, any character a terminal would not show as itself escaped (a stored
+    rationale's ESC [8m would hide every line printed after it)."""
+    print(visible(text), flush=True)
 
 
-def client_for(args: argparse.Namespace) -> Client:
+def identity(args: argparse.Namespace) -> tuple[str, str]:
+    """The server and the token a command speaks with."""
     token = args.token or os.environ.get("BENCH_GATE_TOKEN")
     if not token:
         raise CliError("no token: pass --token or set BENCH_GATE_TOKEN")
-    return Client(args.url, token)
+    return str(args.url), str(token)
+
+
+def print_json(value: Any) -> int:
+    echo(json.dumps(value, indent=2, ensure_ascii=False))
+    return 0
+
+
+def client_for(args: argparse.Namespace) -> Client:
+    return Client(*identity(args))
 
 
 def table(headers: list[str], rows: list[list[str]]) -> None:

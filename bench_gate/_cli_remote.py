@@ -1,5 +1,6 @@
 """``bench-gate`` commands that talk to a running server through the HTTP API: the queue,
-decisions, runs, journals, plans, questions, the emergency stop, and ``wait``."""
+runs, journals, plans, questions, the emergency stop, and ``wait`` (showing and deciding a
+request: ``_cli_decide``)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from typing import Any
 
 import httpx
 
-from ._cli_common import CHANGED, CliError, client_for, echo, table, until
-from ._cli_show import said, summary
-from .client import ApiError, Client, ProposalChangedError
+from ._cli_common import CliError, client_for, echo, print_json, table, until
+from ._cli_show import said
+from .client import ApiError, Client
 from .doorway import exit_code, follow_remote
+from .texts import visible
 
-__all__ = ["answer", "approve", "deny", "journal", "pending", "plan_request", "plan_revoke",
-           "plans", "questions", "release", "runs", "show", "stop", "wait", "watch"]
+__all__ = ["answer", "journal", "pending", "plan_request", "plan_revoke", "plans", "questions",
+           "release", "runs", "stop", "wait", "watch"]
 
 
 # ------------------------------------------------------------------------- remote
@@ -33,7 +35,7 @@ def pending(args: argparse.Namespace) -> int:
         page, total = c.pending_page(args.instrument, sort=args.sort, limit=args.limit,
                                      offset=args.offset)
     if args.json:
-        return _json(page)
+        return print_json(page)
     rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
              ",".join(tk["approvalsMissing"]) or "-",
              ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
@@ -50,97 +52,18 @@ def pending(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json(value: Any) -> int:
-    echo(json.dumps(value, indent=2, ensure_ascii=False))
-    return 0
-
-
-def show(args: argparse.Namespace) -> int:
-    with client_for(args) as c:
-        tk = c.get(args.request)
-    if args.json:
-        return _json(tk)
-    summary(tk)
-    return 0
-
-
-def _decide(args: argparse.Namespace, c: Client, doing: str) -> tuple[dict[str, Any], str]:
-    """Fetch the request (by id or prefix) and print what is being decided; the request and
-    the hash to name. A ``--hash`` pinned earlier is named as it is (if it is no longer
-    current the server says so)."""
-    tk = c.get(args.request)
-    if args.hash is None or args.hash == tk["proposalHash"]:
-        if not args.json:
-            echo(f"{doing}:")
-            summary(tk)
-    return tk, str(args.hash or tk["proposalHash"])
-
-
-def _changed(request_id: str, exc: ProposalChangedError, nothing: str) -> int:
-    """The 409 of a decision on a proposal that is no longer current: show the current one."""
-    print(f"bench-gate: {request_id} changed since it was shown (proposal "
-          f"{(exc.seen_hash or '?')[:12]}, now {(exc.current_hash or '?')[:12]}); nothing "
-          f"was {nothing}. Read the current proposal and decide again:", file=sys.stderr)
-    if exc.current:
-        summary(exc.current)
-    return CHANGED
-
-
-def approve(args: argparse.Namespace) -> int:
-    kinds = [k for k, on in (("setpoint", args.setpoint), ("output_enable", args.output_enable),
-                             ("state", args.state)) if on]
-    if not kinds:
-        raise CliError("say what you approve: --setpoint, --output-enable and/or --state")
-    edits = {}
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise CliError(f"--set {item!r}: write it as CH1.voltage=5")
-        edits[key.strip()] = value.strip()
-    with client_for(args) as c:
-        tk, seen = _decide(args, c, f"approving {', '.join(kinds)}"
-                                    + (f" with {', '.join(args.set)}" if edits else ""))
-        try:
-            result = c.grant(tk["id"], kinds, notes=args.notes or "", edits=edits or None,
-                             proposal_hash=seen)
-        except ProposalChangedError as exc:
-            return _changed(tk["id"], exc, "approved")
-    req = result["request"]
-    if args.json:
-        _json(result)
-    else:
-        echo(said(req, result["message"]))
-        if req.get("supersededBy"):
-            echo(f"fresh request: {req['supersededBy']} (bench-gate show "
-                 f"{req['supersededBy']})")
-    return 0 if req["status"] in ("executed", "pending") else exit_code(req["status"])
-
-
-def deny(args: argparse.Namespace) -> int:
-    with client_for(args) as c:
-        tk, seen = _decide(args, c, "denying")
-        try:
-            req = c.deny(tk["id"], args.notes, proposal_hash=seen)
-        except ProposalChangedError as exc:
-            return _changed(tk["id"], exc, "denied")
-    if args.json:
-        return _json(req)
-    echo(said(req))  # a denial that suspended its run says so in its outcome
-    return 0
-
-
 def stop(args: argparse.Namespace) -> int:
     """The emergency stop, or (an operator) clearing it."""
     with client_for(args) as c:
         if args.clear:
             cleared = c.clear_stop(args.instrument)
             if args.json:
-                return _json({"cleared": cleared})
+                return print_json({"cleared": cleared})
             echo(f"stop cleared: {', '.join(cleared) or 'nothing was stopped'}")
             return 0
         done = c.emergency_stop(args.instrument)
     if args.json:
-        return _json(done)
+        return print_json(done)
     for name, result in done["instruments"].items():
         state = ", ".join(f"{k}={v}" for k, v in result.get("readBack", {}).items())
         echo(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
@@ -171,7 +94,7 @@ def release(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         run = c.release(args.run)
     if args.json:
-        return _json(run)
+        return print_json(run)
     echo(f"{run['id']}: {run['status']}")
     return 0
 
@@ -180,7 +103,7 @@ def runs(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         found = c.runs()
     if args.json:
-        return _json(found)
+        return print_json(found)
     table(["RUN", "KIND", "PRINCIPAL", "STATUS", "GOAL"],
           [[r["id"], r["kind"], r["principal"], r["status"], (r.get("goal") or "")[:40]]
            for r in found])
@@ -191,7 +114,7 @@ def journal(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         events = c.journal(args.run)
     if args.json:
-        return _json(events)
+        return print_json(events)
     for e in events:
         d = e.get("data") or {}
         what = d.get("message") or d.get("command") or d.get("outcome") or d.get("reason") \
@@ -279,7 +202,7 @@ def wait(args: argparse.Namespace) -> int:
         line = (f"{tk['id']}: {tk['status']}; given {given}; missing "
                 f"{', '.join(tk['approvalsMissing']) or 'nothing'}; "
                 f"{until(tk['expiresAt'])} left")
-        print("\r\033[K" + line, end="", flush=True)
+        print("\r\033[K" + visible(line, lines=False), end="", flush=True)
 
     with client_for(args) as c:
         tk = follow_remote(lambda rid, wait: c.get(rid, wait=wait), args.request,
@@ -288,7 +211,7 @@ def wait(args: argparse.Namespace) -> int:
     if tty:
         print("\r\033[K", end="")
     if args.json:
-        _json(tk)
+        print_json(tk)
     else:
         line = said(tk)
         if tk.get("notes") and tk["notes"] not in line:
@@ -379,6 +302,6 @@ def answer(args: argparse.Namespace) -> int:
         done = c.request("POST", f"/v1/questions/{args.question}/answer",
                          json={"answers": answers, "notes": args.notes or ""})
     if args.json:
-        return _json(done)
+        return print_json(done)
     echo(said(done))  # "q-…: answered by olga: …", the status said once
     return 0

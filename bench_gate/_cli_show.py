@@ -7,6 +7,7 @@ from typing import Any
 
 from ._cli_common import echo, until
 from .states import UNDECIDED
+from .texts import visible
 
 __all__ = ["said", "summary"]
 
@@ -27,7 +28,9 @@ def said(tk: dict[str, Any], message: str = "") -> str:
 
 
 def _line(label: str, text: str) -> None:
-    echo(f"  {label:<13} {text}")
+    """One labelled line: a line break in ``text`` is escaped, never a line of its own (a
+    rationale could otherwise print a line that looks like an action)."""
+    echo(f"  {label:<13} {visible(str(text), lines=False)}")
 
 
 def _margins(h: dict[str, Any]) -> None:
@@ -96,7 +99,7 @@ def summary(tk: dict[str, Any]) -> None:
     _line("rationale", h.get("rationale") or "-")
     echo("  actions")
     for a in h.get("actions", []):
-        echo(f"    - {a.get('words') or a.get('canonical')}")
+        echo(f"    - {visible(str(a.get('words') or a.get('canonical')), lines=False)}")
     for words in (h.get("plan") or {}).get("words") or []:
         _line("plan", words)
     _line("reversibility", h.get("reversibility", "-"))

@@ -25,6 +25,7 @@ from typing import Any
 from .errors import GatewayError, InvalidInput, NotFound
 from .models import Principal, Role, now
 from .store import Store
+from .texts import hidden
 
 __all__ = [
     "TOKEN_IN_TEXT",
@@ -78,20 +79,29 @@ TOKEN_IN_TEXT = (f"holds something shaped like a bench-gate token ({TOKEN_PREFIX
 
 
 def refuse_token(value: str | None, field: str) -> None:
-    """Raise InvalidInput naming ``field`` when ``value`` carries a token-shaped string.
+    """Raise InvalidInput naming ``field`` when ``value`` carries a token-shaped string,
+    or a character that does not show as itself (``texts.hidden``: a terminal escape in a
+    rationale repainted the proposal on the approver's terminal).
 
     Called where free text enters the core (a run's goal, notes, questions, answers...),
     before anything is stored or journaled; the message never repeats the value."""
+    where = field if field.isidentifier() else None
     if carries_token(value):
-        raise InvalidInput(f"{field} {TOKEN_IN_TEXT}",
-                           field=field if field.isidentifier() else None)
+        raise InvalidInput(f"{field} {TOKEN_IN_TEXT}", field=where)
+    unseen = hidden(value)
+    if unseen is not None:
+        raise InvalidInput(f"{field} {unseen}", field=where)
 
 
 def token_free(value: str | None) -> str | None:
-    """A pydantic validator of the doors' bodies: the value, unless it carries a token
-    (a ValueError the door reports as 422 with the field's location)."""
+    """A pydantic validator of the doors' bodies: the value, unless it carries a token or a
+    character that does not show as itself (a ValueError the door reports as 422 with the
+    field's location)."""
     if carries_token(value):
         raise ValueError(f"the text {TOKEN_IN_TEXT}")
+    unseen = hidden(value)
+    if unseen is not None:
+        raise ValueError(f"the text {unseen}")
     return value
 
 
@@ -132,6 +142,9 @@ class Tokens:
         among active tokens: ``Olga`` or ``olga `` when ``olga`` holds one is refused
         (InvalidInput naming the holder), so two spellings never pass for two people."""
         person = normalize_name(name)
+        unseen = hidden(person)
+        if unseen is not None:  # a name is shown beside every approval it gives
+            raise InvalidInput(f"a token's name {unseen}", field="name")
         if not person or len(person) > 64:
             raise InvalidInput(f"a token needs a name of 1 to 64 characters, not {name!r}",
                                field="name")

@@ -19,12 +19,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
 from ._cli_common import BROKEN, CHANGED, ERROR, CliError
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
+from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main", "parser"]
 
@@ -144,11 +146,11 @@ def parser() -> argparse.ArgumentParser:
                                                            "default %(default)s)")
     pe.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
     pe.add_argument("--instrument", help="only this instrument's")
-    sh = cmd("show", remote.show, "one request with everything the console's request page "
+    sh = cmd("show", decide.show, "one request with everything the console's request page "
                                   "shows: actions, margins, approvals given and missing, the "
                                   "outcome and its read-back")
     sh.add_argument("request", help=_REQUEST)
-    a = cmd("approve", remote.approve, "give approvals; the write runs when none is missing")
+    a = cmd("approve", decide.approve, "give approvals; the write runs when none is missing")
     a.add_argument("request", help=_REQUEST)
     a.add_argument("--setpoint", action="store_true",
                    help="approve the values it sets (voltage, current limit)")
@@ -160,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--set", action="append", metavar="CH1.voltage=5",
                    help="approve with a changed value (repeatable)")
     a.add_argument("--notes", help="a note kept with the approval and shown to the requester")
-    d = cmd("deny", remote.deny, "deny a request; the notes go back to the requester")
+    d = cmd("deny", decide.deny, "deny a request; the notes go back to the requester")
     d.add_argument("request", help=_REQUEST)
     d.add_argument("--notes", required=True, help="why: the requester reads it")
     for sp in (a, d):
@@ -270,14 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = ""
         if exc.status == 401:
             hint = " (check --token or BENCH_GATE_TOKEN)"
-        print(f"bench-gate: {exc}{hint}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}{hint}"), file=sys.stderr)
         row = problem_named(str(exc.problem.get("type") or "").rpartition("/")[2])
         return row.exit if row is not None else ERROR
     except GatewayError as exc:
-        print(f"bench-gate: {exc}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}"), file=sys.stderr)
         return problem_of(exc).exit
     except CliError as exc:
-        print(f"bench-gate: {exc}", file=sys.stderr)
+        print(visible(f"bench-gate: {exc}"), file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return ERROR

@@ -274,29 +274,28 @@ class Client:
         result: dict[str, Any] = self.request("POST", f"/v1/runs/{self._run(run_id)}/close")
         return result
 
-    def grant(self, request_id: str, approve: list[str], *, notes: str = "",
-              edits: dict[str, str] | None = None, proposal_hash: str | None = None
-              ) -> dict[str, Any]:
+    def grant(self, request_id: str, approve: list[str], *, proposal_hash: str,
+              notes: str = "", edits: dict[str, str] | None = None) -> dict[str, Any]:
         """Give approvals of exactly one proposal: ``proposal_hash``, the ``proposalHash``
-        of the request as its approver was shown it (``get()``), or without it the proposal
-        this call fetches first. Returns ``{request, missing, message}``: the request with
+        of the request as its approver was shown it (``get()``). There is no default: a
+        hash fetched at the moment of deciding names a proposal nobody read (another
+        operator's edit since). Returns ``{request, missing, message}``: the request with
         the approvals it now holds. A proposal that is no longer current raises
         ProposalChangedError (with the current one) and approves nothing."""
         tk = self.get(request_id)
         body: dict[str, Any] = {"approve": approve, "notes": notes,
-                                "proposalHash": proposal_hash or tk["proposalHash"]}
+                                "proposalHash": proposal_hash}
         if edits:
             body["edits"] = edits
         result: dict[str, Any] = self.request(
             "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/grant", json=body)
         return result
 
-    def deny(self, request_id: str, notes: str, *, proposal_hash: str | None = None
-             ) -> dict[str, Any]:
+    def deny(self, request_id: str, notes: str, *, proposal_hash: str) -> dict[str, Any]:
         """Deny exactly one proposal (``proposal_hash`` as in ``grant``); returns the request.
         A proposal that is no longer current raises ProposalChangedError."""
         tk = self.get(request_id)
-        body = {"notes": notes, "proposalHash": proposal_hash or tk["proposalHash"]}
+        body = {"notes": notes, "proposalHash": proposal_hash}
         result: dict[str, Any] = self.request(
             "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/deny", json=body)
         return result

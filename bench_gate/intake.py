@@ -41,6 +41,7 @@ from .selections import Selections
 from .states import UNDECIDED, Outcome
 from .store import read_row
 from .takeover import Requests
+from .texts import hidden
 
 __all__ = ["Intake", "Outcome", "SubmitResult", "door_only"]
 
@@ -193,6 +194,9 @@ class Intake(Part):
         if confidence is not None and not 0 <= confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, not {confidence}")
         refuse_token(step_id, "step_id")
+        unseen = hidden(rationale)  # shown to the approver beside the proposal
+        if unseen is not None:
+            raise InvalidInput(f"rationale {unseen}", field="rationale")
         stated_confidence(rationale)  # a "Confidence: 9500%" is refused, never clamped
         timeout = self.requests.timeout(timeout_minutes)
         refusal = door_only(message, rationale)

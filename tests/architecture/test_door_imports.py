@@ -17,11 +17,11 @@ DOORS = {
     "mcp": sorted((PACKAGE / "mcp").glob("*.py")),
     "proxy": sorted((PACKAGE / "proxy").glob("*.py")),
     "web": sorted((PACKAGE / "web").glob("*.py")),
-    "cli": [PACKAGE / "_cli_remote.py"],
+    "cli": [PACKAGE / "_cli_remote.py", PACKAGE / "_cli_decide.py"],
 }
 #: The first name under ``bench_gate`` of each door's modules.
 DOOR_ROOTS = {"api": {"api"}, "mcp": {"mcp"}, "proxy": {"proxy"}, "web": {"web"},
-              "cli": {"cli", "_cli_common", "_cli_local", "_cli_remote"}}
+              "cli": {"cli", "_cli_common", "_cli_local", "_cli_remote", "_cli_decide"}}
 FORBIDDEN = {"store", "instruments"}
 GATEWAY_NAMES = {"gw", "gateway"}
 PRIVATE_PARTS = {"store", "instruments", "metrics"}

@@ -301,8 +301,16 @@ def test_client_raises_on_409_with_the_current_proposal(bench: Bench) -> None:
             olga.deny(tk, "no", proposal_hash=seen)
         assert [g["kind"] for g in olga.get(tk)["approvalsGiven"]] == ["output_enable"]
         assert channel(bench, 1) == before
-        # Without a hash the client names what it fetches, and returns the approvals.
-        result = olga.grant(tk, ["setpoint"], notes="3.3 V is right")
+        # Without a hash the client approves nothing (review 8: it named what it fetched,
+        # a proposal nobody had read); with the one read now it returns the approvals.
+        with pytest.raises(TypeError):
+            olga.grant(tk, ["setpoint"], notes="3.3 V is right")  # type: ignore[call-arg]
+        with pytest.raises(TypeError):
+            olga.deny(tk, "no")  # type: ignore[call-arg]
+        assert [g["kind"] for g in olga.get(tk)["approvalsGiven"]] == ["output_enable"]
+        assert channel(bench, 1) == before
+        result = olga.grant(tk, ["setpoint"], notes="3.3 V is right",
+                            proposal_hash=olga.get(tk)["proposalHash"])
     assert result["request"]["status"] == "executed", result
     assert {(a["kind"], a["by"]) for a in result["request"]["approvalsGiven"]} == {
         ("setpoint", "olga"), ("output_enable", "oscar")}

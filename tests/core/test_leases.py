@@ -68,10 +68,15 @@ async def test_a_killed_script_leaves_nothing_energized(
     client.close()  # the script is gone
     took = await until(lambda: not on(front_panel), LEASE + 1.0 + 0.6)
     assert took <= LEASE + 1.0 + 0.6
-    lost = [e.data for e in gateway.store.journal(run_id, limit=500)
-            if e.type is EventType.LEASE_EXPIRED]
-    assert lost and lost[0]["sent"] == ["OUTP:DEL:FALL 0.0,(@1)", "OUTP 0,(@1)"]
-    assert lost[0]["policy"] == "safe"
+
+    def lost() -> list[dict[str, Any]]:
+        return [e.data for e in gateway.store.journal(run_id, limit=500)
+                if e.type is EventType.LEASE_EXPIRED]
+    # The simulator reads off a moment before the gateway has read the safe action back
+    # and journaled it (47a664c): wait for the record, not the instant the output is off.
+    await until(lambda: bool(lost()), 5)
+    assert lost()[0]["sent"] == ["OUTP:DEL:FALL 0.0,(@1)", "OUTP 0,(@1)"]
+    assert lost()[0]["policy"] == "safe"
 
 
 async def test_heartbeats_keep_it_and_hold_only_alerts(

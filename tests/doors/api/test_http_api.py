@@ -119,7 +119,8 @@ def test_deny_note_reaches_the_waiting_client(bench: Bench) -> None:
         if mine:
             break
         threading.Event().wait(0.05)
-    olga.deny(mine[0]["id"], "too close to the DUT's 6 V rating")
+    olga.deny(mine[0]["id"], "too close to the DUT's 6 V rating",
+              proposal_hash=olga.get(mine[0]["id"])["proposalHash"])
     t.join(25)
     outcome = result["outcome"]
     assert outcome.status == "denied"

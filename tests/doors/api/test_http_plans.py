@@ -215,6 +215,7 @@ def test_cli_plan_request_plans_revoke(bench: Bench) -> None:
     assert plan.startswith("plan-") and tk.startswith("tk-")
     listed = cli(bench, "bot", "plans", run)
     assert listed.returncode == 0 and plan in listed.stdout and "pending" in listed.stdout
+    assert cli(bench, "olga", "show", tk).returncode == 0
     a = cli(bench, "olga", "approve", tk, "--setpoint")
     assert a.returncode == 0 and "executed" in a.stdout, a.stdout + a.stderr
     listed = cli(bench, "bot", "plans", run)

@@ -153,6 +153,7 @@ def test_every_approve_option_has_help() -> None:
 def test_show_an_executed_request_says_each_thing_once(
         bench: Bench, capsys: pytest.CaptureFixture[str]) -> None:
     _, [tk] = held(bench, "bot", "VOLT 2.5,(@1)")
+    run_main(bench, "olga", capsys, "show", tk[:12])  # a decision names what was shown
     code, out, _ = run_main(bench, "olga", capsys, "approve", tk[:12], "--setpoint",
                             "--notes", "fine for this DUT")
     assert code == 0
@@ -176,6 +177,8 @@ def test_show_an_executed_request_says_each_thing_once(
 def test_deny_that_suspends_the_run_says_so(bench: Bench,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     run, [first, second] = held(bench, "bot", "VOLT 1.3,(@3)", "VOLT 1.4,(@3)")
+    run_main(bench, "olga", capsys, "show", first)
+    run_main(bench, "olga", capsys, "show", second)
     code, out, _ = run_main(bench, "olga", capsys, "deny", first, "--notes", "not on this DUT")
     last = out.strip().splitlines()[-1]
     assert code == 0 and last == f"{first}: denied by olga: not on this DUT"
@@ -195,6 +198,7 @@ def test_a_stale_request_shows_its_diff_and_its_fresh_request(
         bench: Bench, capsys: pytest.CaptureFixture[str]) -> None:
     _, [tk] = held(bench, "bot", "VOLT 1.7,(@2)")
     front_panel(bench, "CURR 0.3,(@2)")  # someone at the bench, after the request was made
+    run_main(bench, "olga", capsys, "show", tk)
     code, out, _ = run_main(bench, "olga", capsys, "approve", tk, "--setpoint")
     assert code == 5, out
     fresh = re.search(r"fresh request: (tk-\S+)", out)
@@ -207,6 +211,7 @@ def test_a_stale_request_shows_its_diff_and_its_fresh_request(
 def test_a_setpoint_edit_error_names_no_column(bench: Bench,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     _, [tk] = held(bench, "bot", "VOLT 1.8,(@1)")
+    run_main(bench, "olga", capsys, "show", tk)
     code, _, err = run_main(bench, "olga", capsys, "approve", tk, "--setpoint", "--set",
                             "CH1.voltage=abc")
     assert code == 1 and "CH1.voltage='abc'" in err and "column" not in err
@@ -274,6 +279,7 @@ def test_a_failed_start_uses_no_admin_token(tmp_path: Path,
 def test_an_energize_shows_the_setpoint_approval_it_stands_on(
         bench: Bench, capsys: pytest.CaptureFixture[str]) -> None:
     _, [volts] = held(bench, "bot", "VOLT 1.2,(@1)")
+    run_main(bench, "olga", capsys, "show", volts)
     code, _, err = run_main(bench, "olga", capsys, "approve", volts, "--setpoint")
     assert code == 0, err
     _, [on] = held(bench, "bot", "OUTP ON,(@1)")

@@ -69,6 +69,7 @@ def test_pending_show_approve(bench: Bench) -> None:
 
 def test_deny_and_wait_exit_code(bench: Bench) -> None:
     _, tk = held(bench, "VOLT 2.2,(@1)")
+    assert cli(bench, "olga", "show", tk).returncode == 0
     d = cli(bench, "olga", "deny", tk, "--notes", "not today", real=True)
     assert d.returncode == 0 and "denied" in d.stdout
     w = cli(bench, "bot", "wait", tk, real=True)  # the exit code as a shell sees it
@@ -86,6 +87,7 @@ def test_wait_timeout_and_expiry(bench: Bench) -> None:
 
 def test_clear_errors_no_tracebacks(bench: Bench) -> None:
     _, tk = held(bench, "VOLT 1.2,(@1)")
+    assert cli(bench, "bot", "show", tk).returncode == 0  # its own request: shown
     cases = [cli(bench, None, "pending"), cli(bench, "bot", "approve", tk, "--setpoint"),
              cli(bench, "olga", "approve", tk), cli(bench, "olga", "show", "tk-nope")]
     bad = subprocess.run([sys.executable, "-m", "bench_gate.cli", "--url",

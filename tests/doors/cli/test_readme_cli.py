@@ -41,8 +41,8 @@ def test_every_cli_example_runs(bench: Bench, capsys: pytest.CaptureFixture[str]
     monkeypatch.setenv("BENCH_GATE_URL", bench.url)
     lines = examples()
     assert [line.split()[1] for line in lines if line.startswith("bench-gate")] == [
-        "pending", "--json", "show", "show", "approve", "wait", "show", "deny", "runs",
-        "journal", "watch"]
+        "pending", "--json", "show", "show", "approve", "wait", "show", "show", "deny",
+        "runs", "journal", "watch"]
     for line in lines:
         for name, value in names.items():
             line = line.replace(name, value)
