@@ -222,7 +222,9 @@ async def test_the_e36312a_never_runs_a_list_through_the_gateway(
     # review 5: the list's points are read and judged, so the trigger is refused (-222)
     assert getattr(fired, "status", None) == "refused" and fired.code == -222, fired
     await asyncio.sleep(0.4)
-    assert _psu(front_panel, "MEAS:VOLT? (@2)") == 3, "the list ran: CH2 left its envelope"
+    # 3 V as set, or 0 V if the watch met the stored 20 V point first and switched CH2 off
+    # (it may, on a slow machine): never the list's 20 V.
+    assert _psu(front_panel, "MEAS:VOLT? (@2)") in (0, 3), "the list ran: CH2 left its envelope"
     front_panel.write("LIST:VOLT 3,5,(@2)")  # points inside: modes are taken again
     for fine in ("VOLT:MODE FIX,(@2)", "VOLT:MODE STEP,(@2)"):
         done = await _everything(gateway, run.id, "psu", fine, olga, pete)
