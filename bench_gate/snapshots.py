@@ -200,8 +200,11 @@ class Snapshots(Part):
                           "predicted and may apply them, so it is not sent while they are "
                           "stored (store levels inside, or switch the channel off); "
                           "nothing was sent")
-        named = {a.channel for a in actions if a.channel is not None and not a.unpredictable
-                 and a.effect in ("setpoint", "output", "protection")}
+        # An output-off state the write sets is judged like a setpoint: ZERO keeps an off
+        # output's current limit in force (FieldSpec.off_holds).
+        named = {a.channel for a in actions if a.channel is not None and (
+            (not a.unpredictable and a.effect in ("setpoint", "output", "protection"))
+            or (a.new is not None and a.field in envelope.off_modes(profile, a.channel)))}
         if not named:
             return
         states = [self.proposed(actions[:done], snap, profile)

@@ -241,6 +241,12 @@ def check_model(model: ProfileModel) -> None:
                              or model.fields[safe.field].type != "boolean"):
         raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
                            "boolean field")
+    for name, spec in model.fields.items():
+        held = {f for fields in spec.off_holds.values() for f in fields}
+        if spec.off_holds and (spec.type != "text" or safe is None
+                               or not held <= model.fields.keys()):
+            raise ProfileError(f"{model.name}: field {name!r}: off_holds is for a text field "
+                               "of a profile with a safe action, and names its fields")
 
 
 def _check_addressing(model: ProfileModel) -> None:

@@ -219,6 +219,12 @@ class FieldSpec(BaseModel):
     #: other value, or an unread one, is outside the envelope (the DL3021's short-circuit
     #: and list modes draw what no level names), wherever the mode was set.
     bounded_when: tuple[str, ...] = ()
+    #: For a text field that says what a channel still does while its safe-action field
+    #: reads off (an SMU's output-off state): each value (as the snapshot holds it, any
+    #: case) -> the bounded fields still in force then. A value with none holds nothing the
+    #: envelope bounds (the 2450's HIMPedance opens the output relay). An off channel with
+    #: this field at an unlisted value, or unread, is judged as energized: every bounded field.
+    off_holds: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
 
 class SafeActionSpec(BaseModel):
