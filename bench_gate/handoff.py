@@ -172,11 +172,13 @@ def build_handoff(
     elif any(c in live_outputs for c in touched) or (live_outputs and not touched):
         reversibility = ("live: the output is on, so this change reaches the DUT at once "
                          f"(CH{', CH'.join(map(str, live_outputs))} on)")
-    elif held := _held_off(profile, proposed):
-        # An output-off state that still sources (the 2450's ZERO) is no "off".
-        reversibility = f"live while off: {held}"
     else:
         reversibility = "reversible: outputs are off, nothing reaches the DUT until enabled"
+    if held := _held_off(profile, proposed):
+        # An output-off state that still sources (the 2450's ZERO) is no "off".
+        live = f"live while off: {held}"
+        reversibility = live if reversibility.startswith("reversible") else \
+            f"{reversibility}; {live}"
     margins: list[dict[str, Any]] = []
     for a in req.actions:
         if a.channel is None or a.field is None or a.new is None:
