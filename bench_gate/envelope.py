@@ -18,9 +18,9 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "in_force", "live_words", "magnitude", "modes", "no_worse",
-           "off_modes", "readable_fields", "safe_commands", "safe_fields", "setpoint_fields",
-           "summary", "unbounded"]
+           "enveloped_fields", "guards", "in_force", "judged_modes", "live_words", "magnitude",
+           "modes", "no_worse", "off_modes", "readable_fields", "safe_commands", "safe_fields",
+           "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -50,6 +50,9 @@ class Breach:
         label = spec.label if spec is not None else self.field
         unit = f" {spec.unit}" if spec is not None and spec.unit else ""
         shown = "unknown" if self.value is None else f"{self.value}{unit}"
+        if spec is not None and spec.guards is not None:
+            return (f"CH{self.channel} {label} is {'unknown' if self.value is None else 'OFF'}: "
+                    f"the bench's {spec.guards} limit bounds this channel only with it on")
         if spec is not None and spec.bounded_when:
             return (f"CH{self.channel} {label} is {shown}: the bench limits bound this "
                     f"channel only with {label} {' or '.join(spec.bounded_when)}")
@@ -134,7 +137,7 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
             continue
         names = ([safe.field] if safe is not None else []) + list(
             bounded(profile, limits[channel])) + modes(profile, channel) + off_modes(
-            profile, channel)
+            profile, channel) + guards(profile, limits[channel], channel)
         out.extend((channel, f) for f in dict.fromkeys(names))
     return out
 
@@ -152,6 +155,20 @@ def modes(profile: Profile, channel: int) -> list[str]:
     """The channel's fields that say whether its limits bound it at all (``bounded_when``)."""
     return [f for f, spec in profile.fields.items()
             if spec.bounded_when and profile.has_field(f, channel)]
+
+
+def guards(profile: Profile, limits: ChannelLimits, channel: int) -> list[str]:
+    """The channel's fields that say whether a protection its limits bound acts (``guards``)."""
+    keys = _limits_of(limits)
+    return [f for f, spec in profile.fields.items()
+            if spec.guards in keys and profile.has_field(f, channel)]
+
+
+def judged_modes(profile: Profile, channel: int) -> list[str]:
+    """Every field of the channel the envelope judges as a mode, not a level: a write that
+    sets one is judged before it is sent, like a setpoint."""
+    return [f for f, spec in profile.fields.items() if profile.has_field(f, channel) and (
+        spec.bounded_when or spec.off_holds or spec.guards)]
 
 
 def off_modes(profile: Profile, channel: int) -> list[str]:
@@ -255,6 +272,9 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
                 out.append(Breach(channel, field, raw, limit, held=why))
         if not _energized(profile, state, channel):
             continue
+        out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
+                   for field in guards(profile, limits[channel], channel)
+                   if (raw := state.get(_key(channel, field))) not in ("1", "ON", "True"))
         out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
                    for field in modes(profile, channel)
                    if _unbounded_mode(profile, field, raw := state.get(_key(channel, field))))

@@ -242,6 +242,8 @@ def check_model(model: ProfileModel) -> None:
         raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
                            "boolean field")
     for name, spec in model.fields.items():
+        if spec.guards is not None and spec.type != "boolean":
+            raise ProfileError(f"{model.name}: field {name!r}: guards is for a boolean field")
         held = {f for fields in spec.off_holds.values() for f in fields}
         if spec.off_holds and (spec.type != "text" or safe is None
                                or not held <= model.fields.keys()):

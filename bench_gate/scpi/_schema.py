@@ -225,6 +225,10 @@ class FieldSpec(BaseModel):
     #: envelope bounds (the 2450's HIMPedance opens the output relay). An off channel with
     #: this field at an unlisted value, or unread, is judged as energized: every bounded field.
     off_holds: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: For a boolean that says whether the protection an envelope key bounds acts at all
+    #: (the E36312A's VOLTage:PROTection:STATe): where a channel's limits have that key, an
+    #: energized channel with it off, or unread, is outside: the level protects nothing.
+    guards: Literal["voltage", "current", "ovp"] | None = None
 
 
 class SafeActionSpec(BaseModel):
