@@ -167,6 +167,10 @@ class ChannelSpec(BaseModel):
     #: gateway writes it (``OUTP CH1,ON``).
     names: tuple[str, ...] = ()
     ranges: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    #: A field's *RST (``DEF``) value on this channel, where it differs from the field's
+    #: ``default`` (the E3631A's +6V output resets its current limit to 5 A, the others to
+    #: 1 A: User's Guide, Table 4-1).
+    defaults: dict[str, Decimal] = Field(default_factory=dict)
 
 
 class FieldSpec(BaseModel):
