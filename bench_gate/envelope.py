@@ -18,8 +18,9 @@ from .models import Action
 from .scpi import Profile, classify, format_number
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "magnitude", "modes", "no_worse", "readable_fields",
-           "safe_commands", "setpoint_fields", "summary", "unbounded"]
+           "enveloped_fields", "guards", "in_force", "judged_modes", "live_words", "magnitude",
+           "modes", "no_worse", "off_modes", "readable_fields", "safe_commands", "safe_fields",
+           "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -40,21 +41,32 @@ class Breach:
     limit: Decimal
     #: A mode in which the limits bound nothing (``bounded_when``), not a level.
     mode: bool = False
+    #: On a channel whose output is off: the output-off state that still holds the field
+    #: (``FieldSpec.off_holds``), in words.
+    held: str = ""
 
     def words(self, profile: Profile) -> str:
         spec = profile.fields.get(self.field)
         label = spec.label if spec is not None else self.field
         unit = f" {spec.unit}" if spec is not None and spec.unit else ""
         shown = "unknown" if self.value is None else f"{self.value}{unit}"
+        if spec is not None and spec.guards is not None:
+            return (f"CH{self.channel} {label} is {'unknown' if self.value is None else 'OFF'}: "
+                    f"the bench's {spec.guards} limit bounds this channel only with it on")
         if spec is not None and spec.bounded_when:
             return (f"CH{self.channel} {label} is {shown}: the bench limits bound this "
                     f"channel only with {label} {' or '.join(spec.bounded_when)}")
+        held = f" ({self.held})" if self.held else ""
         return (f"CH{self.channel} {label} is {shown}, above the bench limit of "
-                f"{format_number(self.limit)}{unit}")
+                f"{format_number(self.limit)}{unit}{held}")
 
     def as_json(self) -> dict[str, str | int | None]:
-        return {"channel": self.channel, "field": self.field, "value": self.value,
-                "limit": format_number(self.limit)}
+        out: dict[str, str | int | None] = {
+            "channel": self.channel, "field": self.field, "value": self.value,
+            "limit": format_number(self.limit)}
+        if self.held:
+            out["held"] = self.held
+        return out
 
 
 def magnitude(raw: str | None) -> Decimal | None:
@@ -124,7 +136,8 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
         if channel not in profile.channels:
             continue
         names = ([safe.field] if safe is not None else []) + list(
-            bounded(profile, limits[channel])) + modes(profile, channel)
+            bounded(profile, limits[channel])) + modes(profile, channel) + off_modes(
+            profile, channel) + guards(profile, limits[channel], channel)
         out.extend((channel, f) for f in dict.fromkeys(names))
     return out
 
@@ -144,12 +157,84 @@ def modes(profile: Profile, channel: int) -> list[str]:
             if spec.bounded_when and profile.has_field(f, channel)]
 
 
+def guards(profile: Profile, limits: ChannelLimits, channel: int) -> list[str]:
+    """The channel's fields that say whether a protection its limits bound acts (``guards``)."""
+    keys = _limits_of(limits)
+    return [f for f, spec in profile.fields.items()
+            if spec.guards in keys and profile.has_field(f, channel)]
+
+
+def judged_modes(profile: Profile, channel: int) -> list[str]:
+    """Every field of the channel the envelope judges as a mode, not a level: a write that
+    sets one is judged before it is sent, like a setpoint."""
+    return [f for f, spec in profile.fields.items() if profile.has_field(f, channel) and (
+        spec.bounded_when or spec.off_holds or spec.guards)]
+
+
+def off_modes(profile: Profile, channel: int) -> list[str]:
+    """The channel's fields that say what it holds while its output is off (``off_holds``)."""
+    return [f for f, spec in profile.fields.items()
+            if spec.off_holds and profile.has_field(f, channel)]
+
+
+def in_force(profile: Profile, state: Mapping[str, str], channel: int
+             ) -> tuple[frozenset[str] | None, str]:
+    """The bounded fields in force on the channel, and why, in words. None: every one (the
+    channel is, or may be, energized). An off channel holds what its output-off states hold
+    (``FieldSpec.off_holds``; the 2450 keeps one per source function: both are judged, as
+    the function may change at the panel); one unread or at a value the profile does not
+    list holds everything: judged as energized."""
+    if _energized(profile, state, channel):
+        return None, ""
+    held: set[str] = set()
+    words: list[str] = []
+    for name in off_modes(profile, channel):
+        spec = profile.fields[name]
+        raw = state.get(_key(channel, name))
+        # A value as the profile writes a choice (``HIMPedance``): its short or long form.
+        table = {form: v for k, v in spec.off_holds.items()
+                 for form in (k.upper(), "".join(c for c in k if not c.islower()))}
+        fields = table.get(raw.strip().upper()) if raw is not None else None
+        if fields is None:
+            return None, (f"the output is off, but {spec.label} is "
+                          f"{'unknown' if raw is None else raw}: judged as on")
+        if fields:
+            held.update(fields)
+            words.append(f"{spec.label} {raw}")
+    if not held:
+        return frozenset(), ""
+    kept = ", ".join(profile.fields[f].label for f in profile.fields if f in held)
+    return frozenset(held), (f"the output is off, but {' and '.join(words)} keeps the "
+                             f"{kept} in force")
+
+
+def safe_fields(profile: Profile, channel: int) -> list[str]:
+    """What a safe action is read back by on the channel: the field that says it is on and
+    its output-off states (the safe action leaves them holding nothing)."""
+    safe = profile.safe_action
+    return ([safe.field] if safe is not None else []) + off_modes(profile, channel)
+
+
+def live_words(profile: Profile, state: Mapping[str, str], channels: Iterable[int]) -> str:
+    """The channels of ``state`` a safe action did not leave safe, in words ("" when each
+    is): one that reads on (or unread), or off in an output-off state that still holds a
+    bounded field."""
+    out = []
+    for ch in channels:
+        held, why = in_force(profile, state, ch)
+        if held is None and not why:
+            out.append(f"CH{ch} still reads on")
+        elif held is None or held:
+            out.append(f"CH{ch}: {why}")
+    return "; ".join(out)
+
+
 def _unbounded_mode(profile: Profile, field: str, raw: str | None) -> bool:
     allowed = {v.upper() for v in profile.fields[field].bounded_when}
     return raw is None or raw.strip().upper() not in allowed
 
 
-def _energized(profile: Profile, state: dict[str, str], channel: int) -> bool:
+def _energized(profile: Profile, state: Mapping[str, str], channel: int) -> bool:
     """True when the channel drives (or may drive) the DUT. A profile without a safe-action
     field cannot say, and an unread output may be on: both count as energized."""
     safe = profile.safe_action
@@ -173,15 +258,23 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
         if (channels is not None and channel not in channels) or (
                 channels is None and not mentioned):
             continue
-        if not _energized(profile, state, channel):
+        held, why = in_force(profile, state, channel)
+        if held is not None and not held:
             continue
         for field, limit in bounded(profile, limits[channel]).items():
+            if held is not None and field not in held:
+                continue
             raw = state.get(_key(channel, field))
             # A limit bounds the magnitude: a bipolar source (an SMU, a negative supply
             # output) at -20 V is as far from 0 as at +20 V; a list, its farthest point.
             value = magnitude(raw)
             if value is None or value > limit:
-                out.append(Breach(channel, field, raw, limit))
+                out.append(Breach(channel, field, raw, limit, held=why))
+        if not _energized(profile, state, channel):
+            continue
+        out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
+                   for field in guards(profile, limits[channel], channel)
+                   if (raw := state.get(_key(channel, field))) not in ("1", "ON", "True"))
         out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
                    for field in modes(profile, channel)
                    if _unbounded_mode(profile, field, raw := state.get(_key(channel, field))))

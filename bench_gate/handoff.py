@@ -9,6 +9,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
+from . import envelope
 from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import CommandSpec, Profile, ProfileError, ScpiError, classify
@@ -128,6 +129,17 @@ def _reversibility(req: TakeoverRequest, profile: Profile, blind: list[str]) -> 
             "not what reaches the DUT")
 
 
+def _held_off(profile: Profile, state: dict[str, str]) -> str:
+    """The channels of ``state`` whose output is off in an output-off state that still
+    holds a level on the terminals (``FieldSpec.off_holds``), in words; "" if none."""
+    safe = profile.safe_action
+    if safe is None:
+        return ""
+    return "; ".join(f"CH{ch} {why}" for ch in profile.channels
+                     if snapshot_key(ch, safe.field) in state
+                     and (why := envelope.in_force(profile, state, ch)[1]))
+
+
 def build_handoff(
     req: TakeoverRequest,
     run: Run,
@@ -162,6 +174,11 @@ def build_handoff(
                          f"(CH{', CH'.join(map(str, live_outputs))} on)")
     else:
         reversibility = "reversible: outputs are off, nothing reaches the DUT until enabled"
+    if held := _held_off(profile, proposed):
+        # An output-off state that still sources (the 2450's ZERO) is no "off".
+        live = f"live while off: {held}"
+        reversibility = live if reversibility.startswith("reversible") else \
+            f"{reversibility}; {live}"
     margins: list[dict[str, Any]] = []
     for a in req.actions:
         if a.channel is None or a.field is None or a.new is None:

@@ -17,13 +17,12 @@ from typing import Any
 
 from .approvals import require_operator
 from .core import Core, Instrument, Part
-from .errors import InstrumentError, Refused, TransitionError
-from .handoff import snapshot_key
+from .errors import Refused, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
-from .scpi import Unit, classify
-from .snapshots import normalize
+from .safety import send_safe_action
+from .scpi import Unit
 from .states import Event as Move
 from .takeover import Requests
 
@@ -95,31 +94,11 @@ class Interlocks(Part):
         channels = list(profile.channels)
 
         async def job(link: AsyncLink) -> dict[str, Any]:
-            out: dict[str, Any] = {"sent": [], "read_back": {}, "errors": []}
             if safe is None:
-                out["note"] = "this instrument has no safe action in its profile"
-                return out
-            for ch in channels:
-                for unit in classify(safe.command.format(ch=ch), profile.name).units:
-                    try:
-                        await link.write(unit.canonical)
-                        out["sent"].append(unit.canonical)
-                    except InstrumentError as exc:
-                        out["errors"].append(exc.message)
-            for ch in channels:
-                query = profile.field_query(safe.field, ch)
-                try:
-                    out["read_back"][snapshot_key(ch, safe.field)] = normalize(
-                        profile, safe.field, await link.query(query), query, ch)
-                except InstrumentError as exc:
-                    out["errors"].append(exc.message)
-            # Sent is not done: a supply locked by another interface still reads on.
-            on = [ch for ch in channels
-                  if out["read_back"].get(snapshot_key(ch, safe.field)) not in (None, "0")]
-            if on:
-                out["errors"].append("the safe action was sent, but "
-                                     f"{', '.join(f'CH{ch}' for ch in on)} still reads on")
-            return out
+                return {"sent": [], "read_back": {}, "errors": [],
+                        "note": "this instrument has no safe action in its profile"}
+            sent, read_back, errors = await send_safe_action(link, profile, channels)
+            return {"sent": sent, "read_back": read_back, "errors": errors}
 
         try:
             return await inst.lane.run(job, urgent=True)

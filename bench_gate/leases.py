@@ -17,11 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .core import Core, Part
-from .errors import InstrumentError
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
-from .scpi import classify
-from .snapshots import normalize
+from .safety import send_safe_action
 
 __all__ = ["LEASES", "Leases"]
 
@@ -137,26 +135,7 @@ class Leases(Part):
         assert safe is not None
 
         async def job(link: AsyncLink) -> dict[str, Any]:
-            sent, errors = [], []
-            for ch in channels:
-                for unit in classify(safe.command.format(ch=ch), inst.profile.name).units:
-                    try:
-                        await link.write(unit.canonical)
-                        sent.append(unit.canonical)
-                    except InstrumentError as exc:
-                        errors.append(exc.message)
-            on = []  # sent is not done: read each output back
-            for ch in channels:
-                query = inst.profile.field_query(safe.field, ch)
-                try:
-                    if normalize(inst.profile, safe.field, await link.query(query), query,
-                                 ch) != "0":
-                        on.append(ch)
-                except InstrumentError as exc:
-                    errors.append(exc.message)
-            if on:
-                errors.append("the safe action was sent, but "
-                              f"{', '.join(f'CH{ch}' for ch in on)} still reads on")
+            sent, _, errors = await send_safe_action(link, inst.profile, channels)
             return {"sent": sent, "errors": errors}
 
         return await inst.lane.run(job, urgent=True)

@@ -14,12 +14,46 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError
 from .handoff import snapshot_key
 from .instruments import AsyncLink
+from .scpi import Profile, classify
 from .snapshots import Snapshots, normalize
 
-__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written"]
+__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "send_safe_action"]
 
 #: How long a restart waits for an interrupted write to finish inside the instrument.
 SETTLE_SECONDS = 30.0
+
+
+async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int]
+                           ) -> tuple[list[str], dict[str, str], list[str]]:
+    """The profile's safe action on each channel, every unit tried even after one fails,
+    then read back (the output and its output-off states): (sent, read back, errors).
+    Sent is not done: a channel read back on, or off in an output-off state that still
+    holds a level (or unread), is an error, never reported as made safe."""
+    sent: list[str] = []
+    read: dict[str, str] = {}
+    errors: list[str] = []
+    safe = profile.safe_action
+    if safe is None:
+        return sent, read, errors
+    for ch in channels:
+        for unit in classify(safe.command.format(ch=ch), profile.name).units:
+            try:
+                await link.write(unit.canonical)
+                sent.append(unit.canonical)
+            except InstrumentError as exc:
+                errors.append(exc.message)
+    for ch in channels:
+        for f in envelope.safe_fields(profile, ch):
+            query = profile.field_query(f, ch)
+            try:
+                read[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
+                                                      query, ch)
+            except InstrumentError as exc:
+                errors.append(exc.message)
+    still = envelope.live_words(profile, read, channels)
+    if still:
+        errors.append(f"the safe action was sent, but {still}")
+    return sent, read, errors
 
 
 @dataclass(slots=True)
@@ -120,17 +154,15 @@ class Safety(Part):
                 await link.write(command)
             safe = inst.profile.safe_action
             if safe is not None:
-                check = await self.snaps.read_state(
-                    link, inst, [(ch, safe.field) for ch in channels])
+                check = await self.snaps.read_state(link, inst, [
+                    (ch, f) for ch in channels for f in envelope.safe_fields(inst.profile, ch)])
                 safed.after = check.values
                 after.update(check.values)
                 # Sent is not done: a supply locked by another interface, or one that
                 # ignores the command, still reads on; never reported as made safe.
-                still = [ch for ch in channels
-                         if check.values.get(snapshot_key(ch, safe.field)) != "0"]
+                still = envelope.live_words(inst.profile, check.values, channels)
                 if still:
-                    safed.error = ("the safe action was sent, but "
-                                   f"{', '.join(f'CH{ch}' for ch in still)} still reads on")
+                    safed.error = f"the safe action was sent, but {still}"
         except InstrumentError as exc:
             safed.error = exc.message
         return safed

@@ -200,8 +200,11 @@ class Snapshots(Part):
                           "predicted and may apply them, so it is not sent while they are "
                           "stored (store levels inside, or switch the channel off); "
                           "nothing was sent")
-        named = {a.channel for a in actions if a.channel is not None and not a.unpredictable
-                 and a.effect in ("setpoint", "output", "protection")}
+        # A mode the write sets is judged like a setpoint: an output-off state that keeps an
+        # off output's limit in force, a protection turned off (envelope.judged_modes).
+        named = {a.channel for a in actions if a.channel is not None and (
+            (not a.unpredictable and a.effect in ("setpoint", "output", "protection"))
+            or (a.new is not None and a.field in envelope.judged_modes(profile, a.channel)))}
         if not named:
             return
         states = [self.proposed(actions[:done], snap, profile)

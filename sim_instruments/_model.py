@@ -451,7 +451,8 @@ class SimPsu(SimInstrument):
 
     While an output is on, the channel regulates to its voltage setpoint unless the load
     would draw more than the current limit (then it limits current). A measured voltage above
-    the OVP level trips the channel: output off until ``VOLT:PROT:CLE`` and ``OUTP ON``.
+    the OVP level trips the channel, while its protection is on (``VOLT:PROT:STAT``, on after
+    *RST): output off until ``VOLT:PROT:CLE`` and ``OUTP ON``.
     ``OUTP 0`` waits the channel's ``OUTP:DEL:FALL`` before the output goes off, as the
     Keysight supplies' turn-off sequencing does (N6700 guide, OUTPut:DELay:FALL: "affects
     on-to-off transitions including changes in the OUTPut:STATe").
@@ -616,7 +617,7 @@ class SimPsu(SimInstrument):
                 level = self._list_level.get(ch, float(self._get(p + "voltage")))
                 volts = min(level, limit * load)
                 amps = volts / load
-                if volts > float(self._get(p + "ovp")):
+                if volts > float(self._get(p + "ovp")) and self._get(p + "ovp_enabled"):
                     self._set(p + "ovp_tripped", 1)
                     self._set(p + "output", 0)
                     volts = amps = 0.0

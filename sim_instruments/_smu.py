@@ -12,12 +12,22 @@ programmed amplitude. The simulated bench wires only the FORCE leads (``SIM:SENS
 the source sees nothing there and drives the DUT to the top of its source range (5 % over
 range), as far as the current limit lets it (Keithley's SMU manuals: an open sense lead lets
 the output go "radically different than the programmed voltage level").
+
+The output-off state (section 2, "Output-off state"; section 6, :OUTPut[1]:<function>:SMODe)
+is kept per source function, NORMal after *RST: with the output off, HIMPedance opens the
+output relay; NORMal and ZERO keep a 0 V voltage source on the terminals (ZERO with the
+current limit still in force), GUARd a 0 A current source. ``off_state()`` says which holds
+now. *SAV stores and *RCL recalls the source set-up with the output and its off states
+(section 6, *RCL: "Recall settings" affects :OUTPut[1][:STATe] and the SMODe).
 """
 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pyvisa.resources import MessageBasedResource
 
 from ._model import SimInstrument
 
@@ -29,6 +39,8 @@ SMU_PROFILE = "k2450"
 #: A reading query and its buffer arguments: READ?, FETC?, MEAS?, MEAS:VOLT? "defbuffer1".
 _READING = re.compile(r"(READ|FETC|MEAS|MEAS:VOLT|MEAS:CURR|MEAS:RES)\?(?: .*)?")
 _STATISTIC = re.compile(r"TRAC:STAT:(AVER|MAX|MIN|STDD)\?(?: .*)?")
+_SAV = re.compile(r"\*SAV (\d)")
+_RCL = re.compile(r"\*RCL (\d)")
 _FUNCTIONS = {"MEAS:VOLT": "VOLT", "MEAS:CURR": "CURR", "MEAS:RES": "RES"}
 #: The 2450's voltage source ranges (section 6, :SOURce[1]:VOLTage:RANGe), and its overrange.
 _RANGES = (0.02, 0.2, 2.0, 20.0, 200.0)
@@ -46,6 +58,23 @@ class SimSmu(SimInstrument):
     resource_name = SMU_RESOURCE
     rst_keeps: ClassVar[frozenset[str]] = frozenset(
         {"ese", "sre", "saved_slot", "recalled_slot", "load", "sense_leads"})
+    #: What *SAV stores and *RCL recalls: the source set-up, the output and its off states.
+    saved: ClassVar[tuple[str, ...]] = (
+        "set_sour1_func_ch1", "voltage", "ilim", "current_level", "vlim",
+        "set_outp1_volt_smod_ch1", "set_outp1_curr_smod_ch1", "output")
+
+    def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
+        super().__init__(resource, definition)
+        self._slots: dict[int, dict[str, int | float | str]] = {}
+
+    def off_state(self) -> str:
+        """What the terminals hold now: ``on``, or the output-off state in force (that of
+        the source function): ``HIMP`` (the relay open), ``NORM``, ``ZERO``, ``GUAR``."""
+        with self._lock:
+            if int(self._get("output")):
+                return "on"
+            function = "curr" if str(self._get("set_sour1_func_ch1")) == "CURR" else "volt"
+            return str(self._get(f"set_outp1_{function}_smod_ch1"))
 
     def terminals(self) -> tuple[float, float]:
         """(volts, amps) at the terminals now: what the DUT sees."""
@@ -106,3 +135,10 @@ class SimSmu(SimInstrument):
     def _link(self, canonical: str) -> None:
         if canonical.startswith("SOUR1:FUNC "):
             self._set("output", 0)  # the 2450 switches the output off with the function
+        elif m := _SAV.fullmatch(canonical):
+            self._slots[int(m[1])] = {name: self._get(name) for name in self.saved}
+        elif m := _RCL.fullmatch(canonical):
+            slot = self._slots.get(int(m[1]))
+            if slot is not None:  # output last: the 2450 recalls the set-up it applies
+                for name in self.saved:
+                    self._set(name, slot[name])

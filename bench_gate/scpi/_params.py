@@ -150,10 +150,7 @@ class ParamReader:
                 detail = "is not allowed" if datum.text in NOT_A_NUMBER else "is not a number"
                 raise self.err(ScpiExecutionError, -224, f"{spec.name} {datum.text} {detail}", pos)
             if keyword == "DEF":
-                if field is not None and isinstance(field.default, Decimal):
-                    return field.default
-                raise self.err(ScpiExecutionError, -224,
-                               f"{spec.name} has no DEF value in this profile", pos)
+                return self.default(spec, channel, pos)
             if bounds is None:
                 raise self.err(ScpiExecutionError, -224,
                                f"{spec.name} has no {keyword} on this instrument", pos)
@@ -190,6 +187,21 @@ class ParamReader:
         if prefix not in MULTIPLIERS:
             raise self.err(ScpiSyntaxError, -131, f"unknown multiplier in {suffix!r}", pos)
         return MULTIPLIERS[prefix]
+
+    def default(self, spec: ParamSpec, channel: int | None, pos: int) -> Decimal:
+        """The value ``DEF`` names (the *RST value): the channel's own where the profile
+        gives one (ChannelSpec.defaults: the E3631A's +6V output resets to 5 A, the others
+        to 1 A), else the field's. With no channel known, only a value every channel shares."""
+        found = {self.profile.default_of(spec.field, c)
+                 for c in ([channel] if channel is not None else self.profile.channels)
+                 } if spec.field else set()
+        if channel is None and not found and spec.field:
+            found = {self.profile.default_of(spec.field, None)}
+        if len(found) == 1 and isinstance(value := next(iter(found)), Decimal):
+            return value
+        why = "differs per channel: name the channel" if len(found) > 1 else \
+            "has no DEF value in this profile"
+        raise self.err(ScpiExecutionError, -224, f"{spec.name} {why}", pos)
 
     def widest(self, field: str | None, channel: int | None) -> tuple[Decimal, Decimal] | None:
         if field is None:

@@ -180,6 +180,15 @@ class Profile:
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
 
+    def default_of(self, field_name: str, channel: int | None) -> Decimal | bool | str | None:
+        """The field's *RST (``DEF``) value on ``channel``: the channel's own, else the
+        field's ``default``."""
+        spec = self.model.channels.get(channel) if channel is not None else None
+        if spec is not None and field_name in spec.defaults:
+            return spec.defaults[field_name]
+        field = self.model.fields.get(field_name)
+        return field.default if field is not None else None
+
     def limit_of(self, field_name: str) -> str:
         """The envelope key that bounds ``field_name``: its ``envelope``, else its name."""
         spec = self.model.fields.get(field_name)
@@ -241,6 +250,17 @@ def check_model(model: ProfileModel) -> None:
                              or model.fields[safe.field].type != "boolean"):
         raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
                            "boolean field")
+    for number, channel in model.channels.items():
+        if not channel.defaults.keys() <= model.fields.keys():
+            raise ProfileError(f"{model.name}: channel {number}: defaults name unknown fields")
+    for name, spec in model.fields.items():
+        if spec.guards is not None and spec.type != "boolean":
+            raise ProfileError(f"{model.name}: field {name!r}: guards is for a boolean field")
+        held = {f for fields in spec.off_holds.values() for f in fields}
+        if spec.off_holds and (spec.type != "text" or safe is None
+                               or not held <= model.fields.keys()):
+            raise ProfileError(f"{model.name}: field {name!r}: off_holds is for a text field "
+                               "of a profile with a safe action, and names its fields")
 
 
 def _check_addressing(model: ProfileModel) -> None:

@@ -167,6 +167,10 @@ class ChannelSpec(BaseModel):
     #: gateway writes it (``OUTP CH1,ON``).
     names: tuple[str, ...] = ()
     ranges: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    #: A field's *RST (``DEF``) value on this channel, where it differs from the field's
+    #: ``default`` (the E3631A's +6V output resets its current limit to 5 A, the others to
+    #: 1 A: User's Guide, Table 4-1).
+    defaults: dict[str, Decimal] = Field(default_factory=dict)
 
 
 class FieldSpec(BaseModel):
@@ -219,6 +223,16 @@ class FieldSpec(BaseModel):
     #: other value, or an unread one, is outside the envelope (the DL3021's short-circuit
     #: and list modes draw what no level names), wherever the mode was set.
     bounded_when: tuple[str, ...] = ()
+    #: For a text field that says what a channel still does while its safe-action field
+    #: reads off (an SMU's output-off state): each value (as the snapshot holds it, any
+    #: case) -> the bounded fields still in force then. A value with none holds nothing the
+    #: envelope bounds (the 2450's HIMPedance opens the output relay). An off channel with
+    #: this field at an unlisted value, or unread, is judged as energized: every bounded field.
+    off_holds: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: For a boolean that says whether the protection an envelope key bounds acts at all
+    #: (the E36312A's VOLTage:PROTection:STATe): where a channel's limits have that key, an
+    #: energized channel with it off, or unread, is outside: the level protects nothing.
+    guards: Literal["voltage", "current", "ovp"] | None = None
 
 
 class SafeActionSpec(BaseModel):

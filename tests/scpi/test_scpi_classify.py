@@ -511,7 +511,8 @@ PARAMETERS = [
     ("VOLT max,(@2)", "VOLT 25.0,(@2)", Decimal(25)),
     ("VOLT MAXIMUM,(@3)", "VOLT 25.0,(@3)", Decimal(25)),
     ("VOLT DEF,(@3)", "VOLT 0.0,(@3)", Decimal(0)),
-    ("CURR DEFault,(@1)", "CURR 1.0,(@1)", Decimal(1)),
+    ("CURR DEFault,(@1)", "CURR 5.0,(@1)", Decimal(5)),  # CH1 resets to 5 A
+    ("CURR DEFault,(@2)", "CURR 1.0,(@2)", Decimal(1)),
     ("CURR MAX,(@1)", "CURR 5.0,(@1)", Decimal(5)),
     ("CURR MAX,(@2)", "CURR 1.0,(@2)", Decimal(1)),
     ("VOLT:PROT MAX,(@2)", "VOLT:PROT 27.5,(@2)", Decimal("27.5")),
