@@ -85,7 +85,7 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
                                                     reach=()), limits, profile)
         if later:
             return f"{later} (a level {unit.header} stores for a later trigger)"
-    if unit.field is None or not isinstance(unit.value, Decimal):
+    if unit.field is None or unit.value is None or isinstance(unit.value, bool):
         return None
     key = profile.limit_of(unit.field) if profile is not None else unit.field
     if unit.channel is None:
@@ -95,7 +95,12 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
     else:
         channel = limits.get(unit.channel)
         limit = getattr(channel, key, None) if channel is not None else None
-    if isinstance(limit, Decimal) and abs(unit.value) > limit:  # a magnitude: bipolar sources
+    if not isinstance(limit, Decimal):
+        return None
+    if not isinstance(unit.value, Decimal):  # a word (MAX, AUTO): no number to judge
+        return (f"{unit.header} sets {unit.field} to {unit.value}, which the bench limit of "
+                f"{format_number(limit)} cannot judge: send the level as a number")
+    if abs(unit.value) > limit:  # a magnitude: bipolar sources
         unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(key, "")
         where = f"CH{unit.channel}" if unit.channel is not None else "the selected channel's"
         name = unit.field if key == unit.field else f"{unit.field} (bounded by the {key} limit)"
