@@ -119,9 +119,13 @@ class Intake(Part):
                 raise InstrumentError(f"{inst.config.name}: bad selection answer "
                                       f"{answer!r}") from exc
             c = classify(message, inst.profile.name, selected=selected)
+        return c
+
+    def _select(self, run_id: str, inst: Instrument, c: Classification) -> None:
+        """Keep the message's selection as the run's, once the message runs or is held:
+        a refused message changes nothing, its selection included (docs/profiles.md)."""
         if c.selected is not None:
             self._selected.set(run_id, inst.config.name, c.selected, inst.profile)
-        return c
 
     def reselected(self, run_id: str, inst: Instrument, channel: int) -> None:
         """The run's selection after a recall ran: the one the instrument has now."""
@@ -147,8 +151,6 @@ class Intake(Part):
             return None  # a refusal is journaled the long way
         received_at = now()
         c = plan.classification
-        if c.selected is not None:
-            self._selected.set(run_id, name, c.selected, inst.profile)
         try:
             response = await run_plan(inst, plan, selected)
         except InstrumentError as exc:
@@ -161,6 +163,7 @@ class Intake(Part):
         except Excites as exc:  # nothing was sent: decided again, as excites
             return await self.submit(run_id, name, message, origin=origin,
                                      excites=exc.applies)
+        self._select(run_id, inst, c)
         self._reads.append_rows(plan.rows(run_id, received_at, now(), response))
         return SubmitResult(Outcome.EXECUTED, response=response)
 
@@ -269,6 +272,7 @@ class Intake(Part):
             except Excites as exc:  # nothing was sent: decided again, as excites
                 found = exc.applies
             else:
+                self._select(run_id, inst, c)
                 data: dict[str, str | float | list[str] | None] = {
                     "message": message, "canonical": list(c.canonical), "response": response}
                 if read_only:  # in the read log before the answer leaves
@@ -312,6 +316,7 @@ class Intake(Part):
                                                      confidence=confidence, step_id=step_id,
                                                      idempotency_key=idempotency_key)
                 if isinstance(via_plan, TakeoverRequest):
+                    self._select(run_id, inst, c)
                     if idempotency_key is not None:  # a concurrent twin may have won the key
                         self._same_request(via_plan, idempotency_key, *asked)
                     return self.result(via_plan)
@@ -322,6 +327,7 @@ class Intake(Part):
                 rationale=rationale, confidence=confidence, step_id=step_id,
                 idempotency_key=idempotency_key, timeout=timeout, events=unjournaled,
                 gate=gate_note, on_resend=on_resend)
+            self._select(run_id, inst, c)
             if idempotency_key is not None:  # a concurrent twin may have won the key
                 self._same_request(req, idempotency_key, *asked)
         except Refused as exc:  # the predicted state leaves the envelope: never held

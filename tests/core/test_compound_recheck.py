@@ -193,10 +193,12 @@ async def test_no_other_job_reaches_the_supply_between_the_recheck_and_the_write
 
 
 async def test_pyvisa_sims_own_backend_is_read_one_query_a_message(
-        db_path: Path, clock: Clock, script: Principal) -> None:
+        db_path: Path, clock: Clock, script: Principal, olga: Principal) -> None:
     """pyvisa-sim (``<bench.yaml>@sim``) matches each message whole, so a compound
     snapshot got one answer for ten queries and every write's hold failed ("unreadable"):
-    on that backend each field is asked alone, and the write is held with what it read."""
+    on that backend each field is asked alone, and the write is held with what it read.
+    Granted, it executes: bench.yaml had no ``SYST:LOCK:REQ?``, so the lane's lock request
+    left -113 in the error queue and every granted write there ended "ambiguous"."""
     from bench_gate.config import InstrumentConfig
     from sim_instruments import PSU_RESOURCE, bench_yaml_path
 
@@ -212,6 +214,11 @@ async def test_pyvisa_sims_own_backend_is_read_one_query_a_message(
         assert req.snapshot.idn.startswith("Keysight Technologies,E36312A")
         asked = [k for k in req.snapshot.values if k.startswith("ch1.")]
         assert len(asked) >= 5, req.snapshot.values  # each field read, one at a time
+        done = await gw.grant(req.id, olga, list(req.required),
+                              proposal_hash=req.proposal_hash)
+        assert done.request.status is Status.EXECUTED, done.message
+        assert done.request.receipt is not None
+        assert Decimal(done.request.receipt.after["ch1.voltage"]) == Decimal("2.5")
     finally:
         await gw.close()
         gw.store.close()

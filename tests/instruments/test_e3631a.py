@@ -221,6 +221,33 @@ async def test_the_envelope_applies_per_output(
     assert levels(panel) == before
 
 
+@pytest.mark.parametrize("refused", [
+    "INST:SEL P6V;:VOLT 6.1",  # refused by the envelope on the command's own level
+    "INST:NSEL 3;:OUTP ON",  # refused on the predicted state: CH3 set to -20 V at the bench
+])
+async def test_a_refused_message_leaves_the_runs_selection_where_it_was(
+        supply: Any, gateway: Gateway, panel: Any, olga: Principal, refused: str) -> None:
+    """Nothing of a refused message runs, its selection included: the refused ``INST:SEL
+    P6V`` moved the run's selection, so the script's next bare ``VOLT 3`` (meant, as the
+    gateway answered, for the output it had selected) was held for another output."""
+    panel.write("INST:NSEL 3;:VOLT -20")  # beyond CH3's envelope, outputs off
+
+    def script() -> tuple[str, str]:
+        supply.write("INST:NSEL 2")
+        supply.write(refused)
+        error = str(supply.query("SYST:ERR?"))
+        return error, str(supply.query("INST:NSEL?"))
+
+    error, selected = await in_thread(script)
+    assert error.startswith("-222,"), error
+    assert selected.strip() == "2"
+    task = asyncio.ensure_future(in_thread(supply.write, "VOLT 3"))
+    req = await next_pending(gateway)
+    assert [a.canonical for a in req.actions] == ["VOLT 3.0,(@2)"]
+    await gateway.deny(req.id, olga, "not now", proposal_hash=req.proposal_hash)
+    await task
+
+
 async def test_output_on_over_a_level_beyond_one_outputs_envelope_is_refused(
         supply: Any, gateway: Gateway, panel: Any) -> None:
     """The predicted state of every output the command switches on is judged."""
