@@ -6,6 +6,10 @@ guide, chapter 2), and the profile passed them on as words: ``:VOLT:ILIM 40`` wa
 (-222) but ``:VOLT:ILIM MAX`` was held, with nothing judged (a word is no number), and with
 every approval the load in CV drew 40 A from the DUT under a 10 A envelope until the
 read-back switched it off.
+
+Hole 1b, found on the way: those limits named no channel (the DL3021's one input is channel
+1 everywhere else), so the prediction set ``cv_ilim`` where no snapshot reads it, and every
+approved limit read back as "ambiguous ... no query reads cv_ilim; a person must check".
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def test_min_and_def_of_a_limit_are_numbers_judged_like_any() -> None:
     has one, else refused (-224), never a word the envelope cannot judge."""
     for limit in ("VOLT:ILIM", "RES:ILIM", "POW:ILIM"):
         (unit,) = classify(f"{limit} MIN", "dl3021").units
-        assert unit.canonical == f"{limit} 0.0" and unit.value == 0
+        assert unit.canonical == f"{limit} 0.0,(@1)" and unit.value == 0
         with pytest.raises(ScpiError) as exc:
             classify(f"{limit} DEF", "dl3021")
         assert exc.value.code == -224
@@ -166,3 +170,17 @@ def test_a_word_for_an_enveloped_level_is_refused_and_never_shown_inside(word: s
     action = Action(index=0, source=0, text="x", effect="state", channel=1, field="cv_ilim",
                     new=word, canonical="x")
     assert envelope.action_breaches(profile, LIMITS, [action])
+
+
+@pytest.mark.parametrize("limit", ["VOLT:ILIM", "RES:ILIM", "POW:ILIM"])
+async def test_an_approved_current_limit_reads_back_as_executed(
+        gateway: Gateway, script: Principal, olga: Principal, load_sim: SimServedThread,
+        limit: str) -> None:
+    run = gateway.create_run(script, "script", goal="discharge the DUT")
+    outcome = await _grant_everything(gateway, run.id, f":{limit} 2.5", olga)
+    assert outcome.startswith("executed"), outcome
+    (unit,) = classify(f"{limit} 2.5", "dl3021").units
+    assert unit.channel == 1 and unit.canonical == f"{limit} 2.5,(@1)"
+    with own_port(load_sim.resource_name) as panel:
+        assert Decimal(panel.query(f"{limit}?")) == Decimal("2.5")
+        assert panel.query("SYST:ERR?").startswith("0,")
