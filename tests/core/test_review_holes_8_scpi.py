@@ -47,7 +47,8 @@ def _watch_ch2(sim: SimBenchThread) -> list[tuple[int, float]]:
 
     def watched(canonical: str, query: bool) -> str | None:
         answer = perform(canonical, query)
-        seen.append((int(psu._get("ch2_output")), float(psu._get("ch2_voltage"))))
+        seen.append((int(perform("OUTP? (@2)", True) or 0),
+                     float(perform("VOLT? (@2)", True) or 0)))
         return answer
 
     psu.perform = watched  # type: ignore[method-assign]

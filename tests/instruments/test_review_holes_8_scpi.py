@@ -65,7 +65,7 @@ def _watch_drawn(load_sim: SimServedThread) -> list[float]:
 
     def watched(canonical: str, query: bool) -> str | None:
         answer = perform(canonical, query)
-        seen.append(inst._drawn()[1])
+        seen.append(inst.drawn()[1])
         return answer
 
     inst.perform = watched  # type: ignore[method-assign]
