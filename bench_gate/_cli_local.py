@@ -146,22 +146,30 @@ def mcp(args: argparse.Namespace) -> int:
     """The MCP server on stdio, acting for the token's requester against --url."""
     import anyio
 
+    from .errors import InvalidInput
     from .mcp import AgentSession, HttpBench, build_server, serve_stdio
+    from .terms import BEATS_PER_TERM, check_term
 
+    term = args.heartbeat_seconds
+    try:
+        check_term(term)
+    except InvalidInput as exc:
+        raise CliError(f"--heartbeat-seconds: {exc.message}") from exc
     client = client_for(args)
     try:
         client.request("GET", "/v1/instruments")  # fail here, not in the agent's first call
     except ApiError:
         client.close()
         raise
-    session = AgentSession(HttpBench(client))
+    session = AgentSession(HttpBench(client, heartbeat_seconds=term))
 
     async def session_for(ctx: Any) -> AgentSession:
         return session
 
     async def serve() -> None:
         # Ends with its client, even a killed one with a tool call in flight (mcp/_stdio.py).
-        await serve_stdio(build_server(session_for).run_stdio_async, session)
+        await serve_stdio(build_server(session_for).run_stdio_async, session,
+                          beat_every=term / BEATS_PER_TERM)
 
     try:
         anyio.run(serve)

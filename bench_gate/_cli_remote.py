@@ -215,7 +215,10 @@ def _watched(c: Client, m: dict[str, Any], commands: dict[str, str]) -> str:
     if m["type"] == "question":
         return (f"{stamp}  question {m['id']}  {m['status']:<10} asked by {m['askedBy']} "
                 f"(run {m['runId']})")
-    return f"{stamp}  {m['type']:<8} {m['id']}  {m.get('status', '')}".rstrip()
+    if m["type"] == "alert":  # has no id: a lost client, a breach, a stop (its words)
+        return f"{stamp}  alert    {m.get('alert', '')}  {m.get('reason', '')}".rstrip()
+    reason = f"  ({m['reason']})" if m.get("reason") else ""
+    return f"{stamp}  {m['type']:<8} {m.get('id', '')}  {m.get('status', '')}{reason}".rstrip()
 
 
 def watch(args: argparse.Namespace) -> int:

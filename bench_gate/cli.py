@@ -217,8 +217,12 @@ def parser() -> argparse.ArgumentParser:
             "the time left; piped, only the outcome is printed", epilog=EXIT_HELP)
     w.add_argument("request", help=_REQUEST)
     w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
-    cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's requester "
-                         "(BENCH_GATE_TOKEN) against --url")
+    mc = cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's "
+                              "requester (BENCH_GATE_TOKEN) against --url")
+    mc.add_argument("--heartbeat-seconds", type=int, default=60, metavar="N", help=(
+        "the session's run closes (its undecided requests cancelled) if this process is "
+        "not heard from for N seconds: killed, out of memory, a laptop lid shut. It "
+        "heartbeats four times a term (default 60; 2 to 86400)"))
     qs = cmd("questions", remote.questions, "questions agents asked the operator (open ones)")
     qs.add_argument("--all", action="store_true", help="answered and expired ones too")
     an = cmd("answer", remote.answer, "answer an agent's questions, one answer each in order (an "

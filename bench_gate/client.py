@@ -122,12 +122,23 @@ class Client:
         return rid
 
     # --------------------------------------------------------------- requesters
-    def run(self, kind: str = "script", goal: str | None = None) -> dict[str, Any]:
-        """Start a run; later calls use it unless given another ``run_id``."""
-        run: dict[str, Any] = self.request("POST", "/v1/runs", json={"kind": kind,
-                                                                      "goal": goal})
+    def run(self, kind: str = "script", goal: str | None = None, *,
+            heartbeat_seconds: int | None = None) -> dict[str, Any]:
+        """Start a run; later calls use it unless given another ``run_id``. With
+        ``heartbeat_seconds`` the run closes if this client is silent that long: submit,
+        or call :meth:`heartbeat`, more often than that."""
+        body: dict[str, Any] = {"kind": kind, "goal": goal}
+        if heartbeat_seconds is not None:
+            body["heartbeatSeconds"] = heartbeat_seconds
+        run: dict[str, Any] = self.request("POST", "/v1/runs", json=body)
         self.run_id = run["id"]
         return run
+
+    def heartbeat(self, run_id: str | None = None) -> dict[str, Any]:
+        """This client is still there: the run's term and leases go on (ApiError 409 if
+        the run is closed)."""
+        beat: dict[str, Any] = self.request("POST", f"/v1/runs/{self._run(run_id)}/heartbeat")
+        return beat
 
     def runs(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request("GET", "/v1/runs")

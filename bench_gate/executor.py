@@ -1,10 +1,10 @@
 """The executor: an approved request, just before it runs, is checked again (its approvals
 bound to this exact proposal, the owner's rules, the expiry), then on the instrument's lane
 the live state is re-read and compared with what the approver saw (a difference sends it
-back as ``stale`` with a fresh request), the envelope is checked on the live state, the
-canonical commands are written, and the read-back is judged (``readback.judge_readback``)
-with the safe action for any breach. A write interrupted by a restart is reconciled from a
-read-back, never re-sent.
+back as ``stale`` with a fresh request: stale.py), the envelope is checked on the live
+state, the canonical commands are written and read back, with the safe action for any
+breach. The judged read-back becomes the request's outcome in conclusions.py, which also
+reconciles a write interrupted by a restart from a read-back, never re-sent.
 """
 
 from __future__ import annotations
@@ -14,31 +14,23 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from . import envelope
-from .core import MAX_RETRIES, Core, Instrument, Part
+from .conclusions import Conclusions
+from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
-from .models import (
-    ApprovalKind,
-    Event,
-    EventType,
-    Receipt,
-    SentLine,
-    Status,
-    TakeoverRequest,
-)
-from .policy import required_for
-from .readback import Judgement, judge_readback
-from .readback import Verdict as Judged
+from .models import Event, EventType, Receipt, SentLine, Status, TakeoverRequest
+from .readback import judge_readback
 from .rechecks import Rechecks, Refusal
 from .runs import Runs
-from .safety import Safed, Safety, Written
-from .scpi import as_exciting, excitation_now, measures_now
+from .safety import Safety, Written
+from .scpi import excitation_now, measures_now
 from .selections import read_selection
 from .sent import KEPT_BACK, on_the_wire
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
+from .stale import Stale
 from .states import Event as Move
 from .takeover import Requests
 
@@ -60,6 +52,8 @@ class Executor(Part):
         self.interlocks = interlocks
         self.leases = leases
         self.checks = Rechecks(core, snaps, setpoints, runs)
+        self.stale = Stale(core, snaps, requests, runs)
+        self.conclusions = Conclusions(core, snaps, setpoints, requests, safety, leases)
         self._in_flight: set[str] = set()
         #: One execution at a time per instrument, from the recheck to the read-back (the
         #: recheck and the write share one lane turn; the moves recorded around it belong to
@@ -209,7 +203,7 @@ class Executor(Part):
                 return None  # it moved meanwhile: nothing recorded, nothing written
             why = refused[-1]
             assert why is not None
-            await self._record(why, req, inst)
+            await self.stale.record(why, req, inst)
             return self.requests.get(req.id)
         finally:
             lock.release()
@@ -237,7 +231,7 @@ class Executor(Part):
 
         done = await self._write(req, inst, fields, recheck)
         if done is None and refused:
-            await self._record(refused[0], req, inst)
+            await self.stale.record(refused[0], req, inst)
         return done or self.requests.get(req.id)
 
     def _stop_refusal(self, req: TakeoverRequest) -> Refusal | None:
@@ -248,63 +242,6 @@ class Executor(Part):
         except Refused as exc:
             return Refusal(Move.FAIL, exc.message, f"failed: {exc.message}")
         return None
-
-    async def _record(self, why: Refusal, req: TakeoverRequest, inst: Instrument) -> None:
-        """The live recheck's refusal: the request goes stale (with a fresh one), expires,
-        or fails."""
-        if why.move is Move.GO_STALE:
-            await self._go_stale(req, inst, why.diff)
-        elif why.move is Move.EXPIRE:
-            self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
-                               {"expires_at": req.expires_at.isoformat(),
-                                "reason": why.reason}, outcome=why.outcome)
-        else:
-            self.requests.move(req, why.move, EventType.STEP_FAILED, {"reason": why.reason},
-                               outcome=why.outcome)
-
-    async def _go_stale(self, req: TakeoverRequest, inst: Instrument,
-                        diff: dict[str, tuple[str | None, str | None]],
-                        excites: str | None = None) -> TakeoverRequest:
-        run = self.runs.get(req.run_id)
-        shown = {k: {"shown": v[0], "live": v[1]} for k, v in diff.items()}
-        summary = ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in diff.items())
-        if not self.requests.move(
-                req, Move.GO_STALE, EventType.TAKEOVER_STALE, {"diff": shown},
-                outcome=f"stale: the instrument changed since approval ({summary}); nothing "
-                        "was written, sent back for fresh review"):
-            return self.requests.get(req.id)
-        c = self.snaps.same_units(inst, req)
-        # A reading the approver saw as exciting, or found exciting at the write, stays so:
-        # its canonical text alone reclassifies as a plain reading (scpi/_excitation.py).
-        applies = excites or next((a.applies for a in req.actions
-                                   if a.effect == "excites" and a.applies
-                                   and measures_now(inst.profile, a.canonical)), None)
-        if applies:
-            c = as_exciting(c, applies)
-        fresh_required = list(required_for([a.approval for a in req.actions],
-                                           any(a.unpredictable for a in req.actions))
-                              ) or [ApprovalKind.STATE]
-        try:
-            fresh = await self.requests.hold(
-                run, inst, req.message, c, fresh_required, reason=req.reason,
-                rationale=req.rationale, confidence=req.confidence, step_id=req.step_id,
-                idempotency_key=None, timeout=req.timeout_minutes, events=[], supersedes=req,
-                stale_diff=diff, on_resend=req.on_resend)
-        except (Refused, InstrumentError) as exc:
-            # No fresh request: on the live state it would leave the envelope (or the
-            # instrument cannot be read). The stale one says why, and nothing runs.
-            self.store.append([Event(run_id=req.run_id, request_id=req.id,
-                                     type=EventType.WRITE_REFUSED,
-                                     data={"message": req.message, "reason": exc.message,
-                                           "code": getattr(exc, "code", -240)})])
-            return self.requests.get(req.id)
-        for _ in range(MAX_RETRIES):
-            current = self.requests.get(req.id)
-            current.superseded_by = fresh.id
-            if self.store.save_request(current, current.version, []):
-                self.core.notifier.request_changed(current)
-                return current
-        return self.requests.get(req.id)
 
     async def _write(self, req: TakeoverRequest, inst: Instrument,
                      fields: list[tuple[int | None, str]],
@@ -379,7 +316,7 @@ class Executor(Part):
         if reselected and self.reselect is not None:
             self.reselect(req.run_id, inst, reselected[0])
         if found:
-            return await self._go_stale(req, inst, {"measure function": (
+            return await self.stale.go_stale(req, inst, {"measure function": (
                 "not shown as exciting", f"excites: {found[0]}")}, excites=found[0])
         receipt = Receipt(sent=[ln.text for ln in lines if ln.sent], lines=lines,
                           before=req.snapshot.values, after=w.after or {},
@@ -392,91 +329,11 @@ class Executor(Part):
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions), error=w.error,
             instrument_errors=w.instrument_errors, read_error=w.read_error)
-        self._conclude(req, inst, receipt, judged, w.safed, w.after,
+        self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
                        executed="executed: " + "; ".join(commands))
         return req
 
-    def _conclude(self, req: TakeoverRequest, inst: Instrument, receipt: Receipt,
-                  judged: Judgement, safed: Safed | None, after: dict[str, str] | None,
-                  *, executed: str) -> None:
-        """One ending for a write from its judged read-back, with any envelope breach."""
-        receipt.reconciled = receipt.reconciled or judged.reconciled
-        req.receipt = receipt
-        data: dict[str, Any] = {"receipt": receipt.model_dump(mode="json")}
-        if judged.unexpected:
-            data["unexpected"] = {k: list(v) for k, v in judged.unexpected.items()}
-        verdict, text = judged.verdict, judged.detail
-        if safed is not None:
-            words = envelope.summary(inst.profile, safed.found)
-            done = (f"the safe action ({'; '.join(safed.sent)}) ran at once" if safed.error
-                    is None else f"the safe action failed ({safed.error})")
-            self.store.append([Event(
-                run_id=req.run_id, request_id=req.id, type=EventType.ENVELOPE_BREACH,
-                data={"breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
-                      "read_back": safed.after, "error": safed.error})])
-            self.core.notifier.publish(
-                "alert", alert="envelope_breach", id=req.id, run_id=req.run_id,
-                instrument=req.instrument, reason=f"{words}; {done}")
-            mine = {a.channel for a in req.actions} | (
-                {b.channel for b in safed.found}
-                if any(a.unpredictable or a.channel is None for a in req.actions) else set())
-            note = f"envelope breach read back: {words}; {done}"
-            if any(b.channel in mine for b in safed.found):
-                verdict, text = Judged.AMBIGUOUS, f"{note}; {text}; a person must check the DUT"
-            else:
-                text = f"{text}; {note}"
-        if verdict is Judged.EXECUTED:
-            reconciled = " (reconciled from read-back)" if judged.reconciled else ""
-            detail = judged.detail if (judged.reconciled or judged.unexpected
-                                       or safed is not None) else ""
-            outcome = executed.replace("executed", f"executed{reconciled}", 1) + (
-                f" ({text})" if detail or safed is not None else "")
-            if judged.reconciled:
-                data["reconciled"] = True
-            self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, data, outcome=outcome)
-            if after is not None:
-                self.setpoints.remember(req, inst, after)
-                self.leases.energized(req, after)
-        elif verdict is Judged.FAILED:
-            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {**data, "reason": text},
-                               outcome=f"failed: {text}")
-        else:
-            self.requests.move(req, Move.LOSE_TRACK, EventType.STEP_FAILED,
-                               {**data, "reason": text},
-                               outcome=f"ambiguous: {text}; a person must check the instrument"
-                               if "a person must" not in text else f"ambiguous: {text}")
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
-        inst = self.core.instrument(req.instrument)
-        limits = self.config.envelope.get(inst.config.name, {})
-        fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
-                                     *envelope.readable_fields(inst.profile, limits)]))
-
-        async def job(link: AsyncLink) -> Written:
-            out = Written()
-            # A write cut off by the crash may still be inside the instrument: let it finish
-            # before judging, or a late change would be judged "nothing took effect".
-            unsettled = await self.safety.settle(link, inst)
-            if unsettled is not None:
-                out.read_error = unsettled
-                return out
-            out.after, out.read_error = await self.safety.read_back(link, inst, fields,
-                                                                    req.snapshot.idn)
-            out.safed = await self.safety.make_safe(link, inst, out.after)
-            return out
-
-        w = await inst.lane.run(job)
-        receipt = Receipt(sent=[], before=req.snapshot.values, after=w.after or {},
-                          approvals=req.valid_approvals(), started_at=self.clock(),
-                          finished_at=self.clock(), reconciled=True,
-                          detail="interrupted by a restart; reconciled from read-back")
-        judged = judge_readback(
-            before=req.snapshot.values,
-            expected=self.snaps.proposed(req.actions, req.snapshot, inst.profile),
-            after=w.after, unverifiable=unverifiable(req.actions),
-            blind=any(a.unpredictable for a in req.actions),
-            error="interrupted by a restart before its read-back; nothing is re-sent",
-            instrument_errors=[], read_error=w.read_error)
-        self._conclude(req, inst, receipt, judged, w.safed, w.after,
-                       executed="executed (reconciled after a restart)")
+        await self.conclusions.reconcile_interrupted(req)

@@ -23,7 +23,7 @@ from .config import BenchConfig, ChannelLimits
 from .core import Core, Instrument
 from .decisions import Decisions, GrantResult
 from .engineers import Engineers, panel_message
-from .errors import GatewayError, NotFound, PermissionDenied
+from .errors import GatewayError, NotFound, PermissionDenied, TransitionError
 from .executor import Executor
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
@@ -38,6 +38,7 @@ from .models import (
     Principal,
     Run,
     RunKind,
+    RunStatus,
     Status,
     TakeoverRequest,
     now,
@@ -52,6 +53,7 @@ from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .store import ChainReport, RequestPage, RequestSort, Store
 from .takeover import Requests
+from .terms import Terms
 from .watch import Watch
 
 __all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
@@ -90,6 +92,9 @@ class Gateway:
         self._engineers = Engineers(core, runs)
         self._interlocks = interlocks = Interlocks(core, requests, runs)
         self._leases = leases = Leases(core)
+        #: Heartbeat terms: a run whose client went silent closes (terms.py).
+        self._terms = terms = Terms(core, runs)
+        leases.heard = terms.heard
         safety = Safety(core, snaps)
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
                                              safety, interlocks, leases)
@@ -179,6 +184,7 @@ class Gateway:
         self._intake.open_reads()  # a crash's reads first: before anything else is journaled
         await take_locks([inst.lane for inst in self.instruments.values()])
         self._runs.close_gone_clients()
+        self._terms.start()  # every term starts again now: being down is no silence
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
             if self.owns(req):
@@ -212,6 +218,7 @@ class Gateway:
         """Expire every pending request (and question) whose time is up."""
         count = await self._decisions.expire_due()
         self.questions.sweep()
+        self._terms.sweep()
         return count
 
     async def _sweep_forever(self) -> None:
@@ -258,8 +265,13 @@ class Gateway:
 
     # ------------------------------------------------------------------ runs
     def create_run(self, principal: Principal, kind: RunKind | str,
-                   goal: str | None = None, *, attached: str | None = None) -> Run:
-        return self._runs.create(principal, kind, goal, attached=attached)
+                   goal: str | None = None, *, attached: str | None = None,
+                   heartbeat_seconds: int | None = None) -> Run:
+        """``heartbeat_seconds``: the run closes if its client is silent that long."""
+        run = self._runs.create(principal, kind, goal, attached=attached,
+                                heartbeat_seconds=heartbeat_seconds)
+        self._terms.created(run.id, run.heartbeat_seconds)  # its term starts now
+        return run
 
     def get_run(self, run_id: str) -> Run:
         return self._runs.get(run_id)
@@ -393,12 +405,19 @@ class Gateway:
         return verify_chain(self)
 
     def heartbeat(self, run_id: str, who: Principal) -> dict[str, Any]:
-        """The run's client is still there: its lease goes on."""
+        """The run's client is still there: its leases and its term go on. An operator's
+        heartbeat keeps the leases only: a run's term is its own client's to renew."""
         owner = self._runs.owner(run_id)
         if owner != who.name and not who.operates:
             raise PermissionDenied(f"{run_id} belongs to {owner}")
-        self._leases.renew(run_id)
+        run = self._runs.get(run_id)
+        if run.status is RunStatus.CLOSED:  # nothing to keep: it reopens nothing
+            raise TransitionError(run_id, "closed", "heartbeat",
+                                  run.closed_reason or "start a new run")
+        self._leases.renew(run_id, client=owner == who.name)
         return {"run_id": run_id, "lease_seconds": self.config.policy.lease_seconds,
+                "heartbeat_seconds": run.heartbeat_seconds,
+                "seconds_left": self._terms.left(run_id),
                 "leases": [lease for lease in self._leases.held()
                            if lease["run_id"] == run_id]}
 

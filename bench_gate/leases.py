@@ -13,6 +13,7 @@ measurement whose client is still there is never cut off.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .core import Core, Part
@@ -38,6 +39,8 @@ class Leases(Part):
         self._connected: set[str] = set()
         #: A lease whose safe action failed: its errors, said once, tried again each sweep.
         self._failing: dict[str, list[str]] = {}
+        #: Told each time a run's own client is heard from (its heartbeat term, terms.py).
+        self.heard: Callable[[str], None] = lambda run_id: None
 
     def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
         """After an executed write: the channels it switched on that read back on."""
@@ -56,10 +59,13 @@ class Leases(Part):
         self.store.kv_put(LEASES, key, {
             "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
             "channels": sorted(set(held.get("channels", [])) | set(channels))})
-        self.renew(req.run_id)
+        self.renew(req.run_id, client=False)  # a grant ran it, not its client
 
-    def renew(self, run_id: str) -> None:
+    def renew(self, run_id: str, *, client: bool = True) -> None:
+        """The run's client (``client``), or an operator for it, says it is there."""
         self._renewed[run_id] = time.monotonic()
+        if client:
+            self.heard(run_id)
 
     def connected(self, run_id: str, live: bool) -> None:
         """A door says its client connected (True) or went away (False)."""

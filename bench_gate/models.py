@@ -135,6 +135,8 @@ class EventType(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     #: The gateway took (or could not take) an instrument's lock (bench_gate/locking.py).
     INSTRUMENT_LOCK = "instrument_lock"
+    #: A run was closed (by its requester, its connection ending, or its heartbeat term).
+    RUN_CLOSED = "run_closed"
 
 
 class Run(BaseModel):
@@ -150,6 +152,10 @@ class Run(BaseModel):
     #: Denials (expiries count) since the last executed write, and in all.
     denials_in_a_row: int = 0
     denials_total: int = 0
+    #: Its client must be heard from at least this often, or it closes (terms.py).
+    heartbeat_seconds: int | None = None
+    #: Why it closed, once closed.
+    closed_reason: str | None = None
 
 
 class Action(BaseModel):

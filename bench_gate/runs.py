@@ -27,12 +27,15 @@ from .states import RUNS, RunEvent
 from .states import Event as Move
 from .takeover import Requests
 
-__all__ = ["ATTACHED", "Runs"]
+__all__ = ["ATTACHED", "TERMS", "Runs"]
 
 #: Runs remembered with their owner; past this the memory starts over.
 RUNS_REMEMBERED = 100_000
 #: The store's table of runs that live and die with one connection (socket door, MCP).
 ATTACHED = "attached_runs"
+#: The store's table of runs with a heartbeat term, ``{bench, seconds[, beat]}`` per run
+#: (bench_gate/terms.py).
+TERMS = "run_terms"
 
 
 class Runs(Part):
@@ -49,9 +52,14 @@ class Runs(Part):
         requests.listeners.append(self.on_move)
 
     def create(self, principal: Principal, kind: RunKind | str,
-               goal: str | None = None, *, attached: str | None = None) -> Run:
+               goal: str | None = None, *, attached: str | None = None,
+               heartbeat_seconds: int | None = None) -> Run:
         """A new run. ``attached`` names the door of a connection the run lives and dies
-        with (``socket``, ``mcp``): after a restart that connection is gone, so is the run."""
+        with (``socket``, ``mcp``): after a restart that connection is gone, so is the run.
+        ``heartbeat_seconds``: its client must be heard from once a term, or it closes
+        (bench_gate/terms.py)."""
+        from .terms import check_term
+        heartbeat_seconds = check_term(heartbeat_seconds)
         from .quotas import check_runs  # per-requester quota (limits.open_runs)
         check_runs(self.core, principal)
         try:
@@ -64,10 +72,17 @@ class Runs(Part):
                                    "runs are for operators at the bench (their own changes, "
                                    "confirmed by themselves): start a script or agent run")
         refuse_token(goal, "goal")
-        run = Run(id=new_id("run"), kind=kind, principal=principal.name, goal=goal)
+        run = Run(id=new_id("run"), kind=kind, principal=principal.name, goal=goal,
+                  heartbeat_seconds=heartbeat_seconds)
+        if heartbeat_seconds is not None:  # first: a crash before the run leaves no run open
+            self.store.kv_put(TERMS, run.id, {"bench": self.config.bench,
+                                              "seconds": heartbeat_seconds})
         self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
                                           data={"kind": kind.value, "principal": run.principal,
-                                                "goal": goal})])
+                                                "goal": goal,
+                                                **({"heartbeat_seconds": heartbeat_seconds}
+                                                   if heartbeat_seconds is not None else {})
+                                                })])
         if attached is not None:
             self.store.kv_put(ATTACHED, run.id, {"bench": self.config.bench, "door": attached})
         self._remember(run)
@@ -163,11 +178,19 @@ class Runs(Part):
                                    {"reason": reason},
                                    outcome=f"cancelled: {reason}; nothing was written")
         self.questions.cancel_run(run_id)
+        events: list[Event] = []
         if run.status is not RunStatus.CLOSED:  # closing twice is closing once
             run.status = RUNS.move(run_id, run.status, RunEvent.CLOSE)
+            run.closed_reason = reason
+            events.append(Event(run_id=run_id, type=EventType.RUN_CLOSED,
+                                data={"reason": reason}))
         self._closed_runs.add(run_id)
-        self.store.save_run(run, [])
+        self.store.save_run(run, events)
         self.store.kv_delete(ATTACHED, run_id)
+        self.store.kv_delete(TERMS, run_id)
+        if events:  # told live (another gateway's lane turn reads the run: last_moment)
+            self.core.notifier.publish("run", id=run_id, status=run.status.value,
+                                       reason=reason)
         for hook in self.on_close:  # e.g. its standing plans end with it
             hook(run_id)
 

@@ -14,10 +14,13 @@ __all__ = ["router"]
 router = APIRouter(tags=["bench"])
 
 
-@router.post("/v1/runs/{run_id}/heartbeat")
+@router.post("/v1/runs/{run_id}/heartbeat", responses={
+    409: {"description": "the run is closed (its reason says why): nothing is renewed"}})
 def heartbeat(run_id: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
-    """Renew the run's leases: a run that energized an output must be heard from at least
-    every ``policy.lease_seconds`` (any submit counts too), or ``on_client_lost`` applies."""
+    """Renew the run's leases and its heartbeat term: a run that energized an output must be
+    heard from at least every ``policy.lease_seconds`` (any submit counts too), or
+    ``on_client_lost`` applies; a run created with ``heartbeatSeconds`` closes when its own
+    client is silent that long (an operator's heartbeat renews the leases only)."""
     beat: dict[str, Any] = wire(gw.heartbeat(run_id, who))
     return beat
 

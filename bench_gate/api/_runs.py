@@ -133,7 +133,9 @@ async def submit(run_id: str, request: Request) -> Response:
 
 @router.post("", status_code=201, response_model=RunOut)
 async def create_run(body: RunCreate, who: Caller, gw: GatewayDep) -> RunOut:
-    return run_out(gw.create_run(who, body.kind, body.goal))
+    """A run; with ``heartbeatSeconds`` it closes when its client goes silent that long."""
+    return run_out(gw.create_run(who, body.kind, body.goal,
+                                 heartbeat_seconds=body.heartbeat_seconds))
 
 
 @router.get("", response_model=list[RunOut])

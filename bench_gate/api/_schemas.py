@@ -15,6 +15,7 @@ from ..errors import InvalidInput
 from ..listing import AnyRequest
 from ..models import ApprovalKind, Receipt, Run, RunKind, RunStatus, Status
 from ..plans import Plan, PlanStatus, scope_words
+from ..terms import MAX_TERM, MIN_TERM
 from ..wire import utc_words, wire
 
 __all__ = [
@@ -73,6 +74,12 @@ def _confidence_in_range(rationale: str | None) -> str | None:
 class RunCreate(_Camel):
     kind: RunKind
     goal: Annotated[str | None, _FREE] = Field(default=None, max_length=2000)
+    #: The run closes ("client gone") if its client is silent this long (terms.py).
+    heartbeat_seconds: int | None = Field(
+        default=None, ge=MIN_TERM, le=MAX_TERM, strict=True,
+        description=("a heartbeat term, in whole seconds: if the run's own client sends "
+                     "nothing (no submit, no POST /v1/runs/{id}/heartbeat) for this long, "
+                     "the run is closed and its undecided requests are cancelled"))
 
 
 class RunClose(_Camel):
@@ -89,6 +96,8 @@ class RunOut(_Out):
     created_at: datetime
     takeover_reason: str | None = None
     takeover_by: str | None = None
+    heartbeat_seconds: int | None = None
+    closed_reason: str | None = None
 
 
 class ScpiBody(_Camel):

@@ -79,6 +79,9 @@ class CoreBench:
                 self.gateway.close_run(run_id, reason)
         await self._call(go)
 
+    async def heartbeat(self, run_id: str) -> None:
+        """Nothing to say: an in-process session's run lives and dies with the session."""
+
     async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             return await self.gateway.emergency_stop(self.principal, "MCP", instrument)

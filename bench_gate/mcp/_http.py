@@ -52,8 +52,10 @@ def answers_of(q: dict[str, Any]) -> Answers:
 class HttpBench:
     """:class:`~bench_gate.mcp._backend.Bench` over a running server's HTTP API."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, heartbeat_seconds: int | None = None) -> None:
         self.client = client
+        #: The run's term: it closes if this process goes silent that long (terms.py).
+        self.heartbeat_seconds = heartbeat_seconds
 
     @staticmethod
     async def _call(fn: Callable[[], T]) -> T:
@@ -63,9 +65,14 @@ class HttpBench:
             raise _failure(exc) from exc
 
     async def create_run(self, goal: str) -> str:
-        run = await self._call(lambda: self.client.request(
-            "POST", "/v1/runs", json={"kind": "agent", "goal": goal}))
+        body: dict[str, Any] = {"kind": "agent", "goal": goal}
+        if self.heartbeat_seconds is not None:
+            body["heartbeatSeconds"] = self.heartbeat_seconds
+        run = await self._call(lambda: self.client.request("POST", "/v1/runs", json=body))
         return str(run["id"])
+
+    async def heartbeat(self, run_id: str) -> None:
+        await self._call(lambda: self.client.request("POST", f"/v1/runs/{run_id}/heartbeat"))
 
     async def close_run(self, run_id: str, reason: str | None = None) -> None:
         """Close the run: its undecided requests are cancelled, and it no longer counts

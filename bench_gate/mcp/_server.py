@@ -96,6 +96,11 @@ class AgentSession:
                               f"{', '.join(self._profiles) or 'none'}", hint="list_instruments")
         return self._profiles[instrument]
 
+    async def heartbeat(self) -> None:
+        """Tell the gateway this session is still there (once its run exists)."""
+        if self.run_id is not None and not self._closed:
+            await self.bench.heartbeat(self.run_id)
+
     async def close(self, reason: str | None = None) -> None:
         """Close the session's run (once): its undecided requests are cancelled."""
         if self.run_id is not None and not self._closed:

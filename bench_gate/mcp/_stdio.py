@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 from collections.abc import Awaitable, Callable
 
 import anyio
 
+from ._backend import ToolFailure
 from ._server import AgentSession
 
 __all__ = ["GONE_REASON", "client_gone", "serve_stdio"]
@@ -36,9 +38,12 @@ def client_gone(parent: int, fd: int = 0) -> bool:
                for _, ev in poller.poll(0))
 
 
-async def serve_stdio(run: Callable[[], Awaitable[None]], session: AgentSession) -> None:
+async def serve_stdio(run: Callable[[], Awaitable[None]], session: AgentSession,
+                      beat_every: float | None = None) -> None:
     """``run()`` (the SDK's stdio server) until it ends or its client is gone; either way
-    the session's run is closed before this returns."""
+    the session's run is closed before this returns. ``beat_every``: seconds between
+    heartbeats for the session's run, so that if this process itself dies (SIGKILL, OOM)
+    the gateway closes the run when its heartbeat term runs out (bench_gate/terms.py)."""
     parent = os.getppid()
     gone = False
     try:
@@ -58,7 +63,23 @@ async def serve_stdio(run: Callable[[], Awaitable[None]], session: AgentSession)
 
             tg.start_soon(serve)
             tg.start_soon(watch)
+            if beat_every is not None:
+                tg.start_soon(beat, session, beat_every)
     finally:
         if not gone:
             with anyio.CancelScope(shield=True):
                 await session.close()
+
+
+async def beat(session: AgentSession, every: float) -> None:
+    """Heartbeat the session's run every ``every`` seconds, off the tool calls (a call may
+    long-poll for minutes). A beat that fails (the server away for a moment) is tried again
+    next time; a closed run has nothing left to keep, and is said once on stderr."""
+    while True:
+        await anyio.sleep(every)
+        try:
+            await session.heartbeat()
+        except ToolFailure as exc:
+            if exc.error == "conflict":  # the run is closed: its tools say so from now on
+                print(f"bench-gate mcp: {exc.reason}", file=sys.stderr, flush=True)
+                return

@@ -14,34 +14,19 @@ import re
 from decimal import Decimal
 
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
-from ._lexer import (
-    CACHE_MAX_MESSAGE,
-    Block,
-    ChannelList,
-    CharData,
-    Data,
-    QuotedString,
-    RawUnit,
-    lex,
-)
-from ._params import ParamReader
+from ._headers import HeaderResolver
+from ._lexer import CACHE_MAX_MESSAGE, ChannelList, CharData, Data, RawUnit, lex
 from ._patterns import canonical_header, canonical_with_suffix
 from ._profile import Profile, get_profile
 from ._schema import CommandSpec, Effect, FormSpec, ParamSpec, ProfileError
-from .units import Classification, Unit, Value, render_data, render_param
+from ._separators import check_data, check_rendering
+from .units import Classification, Unit, Value, render_param
 
 __all__ = ["classify", "classify_uncached", "is_read_only"]
 
 RE_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: An expansion template's channel list, dropped when the selection names the channel.
 RE_CHANNEL_LIST = re.compile(r",?\s*\(@\{ch\}\)")
-#: What a naive instrument parser splits a message at, or ends it at, whatever surrounds it:
-#: ';' between units (IEEE 488.2 §7.4.1), LF and CR as terminators, NUL in C firmware. The
-#: lexer refuses CR, LF and NUL anywhere in a message; ';' is refused here, inside string
-#: data (§7.7.5) and block data (§7.7.6), which such a parser does not know.
-UNIT_BREAKERS = frozenset(";\r\n\x00")
-#: What ``separators_in_data: true`` still refuses inside data: it allows ';' only.
-LINE_BREAKERS = UNIT_BREAKERS - {";"}
 #: Expansions within expansions a profile may nest (APPL -> VOLT is one).
 MAX_EXPANSION = 4
 #: Common commands that redefine what other headers mean to the instrument: a macro
@@ -56,13 +41,9 @@ def _magnitude(value: Value) -> Decimal:
     return abs(value) if isinstance(value, Decimal) else Decimal(0)
 
 
-def _split_suffix(mnemonic: str) -> tuple[str, int | None]:
-    stem = mnemonic.rstrip("0123456789")
-    return stem, (int(mnemonic[len(stem) :]) if len(stem) < len(mnemonic) else None)
-
-
-class _Resolver(ParamReader):
-    """Classifies one message against one profile; holds the header path and selection."""
+class _Resolver(HeaderResolver):
+    """Classifies one message against one profile; holds the selection (and, as a
+    HeaderResolver, the header path)."""
 
     def __init__(self, message: str, profile: Profile, selected: int | None,
                  depth: int = 0) -> None:
@@ -76,11 +57,6 @@ class _Resolver(ParamReader):
         #: After a recall (``reselects: recalled``): the instrument's selection is the one
         #: the recalled state holds, unknown until it ran (``selected`` is None then).
         self.recalled = False
-        #: The header path for a relative header (SCPI-99 Vol. 1 §6.2.4): each node with the
-        #: numeric suffix it was sent with, so ``SOUR2:VOLT 5;CURR 1`` means ``SOUR2:CURR``.
-        self.path: tuple[tuple[str, int | None], ...] = ()
-        #: The canonical header of the unit being resolved when a '#' keeps its number.
-        self.numbered: str | None = None
 
     def selection(self, pos: int) -> int | None:
         """The selected channel, for a unit that names none. After a recall it is the one
@@ -104,127 +80,26 @@ class _Resolver(ParamReader):
     def unit(self, raw: RawUnit) -> list[Unit]:
         self.numbered = None
         if raw.common and not raw.query and raw.mnemonics[0] in REDEFINERS:
-            self.check_data(raw, None)
+            check_data(self, raw, None)
             unit = dataclasses.replace(self.unknown(raw, "*" + raw.mnemonics[0]),
                                        effect=Effect.FORBIDDEN)
-            self.check_rendering(raw, unit, False)
+            check_rendering(self, raw, unit, False)
             return [unit]
         resolved = self.resolve(raw)
         if isinstance(resolved, str):
-            self.check_data(raw, None)  # an unknown header never gets the opt-in
+            check_data(self, raw, None)  # an unknown header never gets the opt-in
             if self.profile.complete:
                 raise self.undefined(raw, resolved)
             units = [self.unknown(raw, resolved)]
             allow = False
         else:
             command, form, suffix_channel = resolved
-            self.check_data(raw, form)
+            check_data(self, raw, form)
             units = self.known(raw, command, form, suffix_channel)
             allow = form.separators_in_data
         for u in units:
-            self.check_rendering(raw, u, allow)
+            check_rendering(self, raw, u, allow)
         return units
-
-    def check_data(self, raw: RawUnit, form: FormSpec | None) -> None:
-        """Refuse string or block data that a naive parser would split the message at."""
-        breakers = LINE_BREAKERS if form is not None and form.separators_in_data else UNIT_BREAKERS
-        for datum in raw.params:
-            if isinstance(datum, QuotedString):
-                text, code = datum.text, -151
-            elif isinstance(datum, Block):
-                text, code = datum.data, -161
-            else:
-                continue  # the lexer admits no ';' in numbers, words, lists or expressions
-            if breakers.isdisjoint(text):
-                continue
-            bad = next(c for c in text if c in breakers)
-            pos = self.message.find(bad, datum.pos)
-            if code == -151:
-                detail = f"a {bad!r} inside string data would split the message on many instruments"
-            else:
-                detail = (f"many instruments do not parse block data, so a {bad!r} inside it "
-                          "would split the message")
-                if self.message.startswith("#0", datum.pos):
-                    detail = "indefinite block data (#0) runs to the end of the message; " + detail
-            raise self.err(ScpiSyntaxError, code, detail, pos if pos >= 0 else datum.pos)
-
-    def check_rendering(self, raw: RawUnit, unit: Unit, allow_semicolon: bool) -> None:
-        """The last guard before anything can be sent (DESIGN.md rule 1): a canonical text is
-        exactly one unit, to this lexer and to a parser that splits at every ';'."""
-        text = unit.canonical
-        breakers = LINE_BREAKERS if allow_semicolon else UNIT_BREAKERS
-        try:
-            one = breakers.isdisjoint(text) and len(lex(text)) == 1
-        except ScpiError:
-            one = False
-        if not one:  # a renderer bug; the text is not echoed, it may hold what a client sent
-            raise self.err(ScpiSyntaxError, -100, f"the canonical rendering of {unit.header} "
-                           "would not reach an instrument as exactly one unit", raw.start)
-
-    def resolve(self, raw: RawUnit) -> str | tuple[CommandSpec, FormSpec, int | None]:
-        """The unit's command, form and suffix channel; or the name of an unknown header."""
-        if raw.common:
-            words: tuple[str, ...] = raw.mnemonics
-            suffixes: tuple[int | None, ...] = (None,)
-            if _split_suffix(raw.mnemonics[0])[1] is not None:
-                return "*" + raw.mnemonics[0]
-        else:
-            # SCPI-99 Vol. 1 §6.2.4: after ';' a header without ':' is relative to the
-            # previous header's path, the nodes as sent, numeric suffixes included (the
-            # path is "the characters up to and including the last colon"); common
-            # commands leave the path alone.
-            split = (() if raw.absolute else self.path) + tuple(
-                _split_suffix(m) for m in raw.mnemonics)
-            words = tuple(s for s, _ in split)
-            suffixes = tuple(n for _, n in split)
-            self.path = split[:-1]
-        entry = self.profile.lookup(raw.common, words)
-        if entry is not None and any(
-                node is not None and node.fixed is not None and number != node.fixed
-                for node, number in zip(entry.nodes, suffixes, strict=True)):
-            entry = None  # DATA is not DATA2: another header, one the profile does not know
-        if entry is None:
-            return ("*" if raw.common else "") + ":".join(
-                w + (str(n) if n is not None else "") for w, n in zip(words, suffixes, strict=True)
-            )
-        suffix_channel: int | None = None
-        for node, number in zip(entry.nodes, suffixes, strict=True):
-            if node is not None and node.fixed is not None:
-                continue
-            if number is None or node is None:
-                continue
-            if not node.suffix:
-                raise self.err(
-                    ScpiSyntaxError, -114, f"{node.short} takes no numeric suffix", raw.start
-                )
-            suffix_channel = number
-        command = entry.command
-        form = command.query if raw.query else command.set
-        if form is None:
-            detail = "is a query only" if not raw.query else "has no query form"
-            raise self.err(ScpiSyntaxError, -113, f"{command.header} {detail}", raw.start)
-        if form.channel != "suffix" and suffix_channel is not None:
-            if command.suffixes and suffix_channel not in command.suffixes:
-                raise self.err(ScpiSyntaxError, -114, f"{command.header} takes the suffixes "
-                               f"{', '.join(map(str, command.suffixes))}, not {suffix_channel}",
-                               raw.start)
-            self.numbered = canonical_with_suffix(command, suffix_channel)
-        return command, form, suffix_channel
-
-    def undefined(self, raw: RawUnit, name: str) -> ScpiError:
-        """A header a complete profile does not know is a typo: -113 with the closest one."""
-        text = name + ("?" if raw.query else "")
-        hint = self.profile.closest(raw.common, name, raw.query)
-        where = f"; closest: {hint}" if hint else ""
-        return self.err(ScpiSyntaxError, -113, f"{text} is not a command of the "
-                        f"{self.profile.model.title}{where}", raw.start)
-
-    def unknown(self, raw: RawUnit, name: str) -> Unit:
-        text = name + ("?" if raw.query else "")
-        if raw.params:
-            text += " " + ",".join(render_data(p) for p in raw.params)
-        return Unit(raw.index, raw.start, raw.text, name + ("?" if raw.query else ""),
-                    raw.query, Effect.UNKNOWN, None, None, None, text)
 
     def known(
         self, raw: RawUnit, command: CommandSpec, form: FormSpec, suffix_channel: int | None

@@ -2,7 +2,7 @@
 
 It knows nothing of any instrument: it splits a message into units, each with its
 header mnemonics and its program data elements, and rejects anything malformed.
-Resolving headers against a command tree is the profile's job (``_classify``).
+Resolving headers against a command tree is the profile's job (``_headers``).
 """
 
 from __future__ import annotations

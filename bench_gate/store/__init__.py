@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
 from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
-from ._chain import GENESIS, ChainReport, Problem, Segment, canonical_at, canonical_data, link
+from ._chain import GENESIS, Segment, canonical_at, canonical_data, link
 from ._readlog import READ_LOG_TABLE, ReadLog, ReadTemplate, flat_data, rows_of
 from ._readlog import Row as ReadRow
 from ._readlog import row as read_row
 from ._sqlite import MIGRATIONS, SqliteStore
+from ._walk import ChainReport, Problem
 
 if TYPE_CHECKING:
     from ._postgres import MIGRATIONS as POSTGRES_MIGRATIONS

@@ -16,19 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ..config import data_dir
 from ..errors import InvalidInput, NotFound, StoreError
 from ..models import Event, now
-from ._chain import (
-    ENCODING,
-    GENESIS,
-    ChainReport,
-    Link,
-    Problem,
-    Segment,
-    Walker,
-    read_lines,
-    row_event,
-    row_link,
-    write_lines,
-)
+from ._chain import ENCODING, GENESIS, Link, Segment, row_event, row_link
+from ._files import read_lines, write_lines
+from ._walk import ChainReport, Problem, Walker
 
 if TYPE_CHECKING:
     from ._base import Store

@@ -27,19 +27,16 @@ visible too.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring_ascii as _quote
-from pathlib import Path
 from typing import Any
 
-from ..models import ApprovalKind, Event, EventType, TakeoverRequest
+from ..models import Event
 from . import _queries as q
 
 __all__ = [
@@ -47,16 +44,12 @@ __all__ = [
     "GENESIS",
     "LOST",
     "Chain",
-    "ChainReport",
     "Link",
-    "Problem",
     "Segment",
-    "Walker",
     "canonical_at",
     "canonical_data",
     "event_line",
     "link",
-    "with_meanings",
 ]
 
 #: The prev-hash of the first event of a store.
@@ -253,111 +246,6 @@ def backfill(execute: Execute) -> tuple[int, str]:
     return seq, prev
 
 
-# ----------------------------------------------------------------------- verification
-class Problem(enum.StrEnum):
-    """Why a chain is not intact, at its first bad seq."""
-
-    EDITED = "edited"  # the event's fields no longer give its hash
-    MISSING = "missing"  # events are gone: the next one's prev-hash names another
-    RELINKED = "relinked"  # no gap, but the prev-hash is not the previous event's hash
-    OUT_OF_ORDER = "out-of-order"  # a seq not above the one before
-    HEAD = "head"  # the last event is not the head the store recorded
-    SEGMENT = "segment"  # an archived segment is missing, unreadable or not the one recorded
-
-
-@dataclass(slots=True)
-class ChainReport:
-    """The outcome of walking a chain (a store with its archive, or a file)."""
-
-    intact: bool = True
-    events: int = 0
-    head_seq: int = 0
-    head: str = GENESIS
-    first_bad_seq: int | None = None
-    problem: Problem | None = None
-    detail: str = ""
-    archived: int = 0
-    segments: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        if self.intact:
-            text = f"intact, {self.events} events, head {self.head}"
-            if self.segments:
-                text += (f" ({self.archived} of them archived in {self.segments} "
-                         f"segment{'s' if self.segments != 1 else ''})")
-            return text
-        return f"broken at seq {self.first_bad_seq}: {self.detail}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {"intact": self.intact, "events": self.events, "headSeq": self.head_seq,
-                "head": self.head, "firstBadSeq": self.first_bad_seq,
-                "problem": self.problem.value if self.problem else None,
-                "detail": self.detail or None, "archived": self.archived,
-                "segments": self.segments, "summary": self.summary()}
-
-
-class Walker:
-    """Walks one chain in seq order and stops at the first bad event."""
-
-    def __init__(self, seq: int = 0, prev: str = GENESIS) -> None:
-        self.seq = seq  # the last good event's (0 before the first)
-        self.prev = prev  # its hash
-        self.report = ChainReport()
-
-    def fail(self, seq: int, problem: Problem, detail: str) -> bool:
-        if self.report.intact:
-            self.report.intact = False
-            self.report.first_bad_seq = seq
-            self.report.problem = problem
-            self.report.detail = detail
-        return False
-
-    def feed(self, ev: Link) -> bool:
-        """Check one event against the one before it; False once the chain is broken."""
-        if not self.report.intact:
-            return False
-        if ev.seq <= self.seq:
-            return self.fail(ev.seq, Problem.OUT_OF_ORDER,
-                             f"seq {ev.seq} comes after seq {self.seq}")
-        if ev.prev != self.prev:
-            if ev.seq > self.seq + 1:
-                gone = (f"seq {self.seq + 1}" if ev.seq == self.seq + 2
-                        else f"seqs {self.seq + 1} to {ev.seq - 1}")
-                return self.fail(self.seq + 1, Problem.MISSING,
-                                 f"{gone} missing: seq {ev.seq}'s prev-hash {ev.prev[:16]}… "
-                                 f"is not the hash of seq {self.seq} ({self.prev[:16]}…)")
-            return self.fail(ev.seq, Problem.RELINKED,
-                             f"seq {ev.seq}'s prev-hash {ev.prev[:16]}… is not the hash of "
-                             f"seq {self.seq} ({self.prev[:16]}…): one of the two was "
-                             "rewritten")
-        if ev.expected() != ev.hash:
-            return self.fail(ev.seq, Problem.EDITED,
-                             f"seq {ev.seq} ({ev.type}, run {ev.run}) was edited: its "
-                             f"fields no longer give its hash {ev.hash[:16]}…")
-        self.seq, self.prev = ev.seq, ev.hash
-        self.report.events += 1
-        self.report.head_seq, self.report.head = ev.seq, ev.hash
-        return True
-
-    def end(self, head_seq: int, head: str) -> ChainReport:
-        """The walk reached the store's recorded head (``head_seq``, ``head``)."""
-        if self.report.intact and (self.seq, self.prev) != (head_seq, head):
-            if self.seq < head_seq:
-                gone = (f"seq {head_seq}" if head_seq == self.seq + 1
-                        else f"seqs {self.seq + 1} to {head_seq}")
-                self.fail(self.seq + 1, Problem.MISSING,
-                          f"{gone} missing: the store's head is seq {head_seq} "
-                          f"({head[:16]}…), the last event found is seq {self.seq}")
-            else:
-                self.fail(self.seq, Problem.HEAD,
-                          f"the last event, seq {self.seq} ({self.prev[:16]}…), is not the "
-                          f"store's recorded head, seq {head_seq} ({head[:16]}…)")
-        if self.report.intact:
-            self.report.head_seq, self.report.head = head_seq, head
-        return self.report
-
-
 # ----------------------------------------------------------------------- archive segments
 @dataclass(frozen=True, slots=True)
 class Segment:
@@ -374,92 +262,3 @@ class Segment:
     def row(self) -> tuple[Any, ...]:
         return (self.first_seq, self.last_seq, self.events, self.prev, self.last_hash,
                 self.path, self.archived_at)
-
-
-def read_lines(path: Path) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """(the header, the event lines) of an export or segment file."""
-    handle = path.open(encoding="utf-8")
-    first = handle.readline()
-    try:
-        header = json.loads(first)
-    except ValueError as exc:
-        handle.close()
-        raise ValueError(f"{path}: the first line is not a bench-gate journal header") \
-            from exc
-    if not isinstance(header, dict) or "bench_gate_journal" not in header:
-        handle.close()
-        raise ValueError(f"{path}: the first line is not a bench-gate journal header")
-
-    def lines() -> Iterator[dict[str, Any]]:
-        with handle:
-            for number, text in enumerate(handle, start=2):
-                if not text.strip():
-                    continue
-                try:
-                    item = json.loads(text)
-                except ValueError as exc:
-                    raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
-                if not isinstance(item, dict):
-                    raise ValueError(f"{path}:{number}: not a journal line")
-                yield item
-    return header, lines()
-
-
-def write_lines(path: Path, header: Mapping[str, Any], events: Iterable[Event]) -> int:
-    """Write a header and the events as JSON Lines, durably (a temporary file, fsync, then
-    renamed into place). Returns how many events were written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    count = 0
-    with tmp.open("w", encoding="utf-8") as out:
-        out.write(json.dumps(dict(header), separators=_SEP) + "\n")
-        for ev in events:
-            out.write(json.dumps(event_line(ev), separators=_SEP, default=str) + "\n")
-            count += 1
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.replace(path)
-    try:  # the rename itself reaches the disk (POSIX; best effort elsewhere)
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover
-        return count
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-    return count
-
-
-# ----------------------------------------------------------------------- approval meaning
-def with_meanings(req: TakeoverRequest, events: list[Event]) -> list[Event]:
-    """Give each ``approval_granted`` event of ``req`` that names one ``kind`` and has no
-    ``meaning`` yet the words its approver was shown (:func:`bench_gate.journal.
-    approval_meaning`), before it is hashed into the chain."""
-    from ..journal import approval_meaning
-
-    present = _present(req)
-    for ev in events:
-        if ev.type is EventType.APPROVAL_GRANTED and "meaning" not in ev.data \
-                and ev.request_id == req.id and "kind" in ev.data:
-            try:
-                kind = ApprovalKind(ev.data["kind"])
-            except ValueError:
-                continue
-            ev.data["meaning"] = approval_meaning(kind, req.actions, message=req.message,
-                                                  present=present)
-    return events
-
-
-def _present(req: TakeoverRequest) -> list[str]:
-    """The present setpoint fields ``req``'s setpoint approval approves as they are."""
-    needed = req.handoff.get("setpoint_needed")
-    if not needed:
-        return []
-    from ..handoff import present_words
-    from ..scpi import ProfileError, get_profile
-
-    try:
-        profile = get_profile(str(req.handoff.get("profile") or ""))
-    except (ProfileError, OSError, KeyError):
-        profile = None
-    return present_words(profile, needed)

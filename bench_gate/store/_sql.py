@@ -20,7 +20,8 @@ from ..listing import listed_document, summaries
 from ..models import Event, Run, Status, TakeoverRequest
 from . import _queries as q
 from ._base import PendingCheck, RequestPage, RequestSort
-from ._chain import Segment, row_event, row_segment, with_meanings
+from ._chain import Segment, row_event, row_segment
+from ._meanings import with_meanings
 from ._readlog import READ_LOG_TABLE, ReadLog, Row, events_of
 
 __all__ = ["Cursor", "SqlStore", "Tx"]

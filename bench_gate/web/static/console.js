@@ -76,6 +76,18 @@ function liveEvents() {
     const msg = JSON.parse(ev.data);
     if (page === "queue") refreshQueue(msg.status === "open");
   });
+  // A client gone, an envelope breach, a stop: said at the top of the page as it happens.
+  es.addEventListener("alert", (ev) => {
+    const msg = JSON.parse(ev.data);
+    const main = document.querySelector("main");
+    if (!main) return;
+    const said = document.createElement("p");
+    said.className = "flash error live-alert";
+    said.setAttribute("role", "alert");
+    said.dataset.alert = msg.alert || "";
+    said.textContent = msg.reason || String(msg.alert || "alert").replace(/_/g, " ");
+    main.prepend(said);
+  });
 }
 
 function livePanel() {

@@ -233,3 +233,21 @@ def test_history_and_a_phone_sized_queue(browser: Any, page: Any, bench: Bench) 
         shot(small, "request-phone")
     finally:
         phone.close()
+
+
+def test_a_silent_clients_run_closing_is_shown_live(page: Any, bench: Bench) -> None:
+    """A run whose client stopped heartbeating closes: the operator's open page says so at
+    once, in words, and its request leaves the queue."""
+    page.goto(bench.url + "/")
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "agent", "heartbeatSeconds": 2}).json()["id"]
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                 "command": "VOLT 0.6,(@2)"})
+        assert r.status_code == 202, r.text
+        tk = r.json()["takeover"]["id"]
+    page.wait_for_selector(f"tr[data-id='{tk}']")
+    said = page.wait_for_selector("p.live-alert[data-alert='client_gone']", timeout=8000)
+    assert said.text_content() == (f"{run}: client gone: no heartbeat for 2 s; its "
+                                   "undecided requests were cancelled, nothing of them "
+                                   "was written")
+    page.wait_for_selector(f"tr[data-id='{tk}']", state="detached")
