@@ -290,11 +290,10 @@ def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],
         if a.channel is None or a.field is None or a.new is None or a.channel not in limits:
             continue
         limit = _limits_of(limits[a.channel]).get(profile.limit_of(a.field))
-        try:
-            value = Decimal(a.new)
-        except InvalidOperation:
+        if limit is None:
             continue
-        if limit is not None and abs(value) > limit:
+        value = magnitude(a.new)  # a word (MAX) or no finite number: cannot be shown inside
+        if value is None or value > limit:
             out.append(Breach(a.channel, a.field, a.new, limit))
     return out
 

@@ -14,8 +14,8 @@ from .config import ChannelLimits, PolicyConfig
 from .models import ApprovalKind
 from .scpi import Classification, Effect, Profile, Unit, format_number, get_profile
 
-__all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach", "required_for",
-           "unpredictable"]
+__all__ = ["Decision", "Verdict", "approval_for", "decide", "envelope_breach",
+           "replaces_state", "required_for", "unpredictable"]
 
 #: Every approval kind: what a unit whose effect cannot be predicted needs (DESIGN.md rule 8).
 EVERY_APPROVAL = (ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE, ApprovalKind.STATE)
@@ -85,7 +85,7 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
                                                     reach=()), limits, profile)
         if later:
             return f"{later} (a level {unit.header} stores for a later trigger)"
-    if unit.field is None or not isinstance(unit.value, Decimal):
+    if unit.field is None or unit.value is None or isinstance(unit.value, bool):
         return None
     key = profile.limit_of(unit.field) if profile is not None else unit.field
     if unit.channel is None:
@@ -95,7 +95,12 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
     else:
         channel = limits.get(unit.channel)
         limit = getattr(channel, key, None) if channel is not None else None
-    if isinstance(limit, Decimal) and abs(unit.value) > limit:  # a magnitude: bipolar sources
+    if not isinstance(limit, Decimal):
+        return None
+    if not isinstance(unit.value, Decimal):  # a word (MAX, AUTO): no number to judge
+        return (f"{unit.header} sets {unit.field} to {unit.value}, which the bench limit of "
+                f"{format_number(limit)} cannot judge: send the level as a number")
+    if abs(unit.value) > limit:  # a magnitude: bipolar sources
         unit_name = {"voltage": "V", "current": "A", "ovp": "V"}.get(key, "")
         where = f"CH{unit.channel}" if unit.channel is not None else "the selected channel's"
         name = unit.field if key == unit.field else f"{unit.field} (bounded by the {key} limit)"
@@ -104,15 +109,36 @@ def envelope_breach(unit: Unit, limits: dict[int, ChannelLimits],
     return None
 
 
+def replaces_state(unit: Unit, profile: Profile) -> bool:
+    """A write that may set every channel's levels and outputs to values no snapshot read:
+    a form that affects every channel (``*RCL``, ``*RST``, a stored state loaded, a
+    coupling) whose effect cannot be predicted, or a header the profile does not know."""
+    if not unit.writes or not unpredictable(unit.effect, unit.value):
+        return False
+    form = profile.form_of(unit.canonical)
+    return form is None or form.channel == "all"
+
+
 def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyConfig,
            selected_unknown: bool = False) -> Decision:
     kinds: list[ApprovalKind | None] = []
     blind = False
     profile = get_profile(c.profile)
+    replaced: Unit | None = None
     for unit in c.units:
         if unit.effect is Effect.FORBIDDEN:
             return Decision(Verdict.REFUSE, code=-203,
                             reason=f"{unit.header} is forbidden through the gateway")
+        if unit.effect is Effect.OUTPUT and unit.value is True and replaced is not None:
+            # An energize is judged on the live snapshot plus the units before it; after
+            # one that may replace every channel's state, that snapshot says nothing.
+            return Decision(Verdict.REFUSE, code=-221, reason=(
+                f"settings conflict: {unit.canonical} would switch an output on after "
+                f"{replaced.canonical}, which may set every channel's levels and outputs to "
+                "values no snapshot has read, so the envelope cannot be judged before it "
+                "runs; send the output on in a message of its own, after it"))
+        if replaced is None and replaces_state(unit, profile):
+            replaced = unit
         breach = envelope_breach(unit, limits, profile)
         if breach:
             return Decision(Verdict.REFUSE, code=-222, reason=breach)

@@ -98,13 +98,13 @@ class SimDl3021(SimInstrument):
             return volts, float(self._get("ch1_current"))
         if function == "VOLT":
             wanted = float("inf") if volts > float(self._get("ch1_voltage")) else 0.0
-            return volts, min(wanted, float(self._get("set_volt_ilim")))
+            return volts, min(wanted, float(self._get("set_volt_ilim_ch1")))
         if function == "RES":
             wanted = volts / max(float(self._get("set_res")), 1e-9)
-            return volts, min(wanted, float(self._get("set_res_ilim")))
+            return volts, min(wanted, float(self._get("set_res_ilim_ch1")))
         if function == "POW":
             wanted = float(self._get("set_pow")) / volts if volts > 0 else 0.0
-            return volts, min(wanted, float(self._get("set_pow_ilim")))
+            return volts, min(wanted, float(self._get("set_pow_ilim_ch1")))
         return volts, 0.0
 
     def _model_write(self, canonical: str) -> bool:

@@ -142,7 +142,10 @@ def setting_properties(profile: Profile) -> dict[str, dict[str, Any]]:
                 "setter": {"q": setter},
                 "specs": {"type": kind},
             }
-            if spec is not None and spec.range is not None and kind != "str":
+            # A range the gateway narrows (``refused``) is not the instrument's: the
+            # simulated one takes what the panel or another interface may set.
+            if spec is not None and spec.range is not None and kind != "str" \
+                    and not spec.refused:
                 low, high = spec.range
                 prop["specs"]["min"] = str(int(low)) if kind == "int" else str(low)
                 if any(_short(k) == "INF" for k in spec.keywords):

@@ -45,6 +45,10 @@ _FUNCTIONS = {"MEAS:VOLT": "VOLT", "MEAS:CURR": "CURR", "MEAS:RES": "RES"}
 #: The 2450's voltage source ranges (section 6, :SOURce[1]:VOLTage:RANGe), and its overrange.
 _RANGES = (0.02, 0.2, 2.0, 20.0, 200.0)
 _OVERRANGE = 1.05
+#: An answer of numbers only (a level, a reading, a list of them), as :FORMat:ASCii:PRECision
+#: writes it: section 6 "sets the precision (number of digits) for all numbers returned in
+#: the ASCII format"; integers (OUTP? 1) and words are left as they are.
+_DECIMALS = re.compile(r"[-+]?\d+\.\d*(?:E[-+]?\d+)?(?:,[-+]?\d+\.\d*(?:E[-+]?\d+)?)*")
 
 
 def _reading(value: float) -> str:
@@ -121,6 +125,13 @@ class SimSmu(SimInstrument):
         if function == "RES":
             return float(self._get("load"))
         return volts
+
+    def _answer(self, canonical: str) -> str | None:
+        answer = super()._answer(canonical)
+        digits = int(self._get("set_form_asc_prec"))
+        if not digits or answer is None or not _DECIMALS.fullmatch(answer.strip()):
+            return answer
+        return ",".join(f"{float(v):+.{digits - 1}E}" for v in answer.strip().split(","))
 
     def _model_answer(self, canonical: str) -> str | None:
         if m := _READING.fullmatch(canonical):

@@ -57,6 +57,11 @@ class ParamReader:
         pos = datum.pos
         if spec.keywords and isinstance(datum, CharData):
             word = _keyword(spec.keywords, datum.text)
+            if kind == "number" and spec.field and word in ("MIN", "MAX", "DEF"):
+                # A level of a state field is judged against the envelope like a setpoint:
+                # MAX passed on as a word is a number nobody judged (the DL3021's
+                # VOLT:ILIM MAX is 40 A), so it is resolved, rendered and judged as one.
+                return self.number(spec, datum, channel)
             if word is None:
                 raise self.err(ScpiExecutionError, -224,
                                f"{spec.name} must be a number or one of "
