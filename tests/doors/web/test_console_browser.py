@@ -176,6 +176,9 @@ def test_a_change_behind_the_page_is_refused_as_stale(page: Any, bench: Bench) -
 
 def test_instrument_panel_and_an_engineers_own_change(page: Any, bench: Bench) -> None:
     pg = page
+    # CH1 on at 3.3 V as the first test leaves it (set at the panel: this test may run alone).
+    psu_write(bench, "VOLT 3.3,(@1)")
+    psu_write(bench, "OUTP 1,(@1)")
     pg.goto(bench.url + "/instruments/psu")
     pg.wait_for_selector(".channel[data-channel='1'] [data-output='1']")
     pg.wait_for_function("document.querySelectorAll('svg.plot polyline').length >= 6",
@@ -214,6 +217,12 @@ def test_instrument_panel_and_an_engineers_own_change(page: Any, bench: Bench) -
 
 def test_history_and_a_phone_sized_queue(browser: Any, page: Any, bench: Bench) -> None:
     pg = page
+    # Its own denied request: pytest-xdist may run this test apart from the others here.
+    run, denied = submit(bench, "VOLT 4.5,(@2)", "sweep CH2 to 4.5 V")
+    with bench.http("olga") as h:
+        r = h.post(f"/v1/runs/{run}/takeover/{denied}/deny", json={
+            "notes": "not above 4 V", "proposalHash": takeover(bench, denied)["proposalHash"]})
+        assert r.status_code == 200, r.text
     pg.goto(bench.url + "/history?outcome=denied")
     assert pg.locator("table.history tbody tr.s-denied").count() >= 1
     shot(pg, "history")
