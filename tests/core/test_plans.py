@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -336,3 +337,29 @@ async def test_total_denials_suspend_the_run(gateway: Gateway, script: Principal
     final = gateway.get_run(run.id)
     assert final.status is RunStatus.SUSPENDED
     assert final.takeover_reason == "suspended after 4 denials in all"
+
+
+async def test_a_plan_approved_while_its_bench_was_away_never_activates_after_expiry(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal, clock: Clock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its last approval came while the bench was away (another gateway took it); the bench
+    came back after the request expired. Activation came before the expiry check, so the
+    plan went live, a standing approval nobody had granted in time."""
+    run = gateway.create_run(script, "script", goal="IV curve")
+    req = await gateway.request_plan(run.id, SWEEP_SCOPE, rationale="IV sweep of CH1")
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    core = gateway._executor.core
+    with monkeypatch.context() as away:
+        away.setattr(core, "owns", lambda r: False)  # not this bench's to run now
+        done = await gateway.grant(req.id, pete, ["output_enable"],
+                                   proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.APPROVED, done.request.outcome
+    clock.advance(hours=48)
+    await gateway._executor.run_approved()  # the bench is back
+    for _ in range(100):
+        if gateway.get_request(req.id).status is not Status.APPROVED:
+            break
+        await asyncio.sleep(0.02)
+    assert gateway.get_request(req.id).status is Status.EXPIRED
+    assert req.plan_id is not None
+    assert gateway.get_plan(req.plan_id).status is not PlanStatus.ACTIVE
