@@ -362,4 +362,4 @@ async def test_a_plan_approved_while_its_bench_was_away_never_activates_after_ex
         await asyncio.sleep(0.02)
     assert gateway.get_request(req.id).status is Status.EXPIRED
     assert req.plan_id is not None
-    assert gateway.get_plan(req.plan_id).status is not PlanStatus.ACTIVE
+    assert gateway.get_plan(req.plan_id).status is PlanStatus.DENIED  # its request expired
