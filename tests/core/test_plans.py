@@ -8,16 +8,18 @@ import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from bench_gate.confidence import apply_env, score, threshold_for
-from bench_gate.config import ConfidenceConfig, Costs
+from bench_gate.config import BenchConfig, ConfidenceConfig, Costs
 from bench_gate.errors import InvalidInput
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, RunStatus, Status
 from bench_gate.plans import PlanStatus
+from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 
 SWEEP_SCOPE = {"instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": 0.5,
@@ -340,26 +342,33 @@ async def test_total_denials_suspend_the_run(gateway: Gateway, script: Principal
 
 
 async def test_a_plan_approved_while_its_bench_was_away_never_activates_after_expiry(
-        gateway: Gateway, script: Principal, olga: Principal, pete: Principal, clock: Clock,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        config: BenchConfig, db_path: Path, script: Principal, olga: Principal,
+        pete: Principal, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its last approval came while the bench was away (another gateway took it); the bench
     came back after the request expired. Activation came before the expiry check, so the
     plan went live, a standing approval nobody had granted in time."""
-    run = gateway.create_run(script, "script", goal="IV curve")
-    req = await gateway.request_plan(run.id, SWEEP_SCOPE, rationale="IV sweep of CH1")
-    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
-    core = gateway._executor.core
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    run = gw.create_run(script, "script", goal="IV curve")
+    req = await gw.request_plan(run.id, SWEEP_SCOPE, rationale="IV sweep of CH1")
+    await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
     with monkeypatch.context() as away:
-        away.setattr(core, "owns", lambda r: False)  # not this bench's to run now
-        done = await gateway.grant(req.id, pete, ["output_enable"],
-                                   proposal_hash=req.proposal_hash)
+        away.setattr(gw.core, "owns", lambda r: False)  # not this bench's to run now
+        done = await gw.grant(req.id, pete, ["output_enable"], proposal_hash=req.proposal_hash)
     assert done.request.status is Status.APPROVED, done.request.outcome
+    await gw.close()
+    gw.store.close()
     clock.advance(hours=48)
-    await gateway._executor.run_approved()  # the bench is back
-    for _ in range(100):
-        if gateway.get_request(req.id).status is not Status.APPROVED:
-            break
-        await asyncio.sleep(0.02)
-    assert gateway.get_request(req.id).status is Status.EXPIRED
-    assert req.plan_id is not None
-    assert gateway.get_plan(req.plan_id).status is PlanStatus.DENIED  # its request expired
+    back = Gateway(config, SqliteStore(db_path), clock=clock)
+    await back.start()  # the bench is back: it runs what is approved and its own
+    try:
+        for _ in range(100):
+            if back.get_request(req.id).status is not Status.APPROVED:
+                break
+            await asyncio.sleep(0.02)
+        assert back.get_request(req.id).status is Status.EXPIRED
+        assert req.plan_id is not None
+        assert back.get_plan(req.plan_id).status is PlanStatus.DENIED  # its request expired
+    finally:
+        await back.close()
+        back.store.close()
