@@ -7,15 +7,16 @@ own policy, just before it executes (a decision made elsewhere never skips them)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .auth import normalize_name
 from .config import PolicyConfig
 from .errors import PermissionDenied
-from .models import ApprovalKind, Principal, Run, RunKind, TakeoverRequest
+from .models import Approval, ApprovalKind, Principal, Run, RunKind, TakeoverRequest
 
-__all__ = ["Grant", "cover_for", "person", "require_operator", "violation"]
+__all__ = ["Grant", "cover_for", "person", "require_operator", "violation", "withdrawn",
+           "withdrawn_words"]
 
 
 def require_operator(who: Principal) -> None:
@@ -28,6 +29,18 @@ def person(name: str) -> str:
     """One identity however it is spelled: ``Olga``, ``olga `` and ``OLGA`` are one person
     (the same normalization token names get)."""
     return normalize_name(name)
+
+
+def withdrawn(approvals: Iterable[Approval], revoked: frozenset[str]) -> list[Approval]:
+    """The approvals given with a token revoked since (``auth.revoked_tokens``): they no
+    longer count, wherever they stand (a partial approval, one awaiting a resend, a plan's,
+    a setpoint's in force). A revoked token may have been someone else's hands."""
+    return [a for a in approvals if revoked.intersection(a.tokens)]
+
+
+def withdrawn_words(gone: list[Approval]) -> str:
+    """``the setpoint approval by olga``, for every withdrawn approval, for a reason."""
+    return ", ".join(f"the {a.kind.value} approval by {a.by}" for a in gone)
 
 
 @dataclass(frozen=True, slots=True)

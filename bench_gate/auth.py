@@ -35,6 +35,7 @@ __all__ = [
     "normalize_name",
     "redact",
     "refuse_token",
+    "revoked_tokens",
     "token_free",
 ]
 
@@ -110,6 +111,12 @@ def redact(text: str | None) -> str | None:
     return RE_TOKEN.sub(TOKEN_PREFIX + "…(withheld)", text) if text else text
 
 
+def revoked_tokens(store: Store) -> frozenset[str]:
+    """The ids of every revoked token, read from the store now (no cache): a revocation
+    made anywhere (the CLI on the store, another gateway) counts at once."""
+    return frozenset(str(r["id"]) for r in store.kv_list(TABLE) if r.get("revoked_at"))
+
+
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -181,7 +188,8 @@ class Tokens:
         if record is None or record.get("revoked_at"):
             self._verified.pop(digest, None)
             return None
-        who = Principal(name=normalize_name(record["name"]), role=Role(record["role"]))
+        who = Principal(name=normalize_name(record["name"]), role=Role(record["role"]),
+                        token=str(record["id"]))
         if len(self._verified) >= _CACHE_MAX:
             self._verified.clear()
         self._verified[digest] = (clock + VERIFIED_SECONDS, who)

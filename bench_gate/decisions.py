@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .approvals import Grant, person, require_operator, violation
-from .auth import refuse_token
+from .approvals import Grant, person, require_operator, violation, withdrawn
+from .auth import refuse_token, revoked_tokens
 from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
 from .errors import InvalidInput, PermissionDenied, ProposalChanged, TransitionError
@@ -61,6 +61,8 @@ class Decisions(Part):
         self.runs = runs
         self.executor = executor
         self.metrics: dict[str, float] = {"decisions": 0, "decision_seconds": 0.0}
+        #: The revoked tokens the last withdraw_revoked saw (it acts on new ones only).
+        self._revoked_seen: frozenset[str] = frozenset()
 
     async def expire_due(self) -> int:
         """Expire every pending request whose time is up (an expiry is a denial)."""
@@ -132,20 +134,22 @@ class Decisions(Part):
             if unknown:
                 raise InvalidInput(f"{req.id} does not need {', '.join(unknown)} approval; it "
                                    f"needs {', '.join(k.value for k in req.required)}")
-            self._check_approver(req, run, approver, wanted)
             version = req.version
-            events: list[Event] = []
+            events = self._withdraw_revoked(req, approver)
+            self._check_approver(req, run, approver, wanted)
             if edits:
                 events.extend(self._apply_edits(req, edits, approver))
             for kind in wanted:
                 if kind in req.approved_kinds():
                     continue
+                tokens = [approver.token] if approver.token else []
                 req.approvals.append(Approval(kind=kind, by=approver.name, notes=notes,
-                                              proposal_hash=req.proposal_hash))
+                                              proposal_hash=req.proposal_hash, tokens=tokens))
                 events.append(Event(run_id=req.run_id, request_id=req.id,
                                     type=EventType.APPROVAL_GRANTED,
                                     data={"kind": kind.value, "by": approver.name,
-                                          "notes": notes, "proposal_hash": req.proposal_hash}))
+                                          "notes": notes, "proposal_hash": req.proposal_hash,
+                                          "tokens": tokens}))
             complete = not req.missing()
             if complete and self.executor.may_run_granted(req):
                 # The approval and the start in one durable commit, then recheck and write.
@@ -181,6 +185,51 @@ class Decisions(Part):
             return GrantResult(final, [], message)
         final = await self.executor.execute(req.id)
         return GrantResult(final, [], final.outcome or "")
+
+    def withdraw_revoked(self) -> int:
+        """Take the approvals given with a token revoked since (anywhere: the CLI on the
+        store, another gateway) off every pending request, journaled, so what people are
+        shown counts only what stands; returns how many. Runs with the sweep, and reads
+        the requests only when a revocation is new. (An approved request is refused at its
+        last recheck; a plan ends when next read.)"""
+        revoked = revoked_tokens(self.store)
+        new = revoked - self._revoked_seen
+        self._revoked_seen = revoked
+        if not new:
+            return 0
+        count = 0
+        for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
+            for _ in range(MAX_RETRIES):
+                gone = withdrawn(req.approvals, new)
+                if not gone:
+                    break
+                version = req.version
+                req.approvals = [a for a in req.approvals if a not in gone]
+                if self.store.save_request(req, version, self._withdrawn_events(req, gone)):
+                    count += len(gone)
+                    self.core.notifier.request_changed(req)
+                    break
+                req = self.requests.get(req.id)  # it changed meanwhile: look again
+        return count
+
+    def _withdraw_revoked(self, req: TakeoverRequest, approver: Principal) -> list[Event]:
+        """Approvals given with a token revoked since leave ``req`` (journaled), so the
+        grant counts only what still stands; an approver whose own token was revoked (a
+        verified token is trusted a moment without a lookup) decides nothing."""
+        revoked = revoked_tokens(self.store)
+        if approver.token in revoked:
+            raise PermissionDenied(f"the token {approver.token} of {approver.name} was "
+                                   "revoked: it decides nothing")
+        gone = withdrawn(req.approvals, revoked)
+        req.approvals = [a for a in req.approvals if a not in gone]
+        return self._withdrawn_events(req, gone)
+
+    @staticmethod
+    def _withdrawn_events(req: TakeoverRequest, gone: list[Approval]) -> list[Event]:
+        return [Event(run_id=req.run_id, request_id=req.id, type=EventType.APPROVAL_WITHDRAWN,
+                      data={"kind": a.kind.value, "by": a.by, "tokens": a.tokens,
+                            "reason": "the token it was given with was revoked"})
+                for a in gone]
 
     def _record_decision(self, req: TakeoverRequest) -> None:
         self.metrics["decisions"] += 1

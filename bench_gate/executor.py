@@ -110,8 +110,8 @@ class Executor(Part):
         # scope's own binding is checked by the plans part, each plan write on its own.)
         plan = req.plan_id is not None and all(a.effect == "plan" for a in req.actions)
         try:
-            refusal = None
-            if not plan:
+            refusal = self.checks.withdrawn_refusal(req)  # a plan's approvals too
+            if refusal is None and not plan:
                 self.interlocks.check(req.instrument)
                 refusal = self.checks.unfit_to_run(req) or self.checks.policy_refusal(req)
         except Refused as exc:

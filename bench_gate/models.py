@@ -57,6 +57,9 @@ class Principal(BaseModel):
 
     name: str
     role: Role = Role.REQUESTER
+    #: The id of the token that authenticated this caller (never its secret): an approval
+    #: records it and counts only while that token is not revoked.
+    token: str = ""
 
     @property
     def operates(self) -> bool:
@@ -106,6 +109,8 @@ class EventType(enum.StrEnum):
     WRITE_REFUSED = "write_refused"
     TAKEOVER_REQUESTED = "takeover_requested"
     APPROVAL_GRANTED = "approval_granted"
+    #: An approval stopped counting: the token it was given with was revoked.
+    APPROVAL_WITHDRAWN = "approval_withdrawn"
     PROPOSAL_EDITED = "proposal_edited"
     TAKEOVER_DENIED = "takeover_denied"
     TAKEOVER_EXPIRED = "takeover_expired"
@@ -203,6 +208,9 @@ class Approval(BaseModel):
     proposal_hash: str
     #: For an approval given by a plan: the people who approved the plan.
     people: list[str] = Field(default_factory=list)
+    #: The ids of the tokens it was given with (a plan's: its approvers'). It counts only
+    #: while none of them is revoked: a leaked token's approvals die with it.
+    tokens: list[str] = Field(default_factory=list)
 
 
 class SentLine(BaseModel):

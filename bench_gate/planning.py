@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .approvals import require_operator
-from .auth import refuse_token
+from .auth import refuse_token, revoked_tokens
 from .calibration import Calibration
 from .confidence import apply_env, score, threshold_for
 from .core import Core, Instrument, Part, new_id
@@ -105,6 +105,18 @@ class PlanDesk(Part):
                 plan.expires_at <= self.clock():
             plan.status = PLANS.move(plan.id, plan.status, PlanEvent.EXPIRE)
             self._save(plan)
+        gone = revoked_tokens(self.store).intersection(plan.tokens) if plan.tokens else ()
+        if gone and plan.status is PlanStatus.ACTIVE:
+            # An approval given with a token revoked since no longer counts (invariant 3):
+            # the plan ends, and its next write waits for a person.
+            plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
+            plan.revoked_by = f"the gateway: token {', '.join(sorted(gone))} was revoked"
+            self._save(plan)
+            self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
+                                     data={"plan_id": plan.id, "by": plan.revoked_by,
+                                           "tokens": sorted(gone)})])
+            self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
+                                       status=plan.status.value)
 
     def close(self, plan_id: str, event: PlanEvent) -> None:
         """End a pending or active plan by ``event``; an ended one stays as it is."""
@@ -196,6 +208,7 @@ class PlanDesk(Part):
         plan.status = PLANS.move(plan.id, plan.status, PlanEvent.ACTIVATE)
         plan.expires_at = self.clock() + timedelta(minutes=plan.scope.timeout_minutes)
         plan.approved_by = sorted({a.by for a in req.valid_approvals()})
+        plan.tokens = sorted({t for a in req.valid_approvals() for t in a.tokens})
         self._save(plan)
         self.store.append([Event(run_id=req.run_id, request_id=req.id,
                                  type=EventType.PLAN_ACTIVATED,
@@ -313,7 +326,8 @@ class PlanDesk(Part):
                                           [a.canonical for a in req.actions], live)
         by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"
         req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash,
-                                  people=list(plan.approved_by)) for k in required]
+                                  people=list(plan.approved_by), tokens=list(plan.tokens))
+                         for k in required]
         req.handoff = {"command": message, "plan": plan.id, "auto_step": True,
                        "actions": [a.model_dump(mode="json") for a in req.actions]}
         events = [*unjournaled]

@@ -59,6 +59,8 @@ class Plan(BaseModel):
     created_at: datetime
     expires_at: datetime | None = None
     approved_by: list[str] = Field(default_factory=list)
+    #: The tokens its approvals were given with: it ends when one of them is revoked.
+    tokens: list[str] = Field(default_factory=list)
     revoked_by: str | None = None
     #: The bench whose instrument the plan was approved for: instrument names are per
     #: bench, so another bench's ``psu`` is another instrument (and another DUT).

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import envelope
-from .approvals import Grant, violation
+from .approvals import Grant, violation, withdrawn, withdrawn_words
+from .auth import revoked_tokens
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
@@ -47,6 +48,9 @@ class Rechecks(Part):
         another gateway, or before a restart or a config change, never skips them."""
         run = self.runs.get(req.run_id)
         gone = self._run_refusal(req, run)
+        if gone is not None:
+            return gone
+        gone = self.withdrawn_refusal(req)
         if gone is not None:
             return gone
         if req.plan_id is not None and req.handoff.get("auto_step"):
@@ -103,10 +107,23 @@ class Rechecks(Part):
             # nothing about bench B's psu, another instrument on another DUT.
             return (f"its plan {req.plan_id} was approved for {approved.instrument} on bench "
                     f"{approved.bench!r}, not {req.instrument} on bench {req.bench!r}")
+        gone = self.withdrawn_refusal(approved)
+        if gone is not None:
+            return f"its plan {req.plan_id} no longer stands: {gone}"
         grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
         why = violation(approved, run, self.config.policy, grants, {})
         return f"this bench's rules refuse its plan now: {why}" if why else None
 
+
+    def withdrawn_refusal(self, req: TakeoverRequest) -> str | None:
+        """Invariant 3 at the last moment: an approval given with a token revoked since
+        (through any door: the CLI on the store, another gateway) no longer counts, whether
+        it waited for a second approval, a resend, or its bench."""
+        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store))
+        if not gone:
+            return None
+        return (f"{withdrawn_words(gone)} no longer counts: the token it was given with was "
+                "revoked")
 
     async def read_live(self, link: AsyncLink, inst: Instrument,
                          fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .auth import revoked_tokens
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
 from .handoff import snapshot_key
@@ -51,7 +52,7 @@ class Setpoints(Part):
         return missing
 
     def still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
-        stored = self.store.get_setpoint(self.core.qualified(inst.config.name), channel)
+        stored = self._in_force(self.core.qualified(inst.config.name), channel)
         if stored is None:
             return False
         return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
@@ -70,7 +71,7 @@ class Setpoints(Part):
             if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
                 continue
             ch = a.channel
-            stored = self.store.get_setpoint(key, ch) or {}
+            stored = self._in_force(key, ch) or {}
             if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in fields):
                 continue  # not in force: the request needs (and shows) its own setpoint
             mine = {b.field for b in req.actions if b.channel == ch and b.effect == "setpoint"}
@@ -80,6 +81,18 @@ class Setpoints(Part):
                                 or ([stored["by"]] if stored.get("by") else []))}
             out[ch] = sorted(people)
         return out
+
+    def _in_force(self, key: str, channel: int) -> dict[str, Any] | None:
+        """The channel's remembered setpoint, unless an approval behind it was given with a
+        token revoked since: then it is nobody's, and switching on needs its own setpoint
+        approval again (a revoked token may have been someone else's hands)."""
+        stored = self.store.get_setpoint(key, channel)
+        if stored is None:
+            return None
+        tokens = {t for ts in (stored.get("tokens_field") or {}).values() for t in ts}
+        if tokens and revoked_tokens(self.store).intersection(tokens):
+            return None
+        return stored
 
     def cover(self, inst: Instrument, actions: list[Action],
               snap: Snapshot) -> list[dict[str, Any]]:
@@ -95,7 +108,7 @@ class Setpoints(Part):
                 continue
             ch = a.channel
             mine = {b.field for b in actions if b.channel == ch and b.effect == "setpoint"}
-            stored = self.store.get_setpoint(key, ch)
+            stored = self._in_force(key, ch)
             if stored is None or any(stored.get(f) != snap.values.get(snapshot_key(ch, f))
                                      for f in fields):
                 continue
@@ -126,6 +139,7 @@ class Setpoints(Part):
         by = setpoint[0].by if setpoint else ""
         # Everyone whose approval put this setpoint in force: a plan's approvers for a step.
         people = sorted({p for a in setpoint for p in (a.people or [a.by])})
+        tokens = sorted({t for a in setpoint for t in a.tokens})
         # When the setpoint was approved: the last approval that put it in force.
         approved_at = max((a.at for a in setpoint), default=self.clock()).isoformat()
         key = self.core.qualified(inst.config.name)
@@ -137,8 +151,9 @@ class Setpoints(Part):
         for ch in channels:
             mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
             needed = ch in needed_on
-            prior = self.store.get_setpoint(key, ch) or {}
+            prior = self._in_force(key, ch) or {}
             by_field: dict[str, list[str]] = {}
+            tokens_field: dict[str, list[str]] = {}
             source: dict[str, dict[str, str]] = {}
             values: dict[str, str | None] = {}
             for f in fields:
@@ -150,15 +165,17 @@ class Setpoints(Part):
                     # it left on the channel (a current limit turned at the panel): nobody's.
                     values[f], by_field[f] = None, []
                 elif f in mine or needed or prior.get(f) != value or not kept:
-                    by_field[f] = people
+                    by_field[f], tokens_field[f] = people, tokens
                     source[f] = {"request": req.id, "at": approved_at}
                 else:
                     by_field[f] = sorted(kept)
+                    tokens_field[f] = list((prior.get("tokens_field") or {}).get(f) or [])
                     source[f] = (prior.get("source") or {}).get(f) or {
                         "request": prior.get("request", ""), "at": prior.get("at", "")}
             self.store.put_setpoint(key, ch, {
                 **values,
                 "request": req.id, "by": by, "by_field": by_field, "source": source,
+                "tokens_field": tokens_field,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})
 

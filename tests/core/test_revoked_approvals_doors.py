@@ -1,0 +1,67 @@
+"""Through the doors people use: two operators decide over HTTP, and the first one's token
+is revoked between their approvals, over HTTP or by ``bench-gate token revoke`` on the store
+from another process (the serving gateway is not told). The first approval stops counting
+at once; the simulator's own port shows nothing written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .._http_bench import Bench, shown_hash, start_bench
+from .test_revocation import revoke_from_another_process, revoke_over_http, until
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    yield from start_bench(tmp_path_factory.mktemp("revoked-approvals"))
+
+
+def operator(bench: Bench, name: str) -> None:
+    with bench.http("ada") as h:
+        r = h.post("/v1/tokens", json={"name": name, "role": "operator"})
+        assert r.status_code == 201, r.text
+        bench.tokens[name] = str(r.json()["token"])
+
+
+def grant(bench: Bench, who: str, run: str, tk: str, kind: str) -> dict[str, Any]:
+    with bench.http(who) as h:
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": [kind], "proposalHash": shown_hash(h, tk)})
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+
+@pytest.mark.parametrize("revoke", [revoke_over_http, revoke_from_another_process],
+                         ids=["http", "another-process"])
+def test_an_approval_by_a_token_revoked_before_the_second_one_never_energizes(
+        bench: Bench, revoke: Callable[[Bench, str], None]) -> None:
+    first, second = f"first-{revoke.__name__}", f"second-{revoke.__name__}"
+    operator(bench, first)
+    operator(bench, second)
+    before = bench.psu("VOLT? (@1)"), bench.psu("OUTP? (@1)")
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        held = h.post(f"/v1/runs/{run}/scpi",
+                      json={"instrument": "psu", "command": "VOLT 4.2,(@1);:OUTP ON,(@1)"})
+        assert held.status_code == 202, held.text
+        tk = held.json()["takeover"]["id"]
+    grant(bench, first, run, tk, "setpoint")
+    revoke(bench, first)
+    with bench.http("olga") as h:  # what people are shown stops counting it within the sweep
+        until(lambda: h.get(f"/v1/takeover/{tk}").json()["approvalsMissing"]
+              == ["setpoint", "output_enable"], seconds=5)
+    after = grant(bench, second, run, tk, "output_enable")
+    assert after["request"]["status"] == "pending", after
+    assert after["missing"] == ["setpoint"], after  # it says which approval is missing
+    with bench.http("olga") as h:
+        shown = h.get(f"/v1/takeover/{tk}").json()
+        assert [a["by"] for a in shown["approvalsGiven"]] == [second], shown
+        events = h.get(f"/v1/runs/{run}/journal").json()
+        rows = events["events"] if isinstance(events, dict) else events
+        assert any(e["type"] == "approval_withdrawn" and e["data"]["by"] == first
+                   for e in rows), rows
+    assert (bench.psu("VOLT? (@1)"), bench.psu("OUTP? (@1)")) == before
