@@ -103,8 +103,8 @@ def test_a_token_revoked_here_fails_at_once_and_elsewhere_within_the_window(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = SqliteStore(tmp_path / "t.db")
     tokens = Tokens(store)
-    _, secret = tokens.create("alice", "operator")
-    assert tokens.verify(secret) == Principal(name="alice", role="operator")
+    record, secret = tokens.create("alice", "operator")
+    assert tokens.verify(secret) == Principal(name="alice", role="operator", token=record["id"])
     tokens.revoke("alice")
     assert tokens.verify(secret) is None
 
