@@ -1,14 +1,14 @@
 """Runs: one requester's session (``engineer``, ``script`` or ``agent``), with its goal,
 its status (active, taken over by an operator, suspended after denials, closed) and its
 journal. A run attached to a connection (socket door, MCP) lives and dies with it, across a
-restart too.
+restart too. Who sees which run, and which of its requests (a requester its own only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .approvals import require_operator
+from .approvals import cover_for, require_operator
 from .auth import refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
@@ -125,6 +125,26 @@ class Runs(Part):
         owner = self.owner(run_id)
         if owner != who.name:
             raise PermissionDenied(f"{run_id} belongs to {owner}; only its requester {doing}")
+
+    def visible_request(self, who: Principal, request_id: str, run_id: str | None = None
+                        ) -> TakeoverRequest:
+        """The request, if ``who`` may see its run (and it is one of ``run_id``'s)."""
+        req = self.requests.get(request_id)
+        if run_id is not None and req.run_id != run_id:
+            raise NotFound(f"{request_id} is not a request of {run_id}")
+        self.visible(who, req.run_id)
+        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
+
+    def find_request(self, who: Principal, text: str) -> TakeoverRequest:
+        """``visible_request`` by id, or by a unique prefix of an id ``who`` may see."""
+        if self.store.get_request(text) is not None:
+            return self.visible_request(who, text)
+        req = self.requests.by_prefix(text, lambda run_id: self.may_see(who, run_id))
+        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
+
+    def _may_open(self, who: Principal, request_id: str) -> bool:
+        other = self.store.get_request(request_id)
+        return other is not None and self.may_see(who, other.run_id)
 
     def page(self, who: Principal, limit: int = 100, offset: int = 0) -> list[Run]:
         """Newest first; a requester's own runs only, chosen in the store before paging."""
