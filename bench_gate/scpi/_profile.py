@@ -59,6 +59,11 @@ class Entry:
 
 #: Headers whose form a profile keeps (``Profile.forms``).
 FORMS_KEPT = 4096
+#: A register word in hex, as the SPD3303X/XE Programming Guide's SYSTem:STATus? writes it
+#: ("the return info is hexadecimal format", e.g. 0x0224), with or without the 0x; and in
+#: decimal (<NR1>, IEEE 488.2 8.7.2). No sign, no "_": int() would take both.
+RE_HEX_WORD = re.compile(r"(?:0[xX])?[0-9A-Fa-f]{1,8}")
+RE_DECIMAL_WORD = re.compile(r"[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -168,14 +173,18 @@ class Profile:
             not spec.bits or channel in spec.bits)
 
     def register_bit(self, field_name: str, channel: int | None, text: str) -> bool:
-        """The bit ``bits`` names for ``channel`` in a register's answer (``0x0010``, hex
-        or decimal). ValueError if the channel has no bit or the answer is no register."""
-        bit = self.model.fields[field_name].bits.get(channel) if channel is not None else None
+        """The bit ``bits`` names for ``channel`` in a register's answer, read in the
+        field's ``radix`` (hex: ``0x0010``, ``0X0010`` or ``0010``; decimal: ``16``).
+        ValueError if the channel has no bit or the answer is no register in that radix
+        (a sign, ``_`` or other digits): the state is then unknown, never off."""
+        spec = self.model.fields[field_name]
+        bit = spec.bits.get(channel) if channel is not None else None
         if bit is None:
             raise ValueError(f"no bit of the register says channel {channel}'s {field_name}")
-        word = text.strip().strip('"').lower()
-        value = int(word, 16) if word.startswith("0x") else int(word)
-        return bool(value >> bit & 1)
+        word = text.strip().strip('"')
+        if not (RE_HEX_WORD if spec.radix == 16 else RE_DECIMAL_WORD).fullmatch(word):
+            raise ValueError(f"{word!r} is no base-{spec.radix} register")
+        return bool(int(word.removeprefix("0x").removeprefix("0X"), spec.radix or 10) >> bit & 1)
 
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
