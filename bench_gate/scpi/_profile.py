@@ -25,7 +25,7 @@ from ._errors import ScpiError
 from ._excitation import check_excitation
 from ._lexer import ChannelList, lex
 from ._lock import check_lock
-from ._patterns import Node, parse_pattern, pattern_canonical, pattern_spellings, spellings
+from ._patterns import pattern_canonical, pattern_spellings
 from ._schema import (
     AddressingSpec,
     CommandSpec,
@@ -38,6 +38,7 @@ from ._schema import (
     ProfileModel,
     SafeActionSpec,
 )
+from ._table import Entry, Table, between_map, header_table, spelled_between
 
 __all__ = [
     "Entry",
@@ -46,14 +47,6 @@ __all__ = [
     "check_model",
     "get_profile",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One spelling in the lookup table."""
-
-    command: CommandSpec
-    nodes: tuple[Node | None, ...]  # pattern node matched by each input mnemonic
 
 
 
@@ -71,11 +64,15 @@ class Profile:
     """A loaded profile with its compiled header table."""
 
     model: ProfileModel
-    table: dict[tuple[bool, tuple[str, ...]], Entry] = field(repr=False)
+    table: Table = field(repr=False)
     channel_names: dict[str, int] = field(repr=False)
     #: ``form_of`` by a unit's header (what it depends on), asked twice a read.
     forms: dict[str, FormSpec | None] = field(default_factory=dict, repr=False,
                                               compare=False)
+    #: A truncation between a node's short and long form (``OUTPU``) -> the short forms
+    #: of the nodes it truncates (:meth:`spelled_between`).
+    between: dict[str, frozenset[str]] = field(default_factory=dict, repr=False,
+                                               compare=False)
 
     @property
     def name(self) -> str:
@@ -134,6 +131,12 @@ class Profile:
             if words in pattern_spellings(pattern):
                 return pattern_canonical(pattern)
         return None
+
+    def spelled_between(self, words: tuple[str, ...]) -> CommandSpec | None:
+        """The known header ``words`` names if each truncation between a node's short and
+        long form (``OUTPU``) is read as that node, or None: SCPI-99 Vol. 1 §6.2.1 takes
+        only the two forms, but a lenient parser may take the truncation as the header."""
+        return spelled_between(self.table, self.between, words)
 
     def closest(self, common: bool, name: str, query: bool) -> str | None:
         """The known header nearest to the unknown ``name``, as the manual writes it."""
@@ -225,22 +228,11 @@ class Profile:
     @classmethod
     def from_model(cls, model: ProfileModel) -> Profile:
         check_model(model)
-        table: dict[tuple[bool, tuple[str, ...]], Entry] = {}
-        for command in model.commands:
-            common = command.header.startswith("*")
-            for words, matched in spellings(parse_pattern(command.header)):
-                key = (common, words)
-                if key in table and table[key].command is not command:
-                    raise ProfileError(
-                        f"{model.name}: spelling {':'.join(words)!r} matches both "
-                        f"{table[key].command.header!r} and {command.header!r}"
-                    )
-                table[key] = Entry(command, matched)
         names: dict[str, int] = {}
         for number, spec in model.channels.items():
             for alias in spec.names:
                 names[alias.upper()] = number
-        profile = cls(model, table, names)
+        profile = cls(model, header_table(model), names, between=between_map(model))
         check_lock(profile)  # the lock section against the table (scpi/_lock.py)
         check_excitation(profile)  # how a meter is asked its function (scpi/_excitation.py)
         return profile
