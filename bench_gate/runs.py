@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .approvals import cover_for, require_operator
+from .approvals import cover_for, person, require_operator
 from .auth import refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
@@ -165,9 +165,16 @@ class Runs(Part):
         return run
 
     def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
+        """An operator holds every write of the run until release. Its own requester takes
+        over only a run they could release themselves: taking over their suspended run (or
+        one another operator holds) would turn it into a takeover of their own, theirs to
+        release."""
         require_operator(operator)
         refuse_token(reason, "reason")
         run = self.get(run_id)
+        why = own_release(run, operator, "take it over")
+        if why is not None:
+            raise PermissionDenied(why)
         run.status = RUNS.move(run_id, run.status, RunEvent.TAKE_OVER, "the run is closed")
         run.takeover_reason = reason
         run.takeover_by = operator.name
@@ -177,9 +184,13 @@ class Runs(Part):
         return run
 
     def release(self, run_id: str, operator: Principal) -> Run:
-        """End an operator's takeover or a suspension; the run's writes go on."""
+        """End an operator's takeover or a suspension; the run's writes go on. A suspension
+        is lifted by another person than the run's requester (:func:`own_release`)."""
         require_operator(operator)
         run = self.get(run_id)
+        why = own_release(run, operator, "release it")
+        if why is not None:
+            raise PermissionDenied(why)
         run.status = RUNS.move(run_id, run.status, RunEvent.RELEASE,
                                "only a taken-over or suspended run can be released")
         run.takeover_reason = run.takeover_by = None
@@ -273,3 +284,24 @@ class Runs(Part):
     def is_closed(self, run_id: str) -> bool:
         """Closed through this gateway (a read of a known run asks this, not the store)."""
         return run_id in self._closed_runs
+
+
+def own_release(run: Run, who: Principal, doing: str) -> str | None:
+    """Why ``who``, the run's own requester, may not release it (or take it over), or None.
+
+    A suspension (denials, an emergency stop) asks another person to look at the run: an
+    operator who is also its requester (an engineer running their own script) lifting it
+    would defeat that. A takeover by another operator is that operator's hold on the run.
+    The requester's own takeover of a run that was not suspended is theirs to end. People
+    are compared as identities are (:func:`bench_gate.approvals.person`)."""
+    me = person(who.name)
+    if me != person(run.principal):
+        return None
+    if run.status is RunStatus.SUSPENDED:
+        return (f"{run.id} is {run.takeover_reason or 'suspended'}; {who.name} made it and "
+                f"cannot {doing}: an operator other than its requester must look at it")
+    if run.status is RunStatus.TAKEN_OVER and person(run.takeover_by or "") != me:
+        return (f"{run.id} is taken over by {run.takeover_by or 'another operator'}; "
+                f"{who.name} made it and cannot {doing}: that takeover is for another "
+                "person to end")
+    return None
