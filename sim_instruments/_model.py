@@ -472,7 +472,8 @@ class SimPsu(SimInstrument):
     A trigger (``TRIG (@n)``, ``*TRG``) applies what the channel's mode says (E36300 guide,
     VOLTage:MODE; N6900 guide, LIST): STEP, the triggered levels (``VOLT:TRIG``,
     ``CURR:TRIG``); LIST, the list's points (_run_list). The arming (``INIT``) is not
-    modelled.
+    modelled. A triggered level never set answers 0 (unverified: the E3631A's answers the
+    immediate level; the profile assumes neither, it reads the level and judges it).
     """
 
     profile = PSU_PROFILE
