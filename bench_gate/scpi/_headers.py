@@ -58,6 +58,11 @@ class HeaderResolver(ParamReader):
             name = ("*" if raw.common else "") + ":".join(
                 w + (str(n) if n is not None else "") for w, n in zip(words, suffixes, strict=True)
             )
+            both = self.profile.clashes.get((raw.common, words))
+            if both is not None:  # an instrument built to the rule could run either
+                raise self.err(ScpiSyntaxError, -113, f"{name} is SCPI-99's short form of "
+                               f"both {' and '.join(both)} (Vol. 1 §6.2.1): send the "
+                               "guide's spelling of the one meant", raw.start)
             near = None if raw.common else self.profile.spelled_between(words)
             if near is not None:  # held as unknown, a lenient parser could run it unjudged
                 raise self.err(ScpiSyntaxError, -113, f"{name} is no spelling of "

@@ -38,7 +38,7 @@ from ._schema import (
     ProfileModel,
     SafeActionSpec,
 )
-from ._table import Entry, Table, between_map, header_table, spelled_between
+from ._table import Clashes, Entry, Table, between_map, header_table, spelled_between
 
 __all__ = [
     "Entry",
@@ -73,6 +73,8 @@ class Profile:
     #: of the nodes it truncates (:meth:`spelled_between`).
     between: dict[str, frozenset[str]] = field(default_factory=dict, repr=False,
                                                compare=False)
+    #: A rule-made spelling of two headers -> both (``_table.header_table``): refused.
+    clashes: Clashes = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -232,7 +234,8 @@ class Profile:
         for number, spec in model.channels.items():
             for alias in spec.names:
                 names[alias.upper()] = number
-        profile = cls(model, header_table(model), names, between=between_map(model))
+        table, clashes = header_table(model)
+        profile = cls(model, table, names, between=between_map(model), clashes=clashes)
         check_lock(profile)  # the lock section against the table (scpi/_lock.py)
         check_excitation(profile)  # how a meter is asked its function (scpi/_excitation.py)
         return profile

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ._patterns import Node, parse_pattern, spellings, truncations
 from ._schema import CommandSpec, ProfileError, ProfileModel
 
-__all__ = ["Entry", "Table", "between_map", "header_table", "spelled_between"]
+__all__ = ["Clashes", "Entry", "Table", "between_map", "header_table", "spelled_between"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +24,15 @@ class Entry:
 
 
 Table = dict[tuple[bool, tuple[str, ...]], Entry]
+#: A spelling SCPI-99's rule makes of two headers at once -> their headers, as written.
+Clashes = dict[tuple[bool, tuple[str, ...]], tuple[str, ...]]
 
 
-def header_table(model: ProfileModel) -> Table:
+def header_table(model: ProfileModel) -> tuple[Table, Clashes]:
     """The guide's spellings (two headers sharing one is a ProfileError), then SCPI-99's
-    rule-made short forms wherever the guide's own spellings do not name another header."""
+    rule-made short forms wherever the guide's own spellings do not name another header.
+    A rule-made spelling of two headers (``TIM`` of TIMEr and of TIMIng) is neither's: it
+    goes to the clashes, refused whichever header the file happens to list first."""
     table: Table = {}
     for command in model.commands:
         common = command.header.startswith("*")
@@ -40,11 +44,19 @@ def header_table(model: ProfileModel) -> Table:
                     f"{table[key].command.header!r} and {command.header!r}"
                 )
             table[key] = Entry(command, matched)
+    ruled: Table = {}
+    clashes: dict[tuple[bool, tuple[str, ...]], list[str]] = {}
     for command in model.commands:
         common = command.header.startswith("*")
         for words, matched in spellings(parse_pattern(command.header)):
-            table.setdefault((common, words), Entry(command, matched))
-    return table
+            key = (common, words)
+            prior = ruled.setdefault(key, Entry(command, matched))
+            if key not in table and prior.command is not command:
+                named = clashes.setdefault(key, [prior.command.header])
+                if command.header not in named:
+                    named.append(command.header)
+    table.update((k, e) for k, e in ruled.items() if k not in table and k not in clashes)
+    return table, {k: tuple(v) for k, v in clashes.items()}
 
 
 def between_map(model: ProfileModel) -> dict[str, frozenset[str]]:

@@ -156,3 +156,41 @@ def test_a_truncation_of_any_header_is_never_held_as_unknown(data: st.DataObject
     units = result[1] if isinstance(result[1], tuple) else ()
     assert result[0] == "refused" or all(
         effect is not Effect.UNKNOWN for effect, _ in units), (profile, message, result)
+
+
+#: A lab's supply whose guide spells two headers TIMIng (read) and TIMEr (stops a timer):
+#: SCPI-99's rule makes TIM of both (fourth letter a vowel).
+TIMING = """\
+  - header: "TIMIng"
+    query: {effect: read}
+"""
+TIMER = """\
+  - header: "TIMEr"
+    set: {effect: state, params: [{name: state, type: choice, choices: ["OFF"]}]}
+"""
+
+
+@pytest.mark.parametrize("order", ["timing-first", "timer-first"])
+def test_a_rule_made_spelling_of_two_headers_is_refused_whatever_the_order(
+        order: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Before, ``TIM`` went to whichever header the file listed first: ``TIM?`` read the
+    timing and ``TIM OFF`` was refused as a query only, or the other way round with the
+    headers swapped. An instrument built to the rule could run either: refused (-113)."""
+    name = f"rule-clash-{order}"
+    commands = TIMING + TIMER if order == "timing-first" else TIMER + TIMING
+    path = tmp_path_factory.mktemp("profiles") / f"{name}.yaml"
+    path.write_text(f"name: {name}\ntitle: Lab supply with a timing read and a timer\n"
+                    "commands:\n" + commands, encoding="utf-8")
+    get_profile(str(path))
+    for message in ["TIM?", "TIM OFF", "tim?", ":TIM OFF", "TIMI?;:TIM?"]:
+        assert judged(message, name) == ("refused", -113), message
+    # the guide's own spellings stay each header's
+    assert judged("TIMI?", name) == judged("TIMING?", name) == (
+        "units", ((Effect.READ, "TIMI?"),))
+    assert judged("TIME OFF", name) == judged("TIMER OFF", name) == (
+        "units", ((Effect.STATE, "TIME OFF"),))
+
+
+def test_no_shipped_profile_has_a_rule_made_spelling_of_two_headers() -> None:
+    assert {name: get_profile(name).clashes for name in available_profiles()} == {
+        name: {} for name in available_profiles()}
