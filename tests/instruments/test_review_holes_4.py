@@ -223,13 +223,16 @@ def test_the_simulated_dp832_runs_its_timer(dp832_sim: SimServedThread) -> None:
 
 
 # ------------------------------------------------------------------ 7. the gateway's own link
-@pytest.mark.parametrize("message", ["DHCP ON", "DHCP 0", "dhcp off"])
+@pytest.mark.parametrize("message", ["DHCP ON", "DHCP 0", "dhcp off", 'IPaddr "10.0.0.5"',
+                                     'ip "10.0.0.5"', 'MASKaddr "255.255.0.0"',
+                                     'GATEaddr "10.0.0.1"'])
 async def test_the_spd3303x_network_set_up_is_never_changed_through_the_gateway(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
         supply_sim: SimServedThread, message: str) -> None:
     """``DHCP ON`` was a state change (every approval): the supply would take a new address
     from the network, and the gateway would lose it, and with it the safe action of every
-    output. The network set-up is forbidden through the gateway, as on the E36312A."""
+    output. The network set-up is forbidden through the gateway, as on the E36312A; a static
+    address, its mask and its gateway were held (one could be approved) and are too."""
     run = gateway.create_run(script, "script", goal="tidy the network")
     result = await _everything(gateway, run.id, "spd", message, olga, pete)
     assert getattr(result, "status", None) == "refused" and result.code == -203, result
