@@ -17,9 +17,10 @@ from ._views import (
     outcome_words,
     over_envelope,
     utc,
+    waterfall,
     what_changes,
 )
 
 __all__ = ["WINDOW_S", "Samples", "badges", "create_console", "decider_names", "deciders",
            "limits_of", "outcome_words", "over_envelope", "span_of", "ticks", "trend", "utc",
-           "what_changes"]
+           "waterfall", "what_changes"]

@@ -221,6 +221,9 @@ def _event_text(e: Event) -> str:
         kinds = [d["kind"]] if d.get("kind") else d.get("kinds", [])
         words = ", ".join(str(k).replace("_", " ") for k in kinds)
         return words + (f": “{d['notes']}”" if d.get("notes") else "")
+    if e.type.value == "approval_withdrawn":
+        kind = str(d.get("kind", "")).replace("_", " ")
+        return f"{kind} approval by {d.get('by')}: {d.get('reason')}"
     if e.type.value == "takeover_denied":
         return f"“{d.get('notes')}”"
     if e.type.value == "run_suspended":
@@ -246,8 +249,10 @@ def waterfall(events: Iterable[Event], principal: str,
     """The run's journal, plus the console's record of what was shown to whom, in time."""
     rows: list[tuple[datetime, str, str, str, str | None, dict[str, Any]]] = []
     for e in events:
-        who = str(e.data.get("by") or (principal if e.type.value in (
-            "command_received", "run_created", "goal_set") else "gateway"))
+        # A withdrawal's "by" is the approver it withdrew; the gateway withdrew it.
+        who = str((e.type.value != "approval_withdrawn" and e.data.get("by")) or (
+            principal if e.type.value in ("command_received", "run_created", "goal_set")
+            else "gateway"))
         rows.append((e.at, e.type.value, who, _event_text(e), e.request_id, e.data))
     for v in views:
         action = str(v["action"])

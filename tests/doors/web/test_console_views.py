@@ -16,7 +16,7 @@ from bench_gate.api import create_app
 from bench_gate.auth import Tokens
 from bench_gate.config import default_config
 from bench_gate.gateway import Gateway
-from bench_gate.models import Snapshot, Status, TakeoverRequest
+from bench_gate.models import Event, EventType, Snapshot, Status, TakeoverRequest
 from bench_gate.store import SqliteStore
 from bench_gate.web import (
     WINDOW_S,
@@ -28,6 +28,7 @@ from bench_gate.web import (
     ticks,
     trend,
     utc,
+    waterfall,
 )
 
 ROOT = Path(__file__).resolve().parent.parent.parent.parent
@@ -134,3 +135,16 @@ def test_an_outcome_says_each_thing_once() -> None:
     executed = _request(Status.EXECUTED, "executed: VOLT 5.0,(@1)")
     assert outcome_words(executed) == "VOLT 5.0,(@1)"
     assert deciders(executed) == "—"
+
+
+def test_a_withdrawn_approval_is_the_gateways_act_and_names_whose_approval_and_why() -> None:
+    """The journal's approval_withdrawn keeps the approver in ``by``; the timeline must not
+    show the approver as having done it."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    rows = waterfall([Event(run_id="r", request_id="tk", type=EventType.APPROVAL_WITHDRAWN,
+                            at=at, data={"kind": "output_enable", "by": "olga",
+                                         "tokens": ["tok-1"],
+                                         "reason": "the token it was given with was revoked"})],
+                     "script-7")
+    assert [(r.who, r.text) for r in rows] == [
+        ("gateway", "output enable approval by olga: the token it was given with was revoked")]
