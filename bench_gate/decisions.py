@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .approvals import Grant, person, require_operator, violation, withdrawn
+from .approvals import Grant, person, require_operator, violation, withdrawn, withdrawn_words
 from .auth import refuse_token, revoked_tokens
 from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
@@ -189,15 +189,28 @@ class Decisions(Part):
     def withdraw_revoked(self) -> int:
         """Take the approvals given with a token revoked since (anywhere: the CLI on the
         store, another gateway) off every pending request, journaled, so what people are
-        shown counts only what stands; returns how many. Runs with the sweep, and reads
-        the requests only when a revocation is new. (An approved request is refused at its
-        last recheck; a plan ends when next read.)"""
+        shown counts only what stands; returns how many. An approved request not yet
+        started (waiting for its requester's resend, or its bench) fails now, nothing
+        written, rather than showing ``approved`` until then. Runs with the sweep, and
+        reads the requests only when a revocation is new. (One already executing is
+        refused on its lane turn; a plan ends when next read.)"""
         revoked = revoked_tokens(self.store)
         new = revoked - self._revoked_seen
         self._revoked_seen = revoked
         if not new:
             return 0
         count = 0
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            gone = withdrawn(req.valid_approvals(), new)
+            if not gone:
+                continue
+            why = (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
+                   "was revoked")
+            if self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": why},
+                                  outcome=f"failed: {why}; nothing was written",
+                                  only_from=Status.APPROVED):
+                self.store.append(self._withdrawn_events(req, gone))
+                count += len(gone)
         for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
             for _ in range(MAX_RETRIES):
                 gone = withdrawn(req.approvals, new)
