@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import GatewayError, InvalidInput, NotFound
+from .errors import GatewayError, InvalidInput, NotFound, PermissionDenied
 from .models import Principal, Role, now
 from .store import Store
 from .texts import hidden
@@ -34,6 +34,7 @@ __all__ = [
     "carries_token",
     "normalize_name",
     "redact",
+    "refuse_revoked",
     "refuse_token",
     "revoked_tokens",
     "token_free",
@@ -115,6 +116,15 @@ def revoked_tokens(store: Store) -> frozenset[str]:
     """The ids of every revoked token, read from the store now (no cache): a revocation
     made anywhere (the CLI on the store, another gateway) counts at once."""
     return frozenset(str(r["id"]) for r in store.kv_list(TABLE) if r.get("revoked_at"))
+
+
+def refuse_revoked(store: Store, who: Principal) -> None:
+    """PermissionDenied when ``who``'s token was revoked, looked up now: a verified token
+    is trusted ``VERIFIED_SECONDS`` without a lookup, and a decision that lets a write go
+    (a grant, clearing a stop, releasing a run) is never made with a revoked one."""
+    if who.token and who.token in revoked_tokens(store):
+        raise PermissionDenied(f"the token {who.token} of {who.name} was revoked: it "
+                               "decides nothing")
 
 
 def _digest(token: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .approvals import Grant, person, require_operator, violation, withdrawn, withdrawn_words
-from .auth import refuse_token, revoked_tokens
+from .auth import refuse_revoked, refuse_token, revoked_tokens
 from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
 from .errors import InvalidInput, PermissionDenied, ProposalChanged, TransitionError
@@ -229,11 +229,8 @@ class Decisions(Part):
         """Approvals given with a token revoked since leave ``req`` (journaled), so the
         grant counts only what still stands; an approver whose own token was revoked (a
         verified token is trusted a moment without a lookup) decides nothing."""
-        revoked = revoked_tokens(self.store)
-        if approver.token in revoked:
-            raise PermissionDenied(f"the token {approver.token} of {approver.name} was "
-                                   "revoked: it decides nothing")
-        gone = withdrawn(req.approvals, revoked)
+        refuse_revoked(self.store, approver)
+        gone = withdrawn(req.approvals, revoked_tokens(self.store))
         req.approvals = [a for a in req.approvals if a not in gone]
         return self._withdrawn_events(req, gone)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .approvals import require_operator
-from .auth import refuse_token
+from .auth import refuse_revoked, refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
 from .models import (
@@ -159,6 +159,7 @@ class Runs(Part):
     def release(self, run_id: str, operator: Principal) -> Run:
         """End an operator's takeover or a suspension; the run's writes go on."""
         require_operator(operator)
+        refuse_revoked(self.store, operator)
         run = self.get(run_id)
         run.status = RUNS.move(run_id, run.status, RunEvent.RELEASE,
                                "only a taken-over or suspended run can be released")
