@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .approvals import Grant, person, require_operator, violation, withdrawn, withdrawn_words
+from .approvals import Grant, person, require_operator, violation, withdrawn
 from .auth import refuse_revoked, refuse_token, revoked_tokens
 from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
@@ -201,11 +201,10 @@ class Decisions(Part):
             return 0
         count = 0
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
-            gone = withdrawn(req.valid_approvals(), new)
-            if not gone:
+            why = self.executor.checks.withdrawn_refusal(req)  # its cover's too
+            if why is None:
                 continue
-            why = (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
-                   "was revoked")
+            gone = withdrawn(req.valid_approvals(), revoked)
             if self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": why},
                                   outcome=f"failed: {why}; nothing was written",
                                   only_from=Status.APPROVED):
@@ -213,13 +212,15 @@ class Decisions(Part):
                 count += len(gone)
         for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
             for _ in range(MAX_RETRIES):
-                gone = withdrawn(req.approvals, new)
-                if not gone:
-                    break
                 version = req.version
+                gone = withdrawn(req.approvals, new)
+                uncovered = self.setpoints.uncover(req)
+                if not gone and not uncovered:
+                    break
                 req.approvals = [a for a in req.approvals if a not in gone]
-                if self.store.save_request(req, version, self._withdrawn_events(req, gone)):
-                    count += len(gone)
+                if self.store.save_request(req, version, [*self._withdrawn_events(req, gone),
+                                                          *uncovered]):
+                    count += len(gone) + len(uncovered)
                     self.core.notifier.request_changed(req)
                     break
                 req = self.requests.get(req.id)  # it changed meanwhile: look again
@@ -232,7 +233,7 @@ class Decisions(Part):
         refuse_revoked(self.store, approver)
         gone = withdrawn(req.approvals, revoked_tokens(self.store))
         req.approvals = [a for a in req.approvals if a not in gone]
-        return self._withdrawn_events(req, gone)
+        return [*self._withdrawn_events(req, gone), *self.setpoints.uncover(req)]
 
     @staticmethod
     def _withdrawn_events(req: TakeoverRequest, gone: list[Approval]) -> list[Event]:

@@ -127,10 +127,16 @@ class Rechecks(Part):
         (through any door: the CLI on the store, another gateway) no longer counts, whether
         it waited for a second approval, a resend, or its bench."""
         gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store))
-        if not gone:
-            return None
-        return (f"{withdrawn_words(gone)} no longer counts: the token it was given with was "
-                "revoked")
+        if gone:
+            return (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
+                    "was revoked")
+        # The setpoint in force it stands on (its cover) is an approval it runs on too.
+        lost = self.setpoints.revoked_cover(req)
+        if lost:
+            chs = ", ".join(f"CH{ch}" for ch in sorted(lost))
+            return (f"the setpoint in force on {chs} it stood on no longer counts: the token "
+                    "it was approved with was revoked")
+        return None
 
     async def read_live(self, link: AsyncLink, inst: Instrument,
                          fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:

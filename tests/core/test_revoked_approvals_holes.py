@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Status
+from bench_gate.models import ApprovalKind, EventType, Principal, Status
 
 from .test_revoked_approvals import operator, output_on, revoke
 
@@ -92,3 +92,79 @@ async def test_an_approval_waiting_for_a_resend_stops_showing_approved_once_revo
     await in_thread(resend)
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
     assert gateway.get_request(req.id).status is Status.FAILED
+
+
+async def _current_by(gateway: Gateway, script: Principal, who: Principal) -> str:
+    """CH1's setpoint (2 V, 0.1 A) approved and put in force by ``who``; a run asking to
+    set 3 V and switch CH1 on, which stands on ``who``'s current limit (its cover)."""
+    run = gateway.create_run(script, "script")
+    set_ = (await gateway.submit(run.id, "psu", "VOLT 2,(@1);:CURR 0.1,(@1)")).request
+    assert set_ is not None
+    done = await gateway.grant(set_.id, who, ["setpoint"], proposal_hash=set_.proposal_hash)
+    assert done.request.status is Status.EXECUTED, done.request.outcome
+    on = (await gateway.submit(run.id, "psu", "VOLT 3,(@1);:OUTP ON,(@1)")).request
+    assert on is not None and on.handoff.get("setpoint_cover"), on.handoff
+    return on.id
+
+
+async def test_a_current_limit_approved_with_a_revoked_token_never_stands_under_an_output_enable(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """The request sets the voltage itself and stands on olga's current limit in force.
+    oscar approves its setpoint (the voltage: shown the current as olga's), olga's token is
+    revoked, ida approves the output enable: it energized CH1 on a current limit nobody
+    whose token stands approved, and remembered it as oscar's. Now the request asks for the
+    setpoint again, the current shown as it is now, and nothing runs until it is given."""
+    olga, oscar, ida = (operator(gateway, n) for n in ("olga", "oscar", "ida"))
+    tk = await _current_by(gateway, script, olga)
+    on = gateway.get_request(tk)
+    await gateway.grant(tk, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
+    revoke(gateway, "olga")
+    after = await gateway.grant(tk, ida, ["output_enable"], proposal_hash=on.proposal_hash)
+    assert after.request.status is Status.PENDING, after.request.outcome
+    assert after.missing == ["setpoint"]
+    assert after.request.handoff["setpoint_needed"] == [{"channel": 1, "current": "0.1"}]
+    assert not after.request.handoff.get("setpoint_cover")
+    assert not output_on(front_panel) and Decimal(front_panel.query("VOLT? (@1)")) == 2
+    final = await gateway.grant(tk, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
+    assert final.request.status is Status.EXECUTED, final.request.outcome
+    assert output_on(front_panel)
+
+
+async def test_a_cover_revoked_while_its_output_enable_waits_for_the_lane_writes_nothing(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """All approved before the revocation; the write waits for the lane meanwhile. The lane
+    turn looked at the request's own approvals only, not at the setpoint in force it stood
+    on (its own setpoint approval covered the voltage only)."""
+    olga, oscar, ida = (operator(gateway, n) for n in ("olga", "oscar", "ida"))
+    tk = await _current_by(gateway, script, olga)
+    on = gateway.get_request(tk)
+    await gateway.grant(tk, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
+    lane = gateway.instruments["psu"].lane
+    holding = asyncio.ensure_future(lane.run(lambda link: asyncio.sleep(1.0)))
+    await asyncio.sleep(0.1)
+    granting = asyncio.ensure_future(gateway.grant(tk, ida, ["output_enable"],
+                                                   proposal_hash=on.proposal_hash))
+    await until(lambda: gateway.get_request(tk).status is Status.EXECUTING)
+    revoke(gateway, "olga")
+    await holding
+    final = (await granting).request
+    assert final.status in (Status.FAILED, Status.STALE), (final.status, final.outcome)
+    assert not output_on(front_panel) and Decimal(front_panel.query("VOLT? (@1)")) == 2
+
+
+async def test_a_pending_output_enable_stops_showing_a_revoked_cover_within_the_sweep(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """Nobody decides after the revocation: what people are shown still named olga's
+    current limit as the approved setpoint it stands on, and asked for no setpoint."""
+    olga = operator(gateway, "olga")
+    tk = await _current_by(gateway, script, olga)
+    revoke(gateway, "olga")
+    shown = await until(lambda: (r := gateway.get_request(tk)).handoff.get(
+        "setpoint_needed") and r, 3)
+    assert "setpoint_cover" not in shown.handoff
+    assert shown.missing() == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
+    withdrawn = [e.data for e in gateway.store.journal(shown.run_id, limit=1000)
+                 if e.type is EventType.APPROVAL_WITHDRAWN]
+    assert withdrawn and withdrawn[-1]["in_force"] and withdrawn[-1]["by"] == ["olga"]
+    assert withdrawn[-1]["tokens"] == [olga.token]
+    assert not output_on(front_panel)
