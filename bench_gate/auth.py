@@ -18,8 +18,9 @@ import threading
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .errors import GatewayError, InvalidInput, NotFound, PermissionDenied
@@ -32,6 +33,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "Tokens",
     "carries_token",
+    "held_at",
     "normalize_name",
     "redact",
     "refuse_revoked",
@@ -116,6 +118,27 @@ def revoked_tokens(store: Store) -> frozenset[str]:
     """The ids of every revoked token, read from the store now (no cache): a revocation
     made anywhere (the CLI on the store, another gateway) counts at once."""
     return frozenset(str(r["id"]) for r in store.kv_list(TABLE) if r.get("revoked_at"))
+
+
+def held_at(store: Store, names: Iterable[str], at: str | None) -> set[str]:
+    """The ids of the tokens these people held at ``at`` (ISO 8601; a name holds one active
+    token at a time), every one they ever held when the time is unknown: the tokens behind
+    an approval kept without them (remembered before approvals kept their token), so that
+    revoking the token withdraws it too."""
+    people = {normalize_name(n) for n in names}
+    try:
+        when = datetime.fromisoformat(at) if at else None
+    except ValueError:
+        when = None
+    out: set[str] = set()
+    for r in store.kv_list(TABLE):
+        if normalize_name(str(r.get("name", ""))) not in people:
+            continue
+        born, died = r.get("created_at"), r.get("revoked_at")
+        if when is None or (born and datetime.fromisoformat(born) <= when and (
+                not died or datetime.fromisoformat(died) > when)):
+            out.add(str(r["id"]))
+    return out
 
 
 def refuse_revoked(store: Store, who: Principal) -> None:

@@ -168,3 +168,26 @@ async def test_a_pending_output_enable_stops_showing_a_revoked_cover_within_the_
     assert withdrawn and withdrawn[-1]["in_force"] and withdrawn[-1]["by"] == ["olga"]
     assert withdrawn[-1]["tokens"] == [olga.token]
     assert not output_on(front_panel)
+
+
+async def test_a_setpoint_remembered_before_setpoints_kept_tokens_dies_with_its_token(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """A setpoint in force lasts indefinitely: one remembered before the upgrade that made
+    setpoints keep their tokens (no ``tokens_field``) went on covering output enables after
+    its approver's token was revoked. It stands on the token its approver held then."""
+    olga, oscar = operator(gateway, "olga"), operator(gateway, "oscar")
+    run = gateway.create_run(script, "script")
+    set_ = (await gateway.submit(run.id, "psu", "VOLT 2,(@1);:CURR 0.1,(@1)")).request
+    assert set_ is not None
+    await gateway.grant(set_.id, olga, ["setpoint"], proposal_hash=set_.proposal_hash)
+    key = f"{gateway.bench}/psu"
+    kept = gateway.store.get_setpoint(key, 1)
+    assert kept is not None and kept.pop("tokens_field")  # as an older gateway kept it
+    gateway.store.put_setpoint(key, 1, kept)
+    on = (await gateway.submit(run.id, "psu", "OUTP ON,(@1)")).request
+    assert on is not None and on.required == [ApprovalKind.OUTPUT_ENABLE]
+    revoke(gateway, "olga")
+    after = await gateway.grant(on.id, oscar, ["output_enable"], proposal_hash=on.proposal_hash)
+    assert after.request.status is Status.PENDING, after.request.outcome
+    assert after.missing == [ApprovalKind.SETPOINT]
+    assert not output_on(front_panel)
