@@ -196,7 +196,6 @@ class Decisions(Part):
         refused on its lane turn; a plan ends when next read.)"""
         revoked = revoked_tokens(self.store)
         new = revoked - self._revoked_seen
-        self._revoked_seen = revoked
         if not new:
             return 0
         count = 0
@@ -224,6 +223,7 @@ class Decisions(Part):
                     self.core.notifier.request_changed(req)
                     break
                 req = self.requests.get(req.id)  # it changed meanwhile: look again
+        self._revoked_seen = revoked  # only once done: a store that failed meanwhile retries
         return count
 
     def _withdraw_revoked(self, req: TakeoverRequest, approver: Principal) -> list[Event]:

@@ -10,6 +10,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import pytest
+
+from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Status
 
@@ -191,3 +194,28 @@ async def test_a_setpoint_remembered_before_setpoints_kept_tokens_dies_with_its_
     assert after.request.status is Status.PENDING, after.request.outcome
     assert after.missing == [ApprovalKind.SETPOINT]
     assert not output_on(front_panel)
+
+
+async def test_a_revocation_the_sweep_could_not_finish_is_taken_up_at_the_next_sweep(
+        gateway: Gateway, script: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store failed once while the sweep read the requests (a PostgreSQL failover):
+    the revocation was marked seen first, so its approvals stayed shown until someone
+    granted again."""
+    olga = operator(gateway, "olga")
+    run = gateway.create_run(script, "script")
+    req = (await gateway.submit(run.id, "psu", "VOLT 2.5,(@1);:OUTP ON,(@1)")).request
+    assert req is not None
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    real = gateway.store.list_requests
+    failed: list[bool] = []
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        if not failed and kwargs.get("status") is Status.PENDING and "run_id" not in kwargs:
+            failed.append(True)  # the sweep's look at every pending request
+            raise StoreError("the store is away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gateway.store, "list_requests", once)
+    revoke(gateway, "olga")
+    await until(lambda: failed, 3)
+    await until(lambda: gateway.get_request(req.id).approvals == [], 3)
