@@ -203,7 +203,7 @@ class Decisions(Part):
             why = self.executor.checks.withdrawn_refusal(req)  # its cover's too
             if why is None:
                 continue
-            gone = withdrawn(req.valid_approvals(), revoked)
+            gone = withdrawn(req.valid_approvals(), revoked, self.store)
             if self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": why},
                                   outcome=f"failed: {why}; nothing was written",
                                   only_from=Status.APPROVED):
@@ -212,7 +212,7 @@ class Decisions(Part):
         for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
             for _ in range(MAX_RETRIES):
                 version = req.version
-                gone = withdrawn(req.approvals, new)
+                gone = withdrawn(req.approvals, new, self.store)
                 uncovered = self.setpoints.uncover(req)
                 if not gone and not uncovered:
                     break
@@ -231,7 +231,7 @@ class Decisions(Part):
         grant counts only what still stands; an approver whose own token was revoked (a
         verified token is trusted a moment without a lookup) decides nothing."""
         refuse_revoked(self.store, approver)
-        gone = withdrawn(req.approvals, revoked_tokens(self.store))
+        gone = withdrawn(req.approvals, revoked_tokens(self.store), self.store)
         req.approvals = [a for a in req.approvals if a not in gone]
         return [*self._withdrawn_events(req, gone), *self.setpoints.uncover(req)]
 

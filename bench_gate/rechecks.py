@@ -126,7 +126,7 @@ class Rechecks(Part):
         """Invariant 3 at the last moment: an approval given with a token revoked since
         (through any door: the CLI on the store, another gateway) no longer counts, whether
         it waited for a second approval, a resend, or its bench."""
-        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store))
+        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store), self.store)
         if gone:
             return (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
                     "was revoked")

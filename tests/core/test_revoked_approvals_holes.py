@@ -219,3 +219,50 @@ async def test_a_revocation_the_sweep_could_not_finish_is_taken_up_at_the_next_s
     revoke(gateway, "olga")
     await until(lambda: failed, 3)
     await until(lambda: gateway.get_request(req.id).approvals == [], 3)
+
+
+def _as_kept_before(gateway: Gateway, request_id: str) -> None:
+    """The request's approvals as a gateway before approvals kept their token kept them."""
+    req = gateway.store.get_request(request_id)
+    assert req is not None
+    for a in req.approvals:
+        a.tokens = []
+    assert gateway.store.save_request(req, req.version, [])
+
+
+async def test_an_approval_kept_before_approvals_kept_tokens_dies_with_its_token(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    """A partial approval recorded by an older gateway (no ``tokens``) kept counting after
+    its approver's token was revoked: the second approval energized CH1."""
+    olga, oscar = operator(gateway, "olga"), operator(gateway, "oscar")
+    run = gateway.create_run(script, "script")
+    req = (await gateway.submit(run.id, "psu", "VOLT 2.5,(@1);:OUTP ON,(@1)")).request
+    assert req is not None
+    await gateway.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+    _as_kept_before(gateway, req.id)
+    revoke(gateway, "olga")
+    done = await gateway.grant(req.id, oscar, ["output_enable"],
+                               proposal_hash=req.proposal_hash)
+    assert done.request.status is Status.PENDING, done.request.outcome
+    assert done.missing == [ApprovalKind.SETPOINT]
+    assert not output_on(front_panel)
+
+
+async def test_a_plan_kept_before_plans_kept_tokens_ends_with_its_approvers_token(
+        gateway: Gateway, script: Principal, front_panel: Any) -> None:
+    from bench_gate.plans import PlanStatus
+
+    from .test_plans import active_plan
+    olga, pete = operator(gateway, "olga"), operator(gateway, "pete")
+    run = gateway.create_run(script, "script", goal="IV curve")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    raw = gateway.store.kv_get("plans", plan_id)
+    assert raw is not None and raw.pop("tokens")  # as an older gateway kept it
+    gateway.store.kv_put("plans", plan_id, raw)
+    _as_kept_before(gateway, str(raw["request_id"]))
+    assert (await gateway.submit(run.id, "psu", "VOLT 0.5,(@1)")).status == "executed"
+    revoke(gateway, "pete")
+    held = await gateway.submit(run.id, "psu", "VOLT 1,(@1)")
+    assert held.status == "pending", "the plan no longer stands: a person decides"
+    assert gateway.get_plan(plan_id).status is PlanStatus.REVOKED
+    assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("0.5")
