@@ -175,7 +175,8 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--all", action="store_true", help="every instrument (the default)")
     where.add_argument("--instrument", help="only this instrument")
     st.add_argument("--clear", action="store_true", help="end the stop (operators)")
-    r = cmd("release", remote.release, "end a takeover: the run's writes go on")
+    r = cmd("release", remote.release, "end a takeover or a suspension: the run's writes go "
+                                       "on (a suspension: not by the run's own requester)")
     r.add_argument("run")
     cmd("status", remote.status, "the instruments, and whether each is locked to the "
                                  "gateway (a warning when not)")

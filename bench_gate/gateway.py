@@ -17,21 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import doorway
-from .approvals import cover_for
 from .calibration import Calibration
 from .config import BenchConfig, ChannelLimits
 from .core import Core, Instrument
 from .decisions import Decisions, GrantResult
 from .engineers import Engineers, panel_message
-from .errors import GatewayError, NotFound, PermissionDenied, TransitionError
+from .errors import PermissionDenied, TransitionError
 from .executor import Executor
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
-from .journal import Retention, verify_chain
+from .journal import verify_chain
 from .leases import Leases
+from .lifecycle import SWEEP_SECONDS as SWEEP_SECONDS  # its old home
+from .lifecycle import Lifecycle
 from .listing import RequestSummary
-from .locking import LockState, LockStatus, keep_locks, take_locks
+from .locking import LockState, LockStatus
 from .models import (
     ApprovalKind,
     Event,
@@ -58,10 +59,6 @@ from .watch import Watch
 
 __all__ = ["Figures", "Gateway", "GrantResult", "Outcome", "RequestPage", "RequestSort",
            "RequestSummary", "SubmitResult"]
-
-#: How often the sweeper expires requests, renews the bench claim and picks up approvals.
-SWEEP_SECONDS = 0.5
-
 
 @dataclass(frozen=True, slots=True)
 class Figures:
@@ -110,12 +107,9 @@ class Gateway:
         self.read: Callable[[str, str, str], Awaitable[SubmitResult | None]] = \
             self._intake.read
         self._snaps = snaps
-        #: [journal] keep_days: old events archived to segment files, off the hot path.
-        self._retention = Retention(store, config.journal, clock=lambda: self.clock())
-        self._sweeper: asyncio.Task[None] | None = None
-        self._beat: asyncio.Future[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._unlisten: Callable[[], None] | None = None
+        #: Start, the sweeper, other gateways' changes, close (lifecycle.py).
+        self._lifecycle = Lifecycle(core, self.questions, runs, terms, leases, self.watch,
+                                    executor, self._decisions, self._intake)
 
     # ------------------------------------------------------------------ the bench
     @property
@@ -179,81 +173,14 @@ class Gateway:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Claim the bench name, recover from the store, then run the one sweeper."""
-        self._loop = asyncio.get_running_loop()
-        self.registry.claim()
-        self._intake.open_reads()  # a crash's reads first: before anything else is journaled
-        await take_locks([inst.lane for inst in self.instruments.values()])
-        self._runs.close_gone_clients()
-        self._terms.start()  # every term starts again now: being down is no silence
-        await self.sweep()
-        for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
-            if self.owns(req):
-                await self._executor.reconcile_interrupted(req)
-        await self._executor.run_approved()
-        # Other gateways on a shared store tell us of changes (PostgreSQL LISTEN/NOTIFY).
-        self._unlisten = self.store.listen(self._on_remote)
-        self._sweeper = asyncio.create_task(self._sweep_forever())
+        await self._lifecycle.start()
 
     async def close(self) -> None:
-        if self._unlisten is not None:
-            self._unlisten()
-            self._unlisten = None
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-        if self._beat is not None:
-            with contextlib.suppress(Exception):
-                await self._beat
-        for task in self.core.running():
-            with contextlib.suppress(Exception):
-                await task
-        await self._retention.close()
-        await self._intake.close()
-        for inst in self.instruments.values():
-            await inst.lane.close()
-        self.registry.release()
+        await self._lifecycle.close()
 
     async def sweep(self) -> int:
         """Expire every pending request (and question) whose time is up."""
-        count = await self._decisions.expire_due()
-        self._decisions.withdraw_revoked()
-        self.questions.sweep()
-        self._terms.sweep()
-        return count
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_SECONDS)
-            with contextlib.suppress(GatewayError):
-                # The claim's durable commit (an fsync) runs off the loop: on it, every door
-                # stalled for the disk once a second. close() waits for a beat in flight, so
-                # a late one never claims the bench again after release().
-                self._beat = asyncio.ensure_future(asyncio.to_thread(self.registry.beat))
-                await asyncio.shield(self._beat)
-                await self.sweep()
-                await self._leases.sweep()
-                self.watch.tick()  # never waits: each check queues on its lane
-                await self._executor.run_approved()
-                self._retention.tick()  # starts an archive at most hourly; never waits
-                keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)
-
-    def _on_remote(self, message: dict[str, Any]) -> None:
-        """A change made by another gateway (called from the store's listener thread)."""
-        loop = self._loop
-        if loop is None or loop.is_closed() or message.get("origin") == self.core.notifier.origin:
-            return
-        loop.call_soon_threadsafe(self._remote_change, message)
-
-    def _remote_change(self, message: dict[str, Any]) -> None:
-        request_id = str(message.get("id", ""))
-        notifier = self.core.notifier
-        notifier.wake(request_id)
-        notifier.publish(str(message.get("type", "request")), **{
-            k: v for k, v in message.items() if k not in ("type", "origin")})
-        if message.get("status") == Status.APPROVED.value and \
-                message.get("bench") == self.bench and not self._executor.in_flight(request_id):
-            self.core.spawn(self._executor.execute(request_id))
+        return await self._lifecycle.sweep()
 
     # ------------------------------------------------------------------ events
     def subscribe(self) -> contextlib.AbstractAsyncContextManager[asyncio.Queue[dict[str, Any]]]:
@@ -316,22 +243,11 @@ class Gateway:
     def visible_request(self, who: Principal, request_id: str, run_id: str | None = None
                         ) -> TakeoverRequest:
         """The request, if ``who`` may see its run (and it is one of ``run_id``'s)."""
-        req = self.get_request(request_id)
-        if run_id is not None and req.run_id != run_id:
-            raise NotFound(f"{request_id} is not a request of {run_id}")
-        self._runs.visible(who, req.run_id)
-        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
+        return self._runs.visible_request(who, request_id, run_id)
 
     def find_request(self, who: Principal, text: str) -> TakeoverRequest:
         """``visible_request`` by id, or by a unique prefix of an id ``who`` may see."""
-        if self.store.get_request(text) is not None:
-            return self.visible_request(who, text)
-        req = self._requests.by_prefix(text, lambda run_id: self.may_see(who, run_id))
-        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
-
-    def _may_open(self, who: Principal, request_id: str) -> bool:
-        other = self.store.get_request(request_id)
-        return other is not None and self.may_see(who, other.run_id)
+        return self._runs.find_request(who, text)
 
     # ------------------------------------------------------------------ requests
     async def submit(self, run_id: str, instrument: str, message: str, *,

@@ -1,10 +1,10 @@
 """Intake: what happens to one message a requester submits, up to "it ran" or "it waits".
 
-Screen it (a token or a socket-door command never gets further), classify it with the
-instrument's profile, decide (pass, refuse, hold), apply the run's status (suspended,
-taken over, closed), then either run it at once on the lane (reads, harmless writes, the
-safe action), try the run's plan, or hold it for a person. Idempotent retries get their
-first result; the same key with another request is refused.
+Screen it (screen.py: a token or a socket-door command never gets further), classify it
+with the instrument's profile, decide (pass, refuse, hold), apply the run's status
+(suspended, taken over, closed), then either run it at once on the lane (reads.py: reads,
+harmless writes, the safe action), try the run's plan, or hold it for a person. Idempotent
+retries get their first result; the same key with another request is refused.
 """
 
 from __future__ import annotations
@@ -13,30 +13,26 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from .auth import carries_token, redact, refuse_token
+from .auth import redact, refuse_token
 from .confidence import stated_confidence
 from .core import Core, Instrument, Part
 from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
-from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .journal import ReadJournal, read_log_path
 from .leases import Leases
 from .models import ApprovalKind, Event, EventType, RunStatus, Status, TakeoverRequest, now
 from .planning import PlanDesk
-from .policy import Verdict, decide, unpredictable
-from .reads import ReadPlans, run_plan, run_units
+from .policy import Verdict, decide
+from .reads import ReadPlans, excites_now, run_plan, run_units
 from .runs import Runs
 from .scpi import (
     Classification,
-    Effect,
     Excites,
     ScpiError,
     as_exciting,
     classify,
-    excitation_now,
-    lex,
-    unanswered,
 )
+from .screen import door_only
 from .selections import Selections
 from .states import UNDECIDED, Outcome
 from .store import read_row
@@ -55,24 +51,6 @@ class SubmitResult:
     request: TakeoverRequest | None = None
     code: int = 0
     reason: str = ""
-
-
-
-def door_only(message: str, rationale: str | None) -> tuple[int, str] | None:
-    """Refuse what must never be journaled or reach an instrument: a token, or the socket
-    door's own GATE commands sent through another door."""
-    if carries_token(message) or carries_token(rationale):
-        return (-203, "the message carries a bench-gate token; a token is never journaled "
-                      "or sent to an instrument: present it in the Authorization header "
-                      "(HTTP) or with GATE:TOK on the socket door")
-    try:
-        units = lex(message)
-    except ScpiError:
-        return None  # the classifier reports the syntax error
-    if any(not u.common and u.mnemonics[0] == "GATE" for u in units):
-        return (-113, "GATE commands belong to the socket door; they are never sent to an "
-                      "instrument")
-    return None
 
 
 class Intake(Part):
@@ -303,7 +281,7 @@ class Intake(Part):
         if run is None:  # pragma: no cover - a held message always loaded its run above
             run = self.runs.get(run_id)
         if excites is None:  # held for another reason: its readings are asked about too
-            found = await self._excites_now(inst, c)
+            found = await excites_now(inst, c)
             if found is not None:  # shown to the approver as excites, needing its approval
                 return await self.submit(
                     run_id, instrument, message, rationale=rationale, confidence=confidence,
@@ -401,26 +379,3 @@ class Intake(Part):
         return SubmitResult(Outcome(req.status.value), response=response or None, request=req,
                             code=0 if req.status is Status.EXECUTED or req.status in UNDECIDED
                             else -203, reason=reason)
-
-    @staticmethod
-    async def _excites_now(inst: Instrument, c: Classification) -> str | None:
-        """What a held message's readings would drive into the DUT with the function
-        configured now, asked on a lane turn of its own; None when none measures unshown."""
-        excitation = inst.profile.model.excitation
-        if excitation is None or not any(u.measures and u.effect is not Effect.EXCITES
-                                         for u in c.units):
-            return None
-        for u in c.units:  # a recall or an unknown header first: the function it leaves
-            if u.measures:  # is not the one the meter answers now (default deny)
-                break
-            if unpredictable(u.effect, u.value):
-                return (f"whatever function the meter measures with after {u.canonical}, which "
-                        "the gateway cannot predict: it may drive current into the DUT")
-        spec = excitation
-
-        async def job(link: AsyncLink) -> str | None:
-            return await excitation_now(spec, link.query)
-        try:
-            return await inst.lane.run(job, whole=False)
-        except InstrumentError as exc:  # the lane's link is down: unknown counts as exciting
-            return unanswered(spec, exc.message)

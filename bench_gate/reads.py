@@ -10,7 +10,8 @@ read on that instrument, with the same selection and nothing else attached to it
 (rationale, confidence, step, idempotency key, timeout), runs from the plan. What can change
 between two reads is checked every time as before: the run (known and not closed), the
 reading's timing, what the meter's function applies (asked on the lane's turn), the
-instrument lock, and the journal record written before the answer leaves.
+instrument lock, and the journal record written before the answer leaves. A message held
+for a person has its readings asked about on a lane turn of their own (:func:`excites_now`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .core import Instrument
+from .errors import InstrumentError
 from .instruments import AsyncLink
-from .scpi import Classification, Effect, Excites, Unit, excitation_now
+from .policy import unpredictable
+from .scpi import Classification, Effect, Excites, Unit, excitation_now, unanswered
 from .store import ReadRow, ReadTemplate
 
-__all__ = ["PLANS_KEPT", "SELECT_NAME_QUERY", "ReadPlan", "ReadPlans", "join_answers",
-           "run_plan", "run_units"]
+__all__ = ["PLANS_KEPT", "SELECT_NAME_QUERY", "ReadPlan", "ReadPlans", "excites_now",
+           "join_answers", "run_plan", "run_units"]
 
 #: The channel-name form of the selection query (``INST:SEL?`` answers ``CH2``).
 SELECT_NAME_QUERY = "INST:SEL?"
@@ -99,6 +102,29 @@ async def run_plan(inst: Instrument, plan: ReadPlan, selected: int | None) -> st
     answers = await inst.lane.run(job, whole=False)
     return answers[0] if len(answers) == 1 else join_answers(
         units, dict(enumerate(answers)))
+
+
+async def excites_now(inst: Instrument, c: Classification) -> str | None:
+    """What a held message's readings would drive into the DUT with the function
+    configured now, asked on a lane turn of its own; None when none measures unshown."""
+    excitation = inst.profile.model.excitation
+    if excitation is None or not any(u.measures and u.effect is not Effect.EXCITES
+                                     for u in c.units):
+        return None
+    for u in c.units:  # a recall or an unknown header first: the function it leaves
+        if u.measures:  # is not the one the meter answers now (default deny)
+            break
+        if unpredictable(u.effect, u.value):
+            return (f"whatever function the meter measures with after {u.canonical}, which "
+                    "the gateway cannot predict: it may drive current into the DUT")
+    spec = excitation
+
+    async def job(link: AsyncLink) -> str | None:
+        return await excitation_now(spec, link.query)
+    try:
+        return await inst.lane.run(job, whole=False)
+    except InstrumentError as exc:  # the lane's link is down: unknown counts as exciting
+        return unanswered(spec, exc.message)
 
 
 def plain_reads(inst: Instrument, units: list[Unit]) -> bool:

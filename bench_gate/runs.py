@@ -1,14 +1,14 @@
 """Runs: one requester's session (``engineer``, ``script`` or ``agent``), with its goal,
 its status (active, taken over by an operator, suspended after denials, closed) and its
 journal. A run attached to a connection (socket door, MCP) lives and dies with it, across a
-restart too.
+restart too. Who sees which run, and which of its requests (a requester its own only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .approvals import require_operator
+from .approvals import cover_for, person, require_operator
 from .auth import refuse_revoked, refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
@@ -126,6 +126,26 @@ class Runs(Part):
         if owner != who.name:
             raise PermissionDenied(f"{run_id} belongs to {owner}; only its requester {doing}")
 
+    def visible_request(self, who: Principal, request_id: str, run_id: str | None = None
+                        ) -> TakeoverRequest:
+        """The request, if ``who`` may see its run (and it is one of ``run_id``'s)."""
+        req = self.requests.get(request_id)
+        if run_id is not None and req.run_id != run_id:
+            raise NotFound(f"{request_id} is not a request of {run_id}")
+        self.visible(who, req.run_id)
+        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
+
+    def find_request(self, who: Principal, text: str) -> TakeoverRequest:
+        """``visible_request`` by id, or by a unique prefix of an id ``who`` may see."""
+        if self.store.get_request(text) is not None:
+            return self.visible_request(who, text)
+        req = self.requests.by_prefix(text, lambda run_id: self.may_see(who, run_id))
+        return req if who.operates else cover_for(req, lambda rid: self._may_open(who, rid))
+
+    def _may_open(self, who: Principal, request_id: str) -> bool:
+        other = self.store.get_request(request_id)
+        return other is not None and self.may_see(who, other.run_id)
+
     def page(self, who: Principal, limit: int = 100, offset: int = 0) -> list[Run]:
         """Newest first; a requester's own runs only, chosen in the store before paging."""
         return self.store.list_runs(limit=limit, offset=offset,
@@ -145,9 +165,16 @@ class Runs(Part):
         return run
 
     def take_over(self, run_id: str, operator: Principal, reason: str) -> Run:
+        """An operator holds every write of the run until release. Its own requester takes
+        over only a run they could release themselves: taking over their suspended run (or
+        one another operator holds) would turn it into a takeover of their own, theirs to
+        release."""
         require_operator(operator)
         refuse_token(reason, "reason")
         run = self.get(run_id)
+        why = own_release(run, operator, "take it over")
+        if why is not None:
+            raise PermissionDenied(why)
         run.status = RUNS.move(run_id, run.status, RunEvent.TAKE_OVER, "the run is closed")
         run.takeover_reason = reason
         run.takeover_by = operator.name
@@ -157,10 +184,14 @@ class Runs(Part):
         return run
 
     def release(self, run_id: str, operator: Principal) -> Run:
-        """End an operator's takeover or a suspension; the run's writes go on."""
+        """End an operator's takeover or a suspension; the run's writes go on. A suspension
+        is lifted by another person than the run's requester (:func:`own_release`)."""
         require_operator(operator)
         refuse_revoked(self.store, operator)
         run = self.get(run_id)
+        why = own_release(run, operator, "release it")
+        if why is not None:
+            raise PermissionDenied(why)
         run.status = RUNS.move(run_id, run.status, RunEvent.RELEASE,
                                "only a taken-over or suspended run can be released")
         run.takeover_reason = run.takeover_by = None
@@ -254,3 +285,24 @@ class Runs(Part):
     def is_closed(self, run_id: str) -> bool:
         """Closed through this gateway (a read of a known run asks this, not the store)."""
         return run_id in self._closed_runs
+
+
+def own_release(run: Run, who: Principal, doing: str) -> str | None:
+    """Why ``who``, the run's own requester, may not release it (or take it over), or None.
+
+    A suspension (denials, an emergency stop) asks another person to look at the run: an
+    operator who is also its requester (an engineer running their own script) lifting it
+    would defeat that. A takeover by another operator is that operator's hold on the run.
+    The requester's own takeover of a run that was not suspended is theirs to end. People
+    are compared as identities are (:func:`bench_gate.approvals.person`)."""
+    me = person(who.name)
+    if me != person(run.principal):
+        return None
+    if run.status is RunStatus.SUSPENDED:
+        return (f"{run.id} is {run.takeover_reason or 'suspended'}; {who.name} made it and "
+                f"cannot {doing}: an operator other than its requester must look at it")
+    if run.status is RunStatus.TAKEN_OVER and person(run.takeover_by or "") != me:
+        return (f"{run.id} is taken over by {run.takeover_by or 'another operator'}; "
+                f"{who.name} made it and cannot {doing}: that takeover is for another "
+                "person to end")
+    return None

@@ -34,6 +34,7 @@ from ._resources import (
 from ._server import BenchState, BenchStateError, SimBench, SimBenchThread
 from ._settings import update_bench_yaml
 from ._smu import SMU_PROFILE, SimSmu
+from ._spd3303x import SimSpd3303x
 
 __all__ = [
     "DMM6500_PROFILE",
@@ -59,6 +60,7 @@ __all__ = [
     "SimServed",
     "SimServedThread",
     "SimSmu",
+    "SimSpd3303x",
     "bench_yaml_path",
     "extra_for_profile",
     "extra_yaml_path",

@@ -147,8 +147,7 @@ class SimE3631a(SimInstrument):
             # location that was not previously specified as a storage location."
             saved = self._slots.get(int(m[1]))
             for name in _STORED:
-                prop = self._props[name]
-                self._set(name, saved[name] if saved else prop.parse(prop.default))
+                self._set(name, saved[name] if saved else self._reset_value(name))
 
     def _selected(self) -> int:
         return int(self._get("selected"))

@@ -391,7 +391,19 @@ class SimInstrument:
     def _reset(self) -> None:
         for prop in self._props.values():
             if prop.setter is not None and prop.name not in self.rst_keeps:
-                self._send(prop.set_command(prop.parse(prop.default)))
+                self._send(prop.set_command(self._reset_value(prop.name)))
+
+    def _reset_value(self, name: str) -> int | float | str:
+        """What ``*RST`` leaves in property ``name``: the channel's own reset value where the
+        profile gives one (``ChannelSpec.defaults``, what ``DEF`` renders: ``ch1_current``
+        on a 6 V / 5 A output), else the property's power-on default."""
+        prop = self._props[name]
+        channel, _, field_name = name.partition("_")
+        spec = self._profile.model.channels.get(int(channel[2:])) \
+            if channel[:2] == "ch" and channel[2:].isdigit() else None
+        if spec is not None and field_name in spec.defaults:
+            return prop.parse(str(spec.defaults[field_name]))
+        return prop.parse(prop.default)
 
     # --- hooks for the models
 
@@ -460,7 +472,8 @@ class SimPsu(SimInstrument):
     A trigger (``TRIG (@n)``, ``*TRG``) applies what the channel's mode says (E36300 guide,
     VOLTage:MODE; N6900 guide, LIST): STEP, the triggered levels (``VOLT:TRIG``,
     ``CURR:TRIG``); LIST, the list's points (_run_list). The arming (``INIT``) is not
-    modelled.
+    modelled. A triggered level never set answers 0 (unverified: the E3631A's answers the
+    immediate level; the profile assumes neither, it reads the level and judges it).
     """
 
     profile = PSU_PROFILE

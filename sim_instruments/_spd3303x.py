@@ -54,6 +54,9 @@ class SimSpd3303x(SimInstrument):
         self._groups: dict[int, dict[int, tuple[float, float, float]]] = {1: {}, 2: {}}
         self._timers: dict[int, threading.Timer] = {}
         self._dhcp = False
+        #: How SYST:STAT? writes its word: the guide's ``0x0224``; a test sets another
+        #: spelling (``{:04X}``, no 0x) or a garbled one.
+        self.status_format = "0x{:04X}"
 
     def handle_message(self, message: str, session: Session = PANEL) -> str | None:
         if "(@" in message:  # channels are CH1..CH3, never a list
@@ -147,5 +150,5 @@ class SimSpd3303x(SimInstrument):
             value = {"VOLT": volts, "CURR": amps, "POWE": volts * amps}[m[1]]
             return f"{value:.3f}"
         if canonical == "SYST:STAT?":
-            return f"0x{self._status():04X}"
+            return self.status_format.format(self._status())
         return None

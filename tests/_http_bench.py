@@ -65,6 +65,26 @@ def shown_hash(h: httpx.Client, tk: str) -> str:
     return str(r.json()["proposalHash"])
 
 
+def suspended_run(bench: Bench, requester: str, denier: str) -> tuple[str, str]:
+    """A script run of ``requester`` that ``denier`` suspended, denying three writes of it
+    (the default policy's ``denials_in_a_row``) over HTTP: the run, and its last request."""
+    with bench.http(requester) as h:
+        r = h.post("/v1/runs", json={"kind": "script", "goal": "denied until suspended"})
+        assert r.status_code == 201, r.text
+        run = str(r.json()["id"])
+        for i in range(3):
+            held = h.post(f"/v1/runs/{run}/scpi",
+                          json={"instrument": "psu", "command": f"VOLT {i + 1},(@1)"})
+            assert held.status_code == 202, held.text
+            tk = held.json()["takeover"]["id"]
+            with bench.http(denier) as d:
+                no = d.post(f"/v1/runs/{run}/takeover/{tk}/deny",
+                            json={"notes": f"no {i}", "proposalHash": shown_hash(d, tk)})
+                assert no.status_code == 200, no.text
+        assert h.get(f"/v1/runs/{run}").json()["status"] == "suspended"
+    return run, tk
+
+
 def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, unlockable: bool = False,
                 **policy: Any) -> Iterator[Bench]:
     """``policy`` sets ``[policy]`` keys, ``limits`` the ``[limits]`` ones. ``unlockable``

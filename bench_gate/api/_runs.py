@@ -170,6 +170,8 @@ async def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDe
 
 @router.post("/{run_id}/release", response_model=RunOut)
 async def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
+    """End a takeover or a suspension. A suspension is for another person than the run's
+    requester to end (403 otherwise), and so is a takeover another operator holds."""
     return run_out(gw.release(run_id, who))
 
 

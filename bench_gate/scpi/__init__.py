@@ -33,7 +33,7 @@ from ._lexer import (
     RawUnit,
     lex,
 )
-from ._patterns import canonical_header, pattern_spellings
+from ._patterns import Node, canonical_header, parse_pattern, pattern_spellings
 from ._profile import Profile, available_profiles, get_profile
 from ._schema import (
     CommandSpec,
@@ -64,6 +64,7 @@ __all__ = [
     "Expression",
     "FieldSpec",
     "FormSpec",
+    "Node",
     "Number",
     "ParamSpec",
     "Profile",
@@ -91,6 +92,7 @@ __all__ = [
     "lex",
     "measures_now",
     "measuring",
+    "parse_pattern",
     "pattern_spellings",
     "query_examples",
     "render_value",

@@ -55,9 +55,15 @@ class HeaderResolver(ParamReader):
                 for node, number in zip(entry.nodes, suffixes, strict=True)):
             entry = None  # DATA is not DATA2: another header, one the profile does not know
         if entry is None:
-            return ("*" if raw.common else "") + ":".join(
+            name = ("*" if raw.common else "") + ":".join(
                 w + (str(n) if n is not None else "") for w, n in zip(words, suffixes, strict=True)
             )
+            near = None if raw.common else self.profile.spelled_between(words)
+            if near is not None:  # held as unknown, a lenient parser could run it unjudged
+                raise self.err(ScpiSyntaxError, -113, f"{name} is no spelling of "
+                               f"{near.header}: SCPI-99 takes each mnemonic's short form or "
+                               "its long form, nothing between", raw.start)
+            return name
         suffix_channel: int | None = None
         for node, number in zip(entry.nodes, suffixes, strict=True):
             if node is not None and node.fixed is not None:

@@ -20,6 +20,7 @@ __all__ = [
     "pattern_canonical",
     "pattern_spellings",
     "spellings",
+    "truncations",
 ]
 
 
@@ -31,7 +32,26 @@ class Node:
     suffix: bool  # takes a numeric suffix, '#' in the pattern
     #: A number that is part of the mnemonic (``DATA2``): the only suffix it takes.
     fixed: int | None = None
+    #: The short forms SCPI-99's rule makes of ``long`` where the guide's casing says
+    #: another (``TIMEr``: TIM, ``POWEr``: POW, ``TRACK``: TRAC). An instrument whose
+    #: parser follows the rule takes them, so they are spellings of this node too.
+    rules: tuple[str, ...] = ()
 
+
+#: SCPI-99 Vol. 1 §6.2.1 (mnemonic generation): a keyword of more than four letters is
+#: cut to four, or to three when the fourth is a vowel (some guides count Y).
+VOWELS = frozenset("AEIOU")
+
+
+def rule_shorts(long: str) -> frozenset[str]:
+    """The short forms SCPI-99's rule gives a long form: ``TIMER`` -> TIM, ``TRACK`` ->
+    TRAC, ``POLYNOMIAL`` -> POL (Y a vowel) or POLY (not)."""
+    if len(long) <= 4:
+        return frozenset({long})
+    cut = {long[:3] if long[3] in VOWELS else long[:4]}
+    if long[3] == "Y":
+        cut.add(long[:3])
+    return frozenset(cut)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -56,17 +76,24 @@ def parse_pattern(pattern: str) -> tuple[Node, ...]:
         short = "".join(c for c in word if c.isupper())
         if not short or not word[: len(short)].isupper():
             raise ProfileError(f"node {word!r} in {pattern!r} has no upper-case short form")
+        rules = tuple(sorted(rule_shorts(word.upper()) - {short, word.upper()}))
         nodes.append(Node(short, word.upper(), optional, suffix or bool(digits),
-                          int(digits) if digits else None))
+                          int(digits) if digits else None, rules))
     return tuple(nodes)
 
 
-def spellings(nodes: tuple[Node, ...]) -> list[tuple[tuple[str, ...], tuple[Node, ...]]]:
+def spellings(nodes: tuple[Node, ...], rule: bool = True
+              ) -> list[tuple[tuple[str, ...], tuple[Node, ...]]]:
+    """Every way to send the nodes: each in its short or long form (and, with ``rule``,
+    SCPI-99's short form where the guide's casing says another), optional ones left out
+    or not."""
     choices: list[list[tuple[str, Node] | None]] = []
     for node in nodes:
         opts: list[tuple[str, Node] | None] = [(node.short, node)]
         if node.long != node.short:
             opts.append((node.long, node))
+        if rule:
+            opts.extend((r, node) for r in node.rules)
         if node.optional:
             opts.append(None)
         choices.append(opts)
@@ -75,6 +102,18 @@ def spellings(nodes: tuple[Node, ...]) -> list[tuple[tuple[str, ...], tuple[Node
         present = [c for c in combo if c is not None]
         if present:
             out.append((tuple(w for w, _ in present), tuple(n for _, n in present)))
+    return out
+
+
+def truncations(nodes: tuple[Node, ...]) -> list[tuple[str, str]]:
+    """Each truncation of a node's long form that is none of its spellings, longer than
+    its shortest short form (``OUTPU`` of OUTPut), with the node's short form. SCPI-99
+    takes none of them, but a lenient parser may read one as the node."""
+    out: list[tuple[str, str]] = []
+    for node in nodes:
+        shortest = min(len(s) for s in (node.short, *node.rules))
+        out.extend((node.long[:k], node.short) for k in range(shortest + 1, len(node.long))
+                   if node.long[:k] not in (node.short, *node.rules))
     return out
 
 

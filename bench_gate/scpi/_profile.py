@@ -25,7 +25,7 @@ from ._errors import ScpiError
 from ._excitation import check_excitation
 from ._lexer import ChannelList, lex
 from ._lock import check_lock
-from ._patterns import Node, parse_pattern, pattern_canonical, pattern_spellings, spellings
+from ._patterns import pattern_canonical, pattern_spellings
 from ._schema import (
     AddressingSpec,
     CommandSpec,
@@ -38,6 +38,7 @@ from ._schema import (
     ProfileModel,
     SafeActionSpec,
 )
+from ._table import Entry, Table, between_map, header_table, spelled_between
 
 __all__ = [
     "Entry",
@@ -48,17 +49,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One spelling in the lookup table."""
-
-    command: CommandSpec
-    nodes: tuple[Node | None, ...]  # pattern node matched by each input mnemonic
-
-
 
 #: Headers whose form a profile keeps (``Profile.forms``).
 FORMS_KEPT = 4096
+#: A register word in hex, as the SPD3303X/XE Programming Guide's SYSTem:STATus? writes it
+#: ("the return info is hexadecimal format", e.g. 0x0224), with or without the 0x; and in
+#: decimal (<NR1>, IEEE 488.2 8.7.2). No sign, no "_": int() would take both.
+RE_HEX_WORD = re.compile(r"(?:0[xX])?[0-9A-Fa-f]{1,8}")
+RE_DECIMAL_WORD = re.compile(r"[0-9]{1,10}")
 
 
 @dataclass(frozen=True)
@@ -66,11 +64,15 @@ class Profile:
     """A loaded profile with its compiled header table."""
 
     model: ProfileModel
-    table: dict[tuple[bool, tuple[str, ...]], Entry] = field(repr=False)
+    table: Table = field(repr=False)
     channel_names: dict[str, int] = field(repr=False)
     #: ``form_of`` by a unit's header (what it depends on), asked twice a read.
     forms: dict[str, FormSpec | None] = field(default_factory=dict, repr=False,
                                               compare=False)
+    #: A truncation between a node's short and long form (``OUTPU``) -> the short forms
+    #: of the nodes it truncates (:meth:`spelled_between`).
+    between: dict[str, frozenset[str]] = field(default_factory=dict, repr=False,
+                                               compare=False)
 
     @property
     def name(self) -> str:
@@ -130,6 +132,12 @@ class Profile:
                 return pattern_canonical(pattern)
         return None
 
+    def spelled_between(self, words: tuple[str, ...]) -> CommandSpec | None:
+        """The known header ``words`` names if each truncation between a node's short and
+        long form (``OUTPU``) is read as that node, or None: SCPI-99 Vol. 1 §6.2.1 takes
+        only the two forms, but a lenient parser may take the truncation as the header."""
+        return spelled_between(self.table, self.between, words)
+
     def closest(self, common: bool, name: str, query: bool) -> str | None:
         """The known header nearest to the unknown ``name``, as the manual writes it."""
         candidates: dict[str, str] = {}
@@ -168,14 +176,18 @@ class Profile:
             not spec.bits or channel in spec.bits)
 
     def register_bit(self, field_name: str, channel: int | None, text: str) -> bool:
-        """The bit ``bits`` names for ``channel`` in a register's answer (``0x0010``, hex
-        or decimal). ValueError if the channel has no bit or the answer is no register."""
-        bit = self.model.fields[field_name].bits.get(channel) if channel is not None else None
+        """The bit ``bits`` names for ``channel`` in a register's answer, read in the
+        field's ``radix`` (hex: ``0x0010``, ``0X0010`` or ``0010``; decimal: ``16``).
+        ValueError if the channel has no bit or the answer is no register in that radix
+        (a sign, ``_`` or other digits): the state is then unknown, never off."""
+        spec = self.model.fields[field_name]
+        bit = spec.bits.get(channel) if channel is not None else None
         if bit is None:
             raise ValueError(f"no bit of the register says channel {channel}'s {field_name}")
-        word = text.strip().strip('"').lower()
-        value = int(word, 16) if word.startswith("0x") else int(word)
-        return bool(value >> bit & 1)
+        word = text.strip().strip('"')
+        if not (RE_HEX_WORD if spec.radix == 16 else RE_DECIMAL_WORD).fullmatch(word):
+            raise ValueError(f"{word!r} is no base-{spec.radix} register")
+        return bool(int(word.removeprefix("0x").removeprefix("0X"), spec.radix or 10) >> bit & 1)
 
     def field_query(self, field_name: str, channel: int | None) -> str:
         return self.model.fields[field_name].query.format(ch=channel)
@@ -216,22 +228,11 @@ class Profile:
     @classmethod
     def from_model(cls, model: ProfileModel) -> Profile:
         check_model(model)
-        table: dict[tuple[bool, tuple[str, ...]], Entry] = {}
-        for command in model.commands:
-            common = command.header.startswith("*")
-            for words, matched in spellings(parse_pattern(command.header)):
-                key = (common, words)
-                if key in table and table[key].command is not command:
-                    raise ProfileError(
-                        f"{model.name}: spelling {':'.join(words)!r} matches both "
-                        f"{table[key].command.header!r} and {command.header!r}"
-                    )
-                table[key] = Entry(command, matched)
         names: dict[str, int] = {}
         for number, spec in model.channels.items():
             for alias in spec.names:
                 names[alias.upper()] = number
-        profile = cls(model, table, names)
+        profile = cls(model, header_table(model), names, between=between_map(model))
         check_lock(profile)  # the lock section against the table (scpi/_lock.py)
         check_excitation(profile)  # how a meter is asked its function (scpi/_excitation.py)
         return profile

@@ -14,7 +14,7 @@ import re
 from decimal import Decimal
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._excitation import ExcitationSpec
 from ._lock import LockSpec
@@ -190,6 +190,11 @@ class FieldSpec(BaseModel):
     #: ``SYST:STAT?`` bit 4 is CH1's output). A channel with no bit cannot be read: its
     #: state is unknown, never assumed off.
     bits: dict[int, int] = Field(default_factory=dict)
+    #: How the register ``bits`` reads is written, as its guide says: 16 (the SPD3303X's
+    #: ``SYST:STAT?`` answers ``0x0224``, hex with or without the ``0x``) or 10 (<NR1>, as
+    #: IEEE 488.2's registers). Required with ``bits``: ``10`` read as decimal is bit 1 and
+    #: bit 3, read as hex bit 4, so a guess could read an output on as off.
+    radix: Literal[10, 16] | None = None
     #: The channels that have this field (the SPD3303X's fixed CH3 has no setpoint); empty:
     #: every channel. A snapshot does not read it elsewhere, and the envelope counts it
     #: unreadable there (outside).
@@ -233,6 +238,13 @@ class FieldSpec(BaseModel):
     #: (the E36312A's VOLTage:PROTection:STATe): where a channel's limits have that key, an
     #: energized channel with it off, or unread, is outside: the level protects nothing.
     guards: Literal["voltage", "current", "ovp"] | None = None
+
+    @model_validator(mode="after")
+    def _radix_with_bits(self) -> FieldSpec:
+        if self.bits and self.radix is None:
+            raise ValueError("a field read from a register's bits names the register's "
+                             "radix (16 or 10, as the instrument's guide writes it)")
+        return self
 
 
 class SafeActionSpec(BaseModel):

@@ -13,7 +13,7 @@ import pytest
 
 from bench_gate.client import ApiError, Client
 
-from ..._http_bench import Bench, shown_hash, start_bench
+from ..._http_bench import Bench, shown_hash, start_bench, suspended_run
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +177,24 @@ def test_takeover_holds_writes_until_release(bench: Bench) -> None:
     with bench.http("olga") as h:
         assert h.post(f"/v1/runs/{other}/takeover/{tk}/release").status_code == 404
         r = h.post(f"/v1/runs/{run}/takeover/{tk}/release")
+        assert r.status_code == 200 and r.json()["status"] == "active"
+
+
+def test_an_operator_cannot_release_their_own_suspended_run(bench: Bench) -> None:
+    """Suspension asks another person to look: olga made the run, oscar suspended it; olga
+    gets a 403 problem saying why, at both release routes and at takeover; oscar releases."""
+    run, tk = suspended_run(bench, "olga", "oscar")
+    with bench.http("olga") as h:
+        for path in (f"/v1/runs/{run}/release", f"/v1/runs/{run}/takeover/{tk}/release"):
+            r = h.post(path)
+            assert r.status_code == 403, r.text
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert "other than its requester" in r.json()["reason"]
+        r = h.post(f"/v1/runs/{run}/takeover/request", json={"reason": "mine"})
+        assert r.status_code == 403 and "cannot take it over" in r.json()["reason"]
+        assert h.get(f"/v1/runs/{run}").json()["status"] == "suspended"
+    with bench.http("oscar") as h:
+        r = h.post(f"/v1/runs/{run}/release")
         assert r.status_code == 200 and r.json()["status"] == "active"
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from ..._cli import cli as run_cli
-from ..._http_bench import Bench, start_bench
+from ..._http_bench import Bench, start_bench, suspended_run
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +97,15 @@ def test_clear_errors_no_tracebacks(bench: Bench) -> None:
         assert r.returncode == 1, r
         assert "Traceback" not in r.stderr and r.stderr.startswith("bench-gate: ")
     assert "403" in cases[1].stderr and "operator" in cases[1].stderr
+
+
+def test_release_of_their_own_suspended_run_exits_1_with_why(bench: Bench) -> None:
+    run, _ = suspended_run(bench, "olga", "oscar")
+    r = cli(bench, "olga", "release", run)
+    assert r.returncode == 1 and "other than its requester" in r.stderr, r
+    assert "Traceback" not in r.stderr
+    ok = cli(bench, "oscar", "release", run)
+    assert ok.returncode == 0 and f"{run}: active" in ok.stdout, ok
 
 
 def test_watch_shows_changes(bench: Bench) -> None:
