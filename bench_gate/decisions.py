@@ -136,6 +136,9 @@ class Decisions(Part):
                                    f"needs {', '.join(k.value for k in req.required)}")
             version = req.version
             events = self._withdraw_revoked(req, approver)
+            if await self._uncovered(req):
+                gone_stale = self.requests.get(req.id)
+                return GrantResult(gone_stale, [], gone_stale.outcome or "")
             self._check_approver(req, run, approver, wanted)
             if edits:
                 events.extend(self._apply_edits(req, edits, approver))
@@ -186,7 +189,7 @@ class Decisions(Part):
         final = await self.executor.execute(req.id)
         return GrantResult(final, [], final.outcome or "")
 
-    def withdraw_revoked(self) -> int:
+    async def withdraw_revoked(self) -> int:
         """Take the approvals given with a token revoked since (anywhere: the CLI on the
         store, another gateway) off every pending request, journaled, so what people are
         shown counts only what stands; returns how many. An approved request not yet
@@ -210,16 +213,16 @@ class Decisions(Part):
                 self.store.append(self._withdrawn_events(req, gone))
                 count += len(gone)
         for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
+            if await self._uncovered(req):
+                continue
             for _ in range(MAX_RETRIES):
                 version = req.version
                 gone = withdrawn(req.approvals, new, self.store)
-                uncovered = self.setpoints.uncover(req)
-                if not gone and not uncovered:
+                if not gone:
                     break
                 req.approvals = [a for a in req.approvals if a not in gone]
-                if self.store.save_request(req, version, [*self._withdrawn_events(req, gone),
-                                                          *uncovered]):
-                    count += len(gone) + len(uncovered)
+                if self.store.save_request(req, version, self._withdrawn_events(req, gone)):
+                    count += len(gone)
                     self.core.notifier.request_changed(req)
                     break
                 req = self.requests.get(req.id)  # it changed meanwhile: look again
@@ -233,7 +236,21 @@ class Decisions(Part):
         refuse_revoked(self.store, approver)
         gone = withdrawn(req.approvals, revoked_tokens(self.store), self.store)
         req.approvals = [a for a in req.approvals if a not in gone]
-        return [*self._withdrawn_events(req, gone), *self.setpoints.uncover(req)]
+        return self._withdrawn_events(req, gone)
+
+    async def _uncovered(self, req: TakeoverRequest) -> bool:
+        """An output enable shown standing on a setpoint in force (its cover) approved with
+        a token revoked since: that setpoint is nobody's now, and what its approvers were
+        shown no longer holds. It goes back for review (``stale``) with a fresh request on
+        the live state, which asks for a setpoint approval of its own, as it would if filed
+        now; nobody's approval binds to a proposal they were not shown. True if it went."""
+        lost = self.setpoints.revoked_cover(req) if self.core.owns(req) else {}
+        if not lost:
+            return False
+        inst = self.core.instrument(req.instrument)
+        await self.executor.stale.go_stale(req, inst, {
+            f"ch{ch}.approved_setpoint": ("approved", "revoked") for ch in sorted(lost)})
+        return True
 
     @staticmethod
     def _withdrawn_events(req: TakeoverRequest, gone: list[Approval]) -> list[Event]:

@@ -16,7 +16,7 @@ from .auth import held_at, revoked_tokens
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
 from .handoff import snapshot_key
-from .models import Action, ApprovalKind, Event, EventType, Snapshot, TakeoverRequest
+from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
 from .plans import PlanScope, within
 
 __all__ = ["SETPOINT_FIELDS", "Setpoints"]
@@ -130,51 +130,6 @@ class Setpoints(Part):
             if gone := revoked.intersection(tokens):
                 out[ch] = sorted(gone)
         return out
-
-    def uncover(self, req: TakeoverRequest) -> list[Event]:
-        """An output enable shown standing on a setpoint in force that was approved with a
-        token revoked since: that setpoint is nobody's now, so ``req`` asks for (and shows)
-        a setpoint approval of its own, as it would if it were filed now (takeover.hold),
-        and says why in the journal. Its commands and snapshot, and so its hash, stay."""
-        inst = self.core.instruments.get(req.instrument)
-        lost = self.revoked_cover(req) if inst is not None and \
-            self.core.owns(req) else {}
-        if not lost:
-            return []
-        cover = req.handoff.get("setpoint_cover") or []
-        req.handoff["setpoint_cover"] = [c for c in cover if int(c["channel"]) not in lost]
-        if not req.handoff["setpoint_cover"]:
-            del req.handoff["setpoint_cover"]
-        assert inst is not None
-        needed = self.energize_needs_setpoint(inst, req.actions, req.snapshot)
-        was = req.handoff.get("setpoint_needed") or []
-        now = [{"channel": ch, **{f: req.snapshot.values.get(snapshot_key(ch, f))
-                                  for f in rest}} for ch, rest in needed.items()]
-        events: list[Event] = []
-        if now != was:
-            req.handoff["setpoint_needed"] = now
-            if ApprovalKind.SETPOINT not in req.required:
-                req.required = [ApprovalKind.SETPOINT, *req.required]
-            # A setpoint approval already given approved less: not the present values it
-            # stood on. It is asked again, with them shown (never remembered as its).
-            mine = [a for a in req.approvals if a.kind is ApprovalKind.SETPOINT]
-            req.approvals = [a for a in req.approvals if a not in mine]
-            events = [Event(run_id=req.run_id, request_id=req.id,
-                            type=EventType.APPROVAL_WITHDRAWN,
-                            data={"kind": a.kind.value, "by": a.by, "tokens": a.tokens,
-                                  "reason": "it no longer says all it approves: the setpoint "
-                                            "in force it stood on was approved with a token "
-                                            "revoked since"}) for a in mine]
-        for ch, tokens in sorted(lost.items()):
-            people = sorted({p for c in cover if int(c["channel"]) == ch
-                             for f in c.get("fields") or [] for p in f.get("by") or []})
-            events.append(Event(run_id=req.run_id, request_id=req.id,
-                                type=EventType.APPROVAL_WITHDRAWN,
-                                data={"kind": ApprovalKind.SETPOINT.value, "channel": ch,
-                                      "by": people, "tokens": tokens, "in_force": True,
-                                      "reason": "the setpoint in force it stood on was "
-                                                "approved with a token revoked since"}))
-        return events
 
     def cover(self, inst: Instrument, actions: list[Action],
               snap: Snapshot) -> list[dict[str, Any]]:

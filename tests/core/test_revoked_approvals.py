@@ -154,17 +154,14 @@ async def test_a_setpoint_in_force_stops_covering_an_output_enable_once_its_toke
     assert on is not None and on.required == [ApprovalKind.OUTPUT_ENABLE], \
         "the setpoint in force covers it while olga's token stands"
     revoke(gateway, "olga")
-    # Filed while olga's token stood: the setpoint in force behind it is nobody's now, so
-    # it asks for a setpoint approval of its own, as it would if filed now, and on a
-    # two-person bench oscar cannot give both halves.
-    after = await gateway.grant(on.id, oscar, ["output_enable"], proposal_hash=on.proposal_hash)
-    assert after.request.status is Status.PENDING, after.request.outcome
-    assert after.missing == [ApprovalKind.SETPOINT]
-    assert not after.request.handoff.get("setpoint_cover")
-    with pytest.raises(PermissionDenied):
-        await gateway.grant(on.id, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
+    # Filed while olga's token stood: at its recheck the setpoint behind it is nobody's,
+    # so it goes back for review as a request that asks for the setpoint too.
+    stale = await gateway.grant(on.id, oscar, ["output_enable"], proposal_hash=on.proposal_hash)
+    assert stale.request.status is Status.STALE, stale.request.outcome
+    assert stale.request.superseded_by is not None
+    fresh = gateway.get_request(stale.request.superseded_by)
+    assert set(fresh.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
     assert not output_on(front_panel)
-    fresh = gateway.get_request(on.id)
     await gateway.cancel(fresh.id, script)
     again = (await gateway.submit(run.id, "psu", "OUTP ON,(@1)")).request
     assert again is not None

@@ -14,7 +14,7 @@ import pytest
 
 from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
-from bench_gate.models import ApprovalKind, EventType, Principal, Status
+from bench_gate.models import ApprovalKind, Principal, Status
 
 from .test_revoked_approvals import operator, output_on, revoke
 
@@ -115,20 +115,24 @@ async def test_a_current_limit_approved_with_a_revoked_token_never_stands_under_
     """The request sets the voltage itself and stands on olga's current limit in force.
     oscar approves its setpoint (the voltage: shown the current as olga's), olga's token is
     revoked, ida approves the output enable: it energized CH1 on a current limit nobody
-    whose token stands approved, and remembered it as oscar's. Now the request asks for the
-    setpoint again, the current shown as it is now, and nothing runs until it is given."""
+    whose token stands approved, and remembered it as oscar's. Now it goes back for review
+    with a fresh request that asks for the setpoint, the current shown as it is now."""
     olga, oscar, ida = (operator(gateway, n) for n in ("olga", "oscar", "ida"))
     tk = await _current_by(gateway, script, olga)
     on = gateway.get_request(tk)
     await gateway.grant(tk, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
     revoke(gateway, "olga")
     after = await gateway.grant(tk, ida, ["output_enable"], proposal_hash=on.proposal_hash)
-    assert after.request.status is Status.PENDING, after.request.outcome
-    assert after.missing == ["setpoint"]
-    assert after.request.handoff["setpoint_needed"] == [{"channel": 1, "current": "0.1"}]
-    assert not after.request.handoff.get("setpoint_cover")
+    assert after.request.status is Status.STALE, after.request.outcome
+    assert after.request.superseded_by is not None
+    fresh = gateway.get_request(after.request.superseded_by)
+    assert fresh.missing() == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
+    assert fresh.handoff["setpoint_needed"] == [{"channel": 1, "current": "0.1"}]
+    assert "setpoint_cover" not in fresh.handoff
     assert not output_on(front_panel) and Decimal(front_panel.query("VOLT? (@1)")) == 2
-    final = await gateway.grant(tk, oscar, ["setpoint"], proposal_hash=on.proposal_hash)
+    await gateway.grant(fresh.id, oscar, ["setpoint"], proposal_hash=fresh.proposal_hash)
+    final = await gateway.grant(fresh.id, ida, ["output_enable"],
+                                proposal_hash=fresh.proposal_hash)
     assert final.request.status is Status.EXECUTED, final.request.outcome
     assert output_on(front_panel)
 
@@ -157,19 +161,19 @@ async def test_a_cover_revoked_while_its_output_enable_waits_for_the_lane_writes
 
 async def test_a_pending_output_enable_stops_showing_a_revoked_cover_within_the_sweep(
         gateway: Gateway, script: Principal, front_panel: Any) -> None:
-    """Nobody decides after the revocation: what people are shown still named olga's
-    current limit as the approved setpoint it stands on, and asked for no setpoint."""
+    """Nobody decides after the revocation: what people were shown still named olga's
+    current limit as the approved setpoint it stands on, and asked for no setpoint. The
+    sweep sends it back for review with a fresh request that asks for one."""
     olga = operator(gateway, "olga")
     tk = await _current_by(gateway, script, olga)
     revoke(gateway, "olga")
-    shown = await until(lambda: (r := gateway.get_request(tk)).handoff.get(
-        "setpoint_needed") and r, 3)
-    assert "setpoint_cover" not in shown.handoff
-    assert shown.missing() == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
-    withdrawn = [e.data for e in gateway.store.journal(shown.run_id, limit=1000)
-                 if e.type is EventType.APPROVAL_WITHDRAWN]
-    assert withdrawn and withdrawn[-1]["in_force"] and withdrawn[-1]["by"] == ["olga"]
-    assert withdrawn[-1]["tokens"] == [olga.token]
+    stale = await until(lambda: (r := gateway.get_request(tk)).status is Status.STALE and r, 3)
+    assert "approved_setpoint" in (stale.outcome or ""), stale.outcome
+    assert stale.superseded_by is not None
+    fresh = gateway.get_request(stale.superseded_by)
+    assert fresh.status is Status.PENDING
+    assert fresh.missing() == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE]
+    assert "setpoint_cover" not in fresh.handoff and fresh.handoff["setpoint_needed"]
     assert not output_on(front_panel)
 
 
@@ -191,8 +195,10 @@ async def test_a_setpoint_remembered_before_setpoints_kept_tokens_dies_with_its_
     assert on is not None and on.required == [ApprovalKind.OUTPUT_ENABLE]
     revoke(gateway, "olga")
     after = await gateway.grant(on.id, oscar, ["output_enable"], proposal_hash=on.proposal_hash)
-    assert after.request.status is Status.PENDING, after.request.outcome
-    assert after.missing == [ApprovalKind.SETPOINT]
+    assert after.request.status is Status.STALE, after.request.outcome
+    assert after.request.superseded_by is not None
+    fresh = gateway.get_request(after.request.superseded_by)
+    assert set(fresh.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE}
     assert not output_on(front_panel)
 
 
