@@ -167,7 +167,8 @@ async def test_a_pending_output_enable_stops_showing_a_revoked_cover_within_the_
     olga = operator(gateway, "olga")
     tk = await _current_by(gateway, script, olga)
     revoke(gateway, "olga")
-    stale = await until(lambda: (r := gateway.get_request(tk)).status is Status.STALE and r, 3)
+    stale = await until(lambda: (r := gateway.get_request(tk)).superseded_by and r, 3)
+    assert stale.status is Status.STALE
     assert "approved_setpoint" in (stale.outcome or ""), stale.outcome
     assert stale.superseded_by is not None
     fresh = gateway.get_request(stale.superseded_by)
