@@ -175,12 +175,17 @@ class Tokens:
         self._recheck: asyncio.Task[None] | None = None
         self._create_lock = threading.Lock()
 
-    def create(self, name: str, role: Role | str) -> tuple[dict[str, Any], str]:
+    def create(self, name: str, role: Role | str, by: Principal | None = None
+               ) -> tuple[dict[str, Any], str]:
         """A new token for ``name``: returns (its record, the secret to hand over once).
+        ``by``, the admin asking, is looked up now: a token revoked a moment ago (trusted
+        ``VERIFIED_SECONDS`` without a lookup) makes no other (PermissionDenied).
 
         The name is kept normalized (:func:`normalize_name`), and is unique in that form
         among active tokens: ``Olga`` or ``olga `` when ``olga`` holds one is refused
         (InvalidInput naming the holder), so two spellings never pass for two people."""
+        if by is not None:
+            refuse_revoked(self.store, by)
         person = normalize_name(name)
         unseen = hidden(person)
         if unseen is not None:  # a name is shown beside every approval it gives

@@ -76,3 +76,19 @@ def test_a_just_revoked_operator_token_never_releases_a_suspended_run(bench: Ben
         assert r.status_code == 403, r.text
     with bench.http("olga") as olga:
         assert olga.get(f"/v1/runs/{run}").json()["status"] != "active"
+
+
+def test_a_just_revoked_admin_token_never_makes_another(bench: Bench) -> None:
+    """A leaked admin token revoked on the store could still mint a fresh token, which
+    would then approve anything, for as long as the door trusted it without a lookup."""
+    with bench.http("ada") as h:
+        r = h.post("/v1/tokens", json={"name": "mallory-admin", "role": "admin"})
+        assert r.status_code == 201, r.text
+        bench.tokens["mallory-admin"] = str(r.json()["token"])
+    with bench.http("mallory-admin") as mallory:
+        assert mallory.get("/v1/tokens").status_code == 200  # verified: trusted 2 s now
+        revoke_on_the_store(bench, "mallory-admin")
+        r = mallory.post("/v1/tokens", json={"name": "mallory-2", "role": "operator"})
+        assert r.status_code == 403, r.text
+    with bench.http("ada") as h:
+        assert not [t for t in h.get("/v1/tokens").json() if t["name"] == "mallory-2"]
