@@ -136,6 +136,7 @@ class Decisions(Part):
                                    f"needs {', '.join(k.value for k in req.required)}")
             version = req.version
             events = self._withdraw_revoked(req, approver)
+            require_operator(approver)  # before anything moves on a caller's word
             if await self._uncovered(req):
                 gone_stale = self.requests.get(req.id)
                 return GrantResult(gone_stale, [], gone_stale.outcome or "")
