@@ -18,9 +18,11 @@ cannot model and serve each instrument on its own raw-socket port, like a LAN in
 """
 
 from ._dl3021 import SimDl3021
+from ._dmm import Probe, SimDmm
 from ._dmm6500 import DMM6500_PROFILE, SimDmm6500
 from ._extra import EXTRA, SimServed, SimServedThread, extra_for_profile, extra_yaml_path
-from ._model import ERROR_QUEUE_DEPTH, PANEL, Probe, Session, SimDmm, SimInstrument, SimPsu
+from ._model import ERROR_QUEUE_DEPTH, PANEL, Session, SimInstrument
+from ._psu import SimPsu
 from ._resources import (
     DMM_PROFILE,
     DMM_RESOURCE,

@@ -1,19 +1,21 @@
-"""The simulated instruments.
+"""The simulated instruments' common model: :class:`SimInstrument`, which every simulator
+derives from, and the I/O sessions it serves (:class:`Session`, the front panel).
 
 pyvisa-sim holds every value. It matches strings exactly and has no linked properties, so
 these classes canonicalize each message with ``bench_gate.scpi`` first, hand pyvisa-sim one
 canonical unit at a time, and afterwards issue the sim-only ``SIM:`` setters of bench.yaml
 that keep linked values in step (measurements follow setpoints, ``*RST`` restores defaults,
-``VOLT:PROT:CLE`` clears a trip, ``CONF?`` follows ``CONF:...``).
+``VOLT:PROT:CLE`` clears a trip, ``CONF?`` follows ``CONF:...``). Each model's links live in
+its own module: the default bench's E36312A in ``_psu.py`` and 34465A in ``_dmm.py``, the
+instruments served one by one in ``_smu.py``, ``_dmm6500.py``, ``_e3631a.py``...
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -21,33 +23,16 @@ import pyvisa
 from pyvisa.resources import MessageBasedResource
 
 from bench_gate.scpi import Effect, ScpiError, Unit, classify, get_profile, lex
-from bench_gate.scpi._lexer import Block, CharData, Number, QuotedString
+from bench_gate.scpi._lexer import Block, Number, QuotedString
 
-from ._resources import DMM_PROFILE, DMM_RESOURCE, PSU_PROFILE, PSU_RESOURCE
+from ._definition import answerable, dialogue_queries, no_error, props
 from ._settings import answer_limit, resolve_keywords
 
-__all__ = ["ERROR_QUEUE_DEPTH", "PANEL", "Probe", "Session", "SimDmm", "SimInstrument", "SimPsu"]
+__all__ = ["ERROR_QUEUE_DEPTH", "PANEL", "Session", "SimInstrument"]
 
 #: Errors an instrument holds before the newest is replaced by -350 (SCPI-99 §21.8.1).
 ERROR_QUEUE_DEPTH = 20
 _OVERFLOW = (-350, '-350,"Queue overflow"')
-
-#: A reading source for the DMM: (volts, amps).
-Probe = Callable[[], tuple[float, float]]
-
-_NSEL = re.compile(r"INST:NSEL (\d)")
-_SEL = re.compile(r"INST:SEL CH(\d)")
-_CLEAR_TRIP = re.compile(r"(?:VOLT|OUTP):PROT:CLE \(@(\d)\)")
-_FETCH = re.compile(r"FETC:(VOLT|CURR)\? (\(@\d\))")
-_MODE = re.compile(r"STAT:OPER:INST:ISUM(\d):COND\?")
-_SAV = re.compile(r"\*SAV (\d+)")
-_RCL = re.compile(r"\*RCL (\d+)")
-_VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
-_OFF = re.compile(r"OUTP 0,\(@(\d)\)")
-#: A trigger of the transient system: every channel (*TRG) or one (TRIG (@n)).
-_TRIGGER = re.compile(r"\*TRG|TRIG \(@(\d)\)")
-
-_TYPES: dict[str, type[int] | type[float] | type[str]] = {"int": int, "float": float, "str": str}
 
 #: Queries another interface may still send while one holds the lock: they change nothing.
 _PASSIVE = frozenset({Effect.READ, Effect.SELECT, Effect.MEASURE_CONFIG, Effect.UNKNOWN})
@@ -82,72 +67,6 @@ def _esr_bit(code: int) -> int:
     return 0
 
 
-def _num(value: float) -> str:
-    # pyvisa-sim's {:f} fields want a point and digits, never an exponent.
-    return f"{value:.9f}"
-
-
-@dataclass(frozen=True)
-class _Prop:
-    """One pyvisa-sim property, as bench.yaml declares it."""
-
-    name: str
-    getter: str | None
-    setter: str | None
-    kind: type[int] | type[float] | type[str]
-    default: str
-
-    quoted: bool = False  # the getter answers string data: "VOLT"
-
-    def parse(self, text: str) -> int | float | str:
-        if self.quoted and len(text) >= 2 and text[0] == text[-1] == '"':
-            text = text[1:-1]
-        return self.kind(float(text)) if self.kind is int else self.kind(text)
-
-    def set_command(self, value: int | float | str) -> str:
-        if self.setter is None:
-            raise ValueError(f"property {self.name!r} has no setter")
-        if self.kind is float:
-            return self.setter.replace("{:f}", _num(float(value)))
-        return self.setter.format(value)
-
-
-def _props(device: Mapping[str, Any]) -> dict[str, _Prop]:
-    out: dict[str, _Prop] = {}
-    for name, spec in device.get("properties", {}).items():
-        kind = _TYPES[spec.get("specs", {}).get("type", "str")]
-        getter = spec["getter"]["q"].strip() if "getter" in spec else None
-        setter = spec["setter"]["q"].strip() if "setter" in spec else None
-        quoted = "getter" in spec and str(spec["getter"].get("r", "")).startswith('"')
-        out[name] = _Prop(name, getter, setter, kind, spec.get("default", ""), quoted)
-    return out
-
-
-def _answerable(device: Mapping[str, Any]) -> frozenset[str]:
-    """Every query pyvisa-sim answers; anything else would leave a read waiting. A dialogue
-    ``"MMEM:UPL? *"`` answers that query whatever its parameters (the simulator's reading)."""
-    out = {d["q"].strip() for d in device.get("dialogues", ()) if "r" in d}
-    out |= {p["getter"]["q"].strip() for p in device.get("properties", {}).values()
-            if "getter" in p}
-    error = device.get("error", {})
-    if isinstance(error, Mapping):
-        for key in ("status_register", "error_queue"):
-            out |= {entry["q"].strip() for entry in error.get(key, ())}
-    return frozenset(out)
-
-
-def _dialogue_queries(device: Mapping[str, Any]) -> frozenset[str]:
-    return frozenset(d["q"].strip() for d in device.get("dialogues", ()))
-
-
-def _no_error(device: Mapping[str, Any]) -> str:
-    error = device.get("error", {})
-    queues = error.get("error_queue", ()) if isinstance(error, Mapping) else ()
-    if not queues:
-        raise ValueError("the bench definition needs an error_queue for SYST:ERR?")
-    return str(queues[0]["default"])
-
-
 class SimInstrument:
     """One simulated instrument: a pyvisa-sim session plus the links pyvisa-sim lacks.
 
@@ -167,15 +86,15 @@ class SimInstrument:
         device = definition["devices"][device_name]
         self._res = resource
         self._lock = threading.RLock()
-        self._props = _props(device)
-        self._answerable = _answerable(device)
-        self._no_error = _no_error(device)
+        self._props = props(device)
+        self._answerable = answerable(device)
+        self._no_error = no_error(device)
         self._errors: deque[tuple[int, str]] = deque()
         self._esr = 0
         self._profile = get_profile(self.profile)
         #: Queries answered, and commands taken, whatever their parameters:
         #: "MMEM:UPL? *" -> "MMEM:UPL?", "MMEM:STOR:STAT *" -> "MMEM:STOR:STAT".
-        self._any_params = {q[:-2]: q for q in _dialogue_queries(device) if q.endswith(" *")}
+        self._any_params = {q[:-2]: q for q in dialogue_queries(device) if q.endswith(" *")}
         #: The interface holding SYSTem:LOCK, and how many requests it nested.
         self._owner: Session | None = None
         self._lock_count = 0
@@ -456,340 +375,3 @@ class SimInstrument:
         else:
             self._errors.append((code, entry))
         self._esr |= _esr_bit(code)
-
-
-class SimPsu(SimInstrument):
-    """Keysight E36312A: three channels, each driving a resistive load (``SIM:LOAD``).
-
-    While an output is on, the channel regulates to its voltage setpoint unless the load
-    would draw more than the current limit (then it limits current). A measured voltage above
-    the OVP level trips the channel, while its protection is on (``VOLT:PROT:STAT``, on after
-    *RST): output off until ``VOLT:PROT:CLE`` and ``OUTP ON``.
-    ``OUTP 0`` waits the channel's ``OUTP:DEL:FALL`` before the output goes off, as the
-    Keysight supplies' turn-off sequencing does (N6700 guide, OUTPut:DELay:FALL: "affects
-    on-to-off transitions including changes in the OUTPut:STATe").
-
-    A trigger (``TRIG (@n)``, ``*TRG``) applies what the channel's mode says (E36300 guide,
-    VOLTage:MODE; N6900 guide, LIST): STEP, the triggered levels (``VOLT:TRIG``,
-    ``CURR:TRIG``); LIST, the list's points (_run_list). The arming (``INIT``) is not
-    modelled. A triggered level never set answers 0 (unverified: the E3631A's answers the
-    immediate level; the profile assumes neither, it reads the level and judges it).
-    """
-
-    profile = PSU_PROFILE
-    resource_name = PSU_RESOURCE
-    lockable = True
-    rst_keeps = frozenset({"ese", "sre", "saved_slot", "recalled_slot",
-                           "ch1_load", "ch2_load", "ch3_load"})
-    channels = (1, 2, 3)
-    #: Fields *SAV stores and *RCL restores, per channel.
-    saved_fields = ("voltage", "current", "ovp", "output")
-
-    def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
-        super().__init__(resource, definition)
-        # The memory of *SAV lives here: pyvisa-sim cannot copy one property to another.
-        self._slots: dict[int, dict[str, int | float | str]] = {}
-        #: A list running per channel: the voltage of its present point, and its timer.
-        self._list_level: dict[int, float] = {}
-        self._list_timer: dict[int, threading.Timer] = {}
-
-    def close(self) -> None:
-        for ch in list(self._list_timer):
-            self._stop_list(ch)
-        super().close()
-
-    def _stop_list(self, channel: int) -> None:
-        timer = self._list_timer.pop(channel, None)
-        if timer is not None:
-            timer.cancel()
-        self._list_level.pop(channel, None)
-
-    def _run_list(self, channel: int, point: int) -> None:
-        """Keysight's list (N6700 guide, LIST subsystem; the E36300 has the same): in LIST
-        mode a trigger steps the output through the voltage points, each for its dwell;
-        the immediate level, what ``VOLT?`` answers, is not changed, and the output returns
-        to it when the list ends."""
-        with self._lock:
-            volts = [float(v) for v in str(self._get(f"set_list_volt_ch{channel}")).split(",")]
-            dwell = [float(v) for v in str(self._get(f"set_list_dwel_ch{channel}")).split(",")]
-            if point >= len(volts):
-                self._stop_list(channel)
-                self._settle()
-                return
-            self._list_level[channel] = volts[point]
-            seconds = dwell[point] if point < len(dwell) else dwell[-1]
-            timer = threading.Timer(seconds, self._run_list, (channel, point + 1))
-            timer.daemon = True
-            self._list_timer[channel] = timer
-            timer.start()
-            self._settle()
-
-    def probe(self, channel: int) -> tuple[float, float]:
-        """(measured volts, measured amps) at ``channel``'s terminals, for a DMM."""
-        with self._lock:
-            return (float(self._get(f"ch{channel}_measured_voltage")),
-                    float(self._get(f"ch{channel}_measured_current")))
-
-    def _selected(self) -> int:
-        return int(self._ask("INST:NSEL?"))
-
-    def _model_answer(self, canonical: str) -> str | None:
-        if m := _FETCH.fullmatch(canonical):  # the last measurement: here, a fresh one
-            return self._ask(f"MEAS:{m[1]}? {m[2]}")
-        if m := _MODE.fullmatch(canonical):  # bit 0 CV, bit 1 CC (the profile's mode field)
-            return str(self._mode(int(m[1])))
-        return None
-
-    def _mode(self, channel: int) -> int:
-        """The Operation Instrument Summary condition: CV (1) while the voltage setpoint
-        regulates, CC (2) while the load would draw more than the current limit, 0 off."""
-        p = f"ch{channel}_"
-        if not self._get(p + "output"):
-            return 0
-        limited = float(self._get(p + "current")) * float(self._get(p + "load"))
-        return 2 if limited < float(self._get(p + "voltage")) else 1
-
-    def _model_write(self, canonical: str) -> bool:
-        if _CLEAR_TRIP.fullmatch(canonical) and canonical.startswith("OUTP"):
-            return True  # OUTP:PROT:CLE: _link clears the trip, pyvisa-sim has no dialogue
-        if (m := _OFF.fullmatch(canonical)) and (
-                delay := float(self._get(f"set_outp_del_fall_ch{m[1]}"))) > 0:
-            timer = threading.Timer(delay, self._fall, (int(m[1]),))
-            timer.daemon = True
-            timer.start()
-            return True  # still on until the delay has passed
-        return False
-
-    def _coupled(self, channel: int) -> list[int]:
-        """The channels one channel's trigger steps: INSTrument:COUPle couples the triggers
-        of the channels it names (ALL, NONE, or a list) (E36300 guide, INSTrument:COUPle)."""
-        word = str(self._get("set_inst_coup")).upper()
-        joined = (list(self.channels) if word.startswith("ALL") else
-                  [int(d) for d in re.findall(r"\d", word) if int(d) in self.channels])
-        return joined if channel in joined else [channel]
-
-    def _trigger(self, channel: int) -> None:
-        """STEP applies the triggered levels (E36300 guide, VOLTage:MODE); LIST runs the
-        list (_run_list)."""
-        for kind, name in (("volt", "voltage"), ("curr", "current")):
-            if str(self._get(f"set_{kind}_mode_ch{channel}")).upper().startswith("STEP"):
-                level = float(self._get(f"set_{kind}_trig_ch{channel}"))
-                self._set(f"ch{channel}_{name}", level)
-        if str(self._get(f"set_volt_mode_ch{channel}")).upper().startswith("LIST"):
-            self._stop_list(channel)
-            self._run_list(channel, 0)
-
-    def _fall(self, channel: int) -> None:
-        with self._lock:
-            self._set(f"ch{channel}_output", 0)
-            self._settle()
-
-    def _link(self, canonical: str) -> None:
-        if m := _TRIGGER.fullmatch(canonical):
-            for ch in ([int(m[1])] if m[1] else self.channels):
-                for each in self._coupled(ch):
-                    self._trigger(each)
-        elif canonical == "*RST":
-            for ch in list(self._list_timer):
-                self._stop_list(ch)
-        if m := _NSEL.fullmatch(canonical):
-            self._set("selected_name", f"CH{m[1]}")
-        elif m := _SEL.fullmatch(canonical):
-            self._set("selected", int(m[1]))
-        elif m := _CLEAR_TRIP.fullmatch(canonical):
-            self._set(f"ch{m[1]}_ovp_tripped", 0)
-        elif canonical == "OUTP:TRAC 1" or (
-                _VOLT.fullmatch(canonical) is not None and int(self._get("set_outp_trac"))):
-            # E36300 guide, OUTPut:TRACk: CH3 follows CH2's voltage setpoint while on.
-            self._set("ch3_voltage", float(self._get("ch2_voltage")))
-        elif m := _SAV.fullmatch(canonical):
-            self._slots[int(m[1])] = {name: self._get(name) for name in self._saved_names()}
-        elif m := _RCL.fullmatch(canonical):
-            saved = self._slots.get(int(m[1]))
-            for name in self._saved_names():
-                # A slot never saved holds the power-on defaults.
-                prop = self._props[name]
-                self._set(name, saved[name] if saved else prop.parse(prop.default))
-        self._settle()
-
-    def _saved_names(self) -> list[str]:
-        return [f"ch{ch}_{field}" for ch in self.channels for field in self.saved_fields]
-
-    def _settle(self) -> None:
-        """Recompute every channel's measurements (and trips) from its settings."""
-        for ch in self.channels:
-            p = f"ch{ch}_"
-            on = bool(self._get(p + "output"))
-            volts = amps = 0.0
-            if on and self._get(p + "ovp_tripped"):
-                self._set(p + "output", 0)
-                on = False
-            if on:
-                load = float(self._get(p + "load"))
-                limit = float(self._get(p + "current"))
-                level = self._list_level.get(ch, float(self._get(p + "voltage")))
-                volts = min(level, limit * load)
-                amps = volts / load
-                if volts > float(self._get(p + "ovp")) and self._get(p + "ovp_enabled"):
-                    self._set(p + "ovp_tripped", 1)
-                    self._set(p + "output", 0)
-                    volts = amps = 0.0
-            self._set(p + "measured_voltage", volts)
-            self._set(p + "measured_current", amps)
-
-
-@dataclass(frozen=True)
-class _Function:
-    """One measurement function of the meter, as CONF? names it, and its settings."""
-
-    name: str  # as CONF? and FUNC? name it: VOLT, VOLT:AC, RES...
-    range: str | None  # the setting that holds its range (VOLT:RANG)
-    resolution: str | None  # the setting that holds its resolution (VOLT:RES)
-    unit: str  # as DATA:LAST? labels a reading
-    reading: float | None  # what the simulated DUT reads (None: the probe's)
-
-
-class SimDmm(SimInstrument):
-    """Keysight 34465A. With a probe, voltage and current readings come from it (the bench
-    wires PSU CH1); other functions read fixed values of a simulated DUT."""
-
-    profile = DMM_PROFILE
-    resource_name = DMM_RESOURCE
-    lockable = True
-    functions: ClassVar[dict[str, _Function]] = {f.name: f for f in (
-        _Function("VOLT", "VOLT:RANG", "VOLT:RES", "VDC", None),
-        _Function("VOLT:AC", "VOLT:AC:RANG", None, "VAC", 0.0),
-        _Function("VOLT:RAT", "VOLT:RANG", "VOLT:RES", "", 1.0),
-        _Function("CURR", "CURR:RANG", "CURR:RES", "ADC", None),
-        _Function("CURR:AC", "CURR:AC:RANG", None, "AAC", 0.0),
-        _Function("RES", "RES:RANG", "RES:RES", "OHM", 1000.0),
-        _Function("FRES", "FRES:RANG", "FRES:RES", "OHM", 1000.0),
-        _Function("FREQ", None, None, "HZ", 0.0),
-        _Function("PER", None, None, "SEC", 0.0),
-        _Function("CAP", "CAP:RANG", None, "F", 1e-9),
-        _Function("CONT", None, None, "OHM", 1000.0),
-        _Function("DIOD", None, None, "VDC", 0.6),
-        _Function("TEMP", None, None, "C", 23.0),
-    )}
-    #: CONFigure and MEASure? headers (canonical) and the function each selects.
-    configures: ClassVar[dict[str, str]] = {
-        "VOLT:DC": "VOLT", "VOLT:AC": "VOLT:AC", "VOLT:DC:RAT": "VOLT:RAT", "CURR:DC": "CURR",
-        "CURR:AC": "CURR:AC", "RES": "RES", "FRES": "FRES", "FREQ": "FREQ", "PER": "PER",
-        "CAP": "CAP", "CONT": "CONT", "DIOD": "DIOD", "TEMP": "TEMP"}
-    #: Queries that answer the last reading.
-    readings: ClassVar[frozenset[str]] = frozenset({"FETC?", "DATA:LAST?", "R?", "DATA:REM?"})
-
-    def __init__(
-        self,
-        resource: MessageBasedResource,
-        definition: Mapping[str, Any],
-        probe: Probe | None = None,
-    ) -> None:
-        super().__init__(resource, definition)
-        self._probe = probe
-
-    def connect(self, probe: Probe | None) -> None:
-        """Take readings from ``probe`` (None: keep whatever the SIM: setters last stored)."""
-        with self._lock:
-            self._probe = probe
-
-    def _function(self) -> _Function:
-        name = str(self._get("set_func"))
-        return self.functions.get(name, self.functions["VOLT"])
-
-    def _model_write(self, canonical: str) -> bool:
-        head = canonical.split(" ", 1)[0]
-        if head.startswith("CONF:") and head[5:] in self.configures:
-            self._configure(self.configures[head[5:]], canonical)
-            return True
-        return False
-
-    def _model_answer(self, canonical: str) -> str | None:
-        head = canonical.split(" ", 1)[0]
-        if head.startswith("MEAS:") and head[5:-1] in self.configures:
-            # MEASure? is CONFigure then READ? (34465A manual, MEASure subsystem).
-            self._configure(self.configures[head[5:-1]], canonical)
-            return self._read(fresh=True)
-        if head == "READ?":
-            return self._read(fresh=True)
-        if head in self.readings:
-            return self._read(fresh=False, labelled=head == "DATA:LAST?")
-        if head == "CONF?":
-            return self._conf()
-        return None
-
-    def _configure(self, name: str, canonical: str) -> None:
-        """Select a function with its range and resolution, as CONFigure does."""
-        self._set("set_func", name)
-        function = self.functions[name]
-        params = lex(canonical)[0].params if " " in canonical else ()
-        if function.range is not None:
-            auto = self._prop_for(function.range + ":AUTO")
-            wanted = params[0] if params else None
-            if isinstance(wanted, Number):
-                self._send(f"{function.range} {wanted.value:f}")
-                if auto is not None:
-                    self._set(auto, 0)
-            elif isinstance(wanted, CharData) and wanted.text in ("MIN", "MAX"):
-                self._send(resolve_keywords(self._profile, f"{function.range} {wanted.text}"))
-                if auto is not None:
-                    self._set(auto, 0)
-            elif auto is not None:  # AUTO, DEF or nothing: autorange
-                self._set(auto, 1)
-        if function.resolution is not None and len(params) > 1:
-            wanted = params[1]
-            if isinstance(wanted, Number):
-                self._send(f"{function.resolution} {wanted.value:f}")
-
-    def _prop_for(self, header: str) -> str | None:
-        query = header + "?"
-        return next((p.name for p in self._props.values() if p.getter == query), None)
-
-    def _conf(self) -> str:
-        """``"VOLT +1.00000000E+01,+3.00000000E-06"``: the function, range and resolution."""
-        function = self._function()
-        name = function.name if function.name != "VOLT:RAT" else "VOLT:RAT"
-        if function.range is None:
-            return f'"{name}"'
-        rng = float(self._ask(function.range + "?"))
-        res = float(self._ask(function.resolution + "?")) if function.resolution else 0.0
-        return f'"{name} {rng:+.8E},{res:+.8E}"'
-
-    def _read(self, *, fresh: bool, labelled: bool = False) -> str:
-        if fresh:
-            self._refresh()
-            self.busy += self._reading_seconds()
-        value = f"{float(self._get('reading')):+.8E}"
-        return f"{value} {self._function().unit}" if labelled else value
-
-    def _reading_seconds(self) -> float:
-        """How long READ? takes on the real meter (34465A guide, NPLC, APERture, ZERO:AUTO,
-        SAMPle:COUNt, TRIGger:COUNt/DELay): each trigger waits its delay then takes its
-        samples, each integrating NPLC line cycles (or the aperture), twice with autozero."""
-        prefix = self._function().name.split(":")[0]
-
-        def number(query: str, default: float) -> float:
-            return float(self._ask(query)) if query in self._answerable else default
-
-        per_sample = number(f"{prefix}:NPLC?", 0.0) / number("SYST:LFR?", 50.0)
-        if number(f"{prefix}:APER:ENAB?", 0.0):
-            per_sample = number(f"{prefix}:APER?", per_sample)
-        per_sample *= 2 if number(f"{prefix}:ZERO:AUTO?", 0.0) else 1
-        triggers = number("TRIG:COUN?", 1.0)
-        triggers = triggers if triggers < 1e30 else 1.0  # INFinity: each READ? takes one
-        seconds = triggers * (number("TRIG:DEL?", 0.0) + number("SAMP:COUN?", 1.0) * per_sample)
-        return min(seconds, 86400.0)
-
-    def _refresh(self) -> None:
-        function = self._function()
-        if self._probe is not None:
-            volts, amps = self._probe()
-            self._set("measured_voltage", volts)
-            self._set("measured_current", amps)
-        if function.reading is not None:
-            value = function.reading
-        elif function.name == "CURR":
-            value = float(self._get("measured_current"))
-        else:
-            value = float(self._get("measured_voltage"))
-        self._set("reading", value)

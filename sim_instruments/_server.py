@@ -18,7 +18,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-from ._model import PANEL, Session, SimDmm, SimInstrument, SimPsu
+from ._dmm import SimDmm
+from ._model import PANEL, Session, SimInstrument
+from ._psu import SimPsu
 from ._resources import cached_definition, open_fresh_resource_manager
 
 __all__ = ["BenchState", "BenchStateError", "SimBench", "SimBenchThread"]
