@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .auth import normalize_name
+from .auth import held_at, normalize_name
 from .config import PolicyConfig
 from .errors import PermissionDenied
 from .models import Approval, ApprovalKind, Principal, Run, RunKind, TakeoverRequest
+from .store import Store
 
 __all__ = ["Grant", "cover_for", "person", "require_operator", "violation", "withdrawn",
            "withdrawn_words"]
@@ -31,11 +32,18 @@ def person(name: str) -> str:
     return normalize_name(name)
 
 
-def withdrawn(approvals: Iterable[Approval], revoked: frozenset[str]) -> list[Approval]:
+def withdrawn(approvals: Iterable[Approval], revoked: frozenset[str],
+              store: Store | None = None) -> list[Approval]:
     """The approvals given with a token revoked since (``auth.revoked_tokens``): they no
     longer count, wherever they stand (a partial approval, one awaiting a resend, a plan's,
-    a setpoint's in force). A revoked token may have been someone else's hands."""
-    return [a for a in approvals if revoked.intersection(a.tokens)]
+    a setpoint's in force). A revoked token may have been someone else's hands. One kept
+    without its token (given before approvals kept theirs) stands, with ``store``, on the
+    tokens its people held when it was given (``auth.held_at``)."""
+    def tokens(a: Approval) -> Iterable[str]:
+        if a.tokens or store is None:
+            return a.tokens
+        return held_at(store, a.people or [a.by], a.at.isoformat())
+    return [a for a in approvals if revoked.intersection(tokens(a))]
 
 
 def withdrawn_words(gone: list[Approval]) -> str:

@@ -18,11 +18,12 @@ import threading
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from .errors import GatewayError, InvalidInput, NotFound
+from .errors import GatewayError, InvalidInput, NotFound, PermissionDenied
 from .models import Principal, Role, now
 from .store import Store
 from .texts import hidden
@@ -32,8 +33,10 @@ __all__ = [
     "TOKEN_PREFIX",
     "Tokens",
     "carries_token",
+    "held_at",
     "normalize_name",
     "redact",
+    "refuse_revoked",
     "refuse_token",
     "revoked_tokens",
     "token_free",
@@ -117,6 +120,36 @@ def revoked_tokens(store: Store) -> frozenset[str]:
     return frozenset(str(r["id"]) for r in store.kv_list(TABLE) if r.get("revoked_at"))
 
 
+def held_at(store: Store, names: Iterable[str], at: str | None) -> set[str]:
+    """The ids of the tokens these people held at ``at`` (ISO 8601; a name holds one active
+    token at a time), every one they ever held when the time is unknown: the tokens behind
+    an approval kept without them (remembered before approvals kept their token), so that
+    revoking the token withdraws it too."""
+    people = {normalize_name(n) for n in names}
+    try:
+        when = datetime.fromisoformat(at) if at else None
+    except ValueError:
+        when = None
+    out: set[str] = set()
+    for r in store.kv_list(TABLE):
+        if normalize_name(str(r.get("name", ""))) not in people:
+            continue
+        born, died = r.get("created_at"), r.get("revoked_at")
+        if when is None or (born and datetime.fromisoformat(born) <= when and (
+                not died or datetime.fromisoformat(died) > when)):
+            out.add(str(r["id"]))
+    return out
+
+
+def refuse_revoked(store: Store, who: Principal) -> None:
+    """PermissionDenied when ``who``'s token was revoked, looked up now: a verified token
+    is trusted ``VERIFIED_SECONDS`` without a lookup, and a decision that lets a write go
+    (a grant, clearing a stop, releasing a run) is never made with a revoked one."""
+    if who.token and who.token in revoked_tokens(store):
+        raise PermissionDenied(f"the token {who.token} of {who.name} was revoked: it "
+                               "decides nothing")
+
+
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -142,12 +175,17 @@ class Tokens:
         self._recheck: asyncio.Task[None] | None = None
         self._create_lock = threading.Lock()
 
-    def create(self, name: str, role: Role | str) -> tuple[dict[str, Any], str]:
+    def create(self, name: str, role: Role | str, by: Principal | None = None
+               ) -> tuple[dict[str, Any], str]:
         """A new token for ``name``: returns (its record, the secret to hand over once).
+        ``by``, the admin asking, is looked up now: a token revoked a moment ago (trusted
+        ``VERIFIED_SECONDS`` without a lookup) makes no other (PermissionDenied).
 
         The name is kept normalized (:func:`normalize_name`), and is unique in that form
         among active tokens: ``Olga`` or ``olga `` when ``olga`` holds one is refused
         (InvalidInput naming the holder), so two spellings never pass for two people."""
+        if by is not None:
+            refuse_revoked(self.store, by)
         person = normalize_name(name)
         unseen = hidden(person)
         if unseen is not None:  # a name is shown beside every approval it gives

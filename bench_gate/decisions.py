@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .approvals import Grant, person, require_operator, violation, withdrawn
-from .auth import refuse_token, revoked_tokens
+from .auth import refuse_revoked, refuse_token, revoked_tokens
 from .config import ChannelLimits
 from .core import MAX_RETRIES, Core, Part
 from .errors import InvalidInput, PermissionDenied, ProposalChanged, TransitionError
@@ -136,6 +136,10 @@ class Decisions(Part):
                                    f"needs {', '.join(k.value for k in req.required)}")
             version = req.version
             events = self._withdraw_revoked(req, approver)
+            require_operator(approver)  # before anything moves on a caller's word
+            if await self._uncovered(req):
+                gone_stale = self.requests.get(req.id)
+                return GrantResult(gone_stale, [], gone_stale.outcome or "")
             self._check_approver(req, run, approver, wanted)
             if edits:
                 events.extend(self._apply_edits(req, edits, approver))
@@ -186,43 +190,68 @@ class Decisions(Part):
         final = await self.executor.execute(req.id)
         return GrantResult(final, [], final.outcome or "")
 
-    def withdraw_revoked(self) -> int:
+    async def withdraw_revoked(self) -> int:
         """Take the approvals given with a token revoked since (anywhere: the CLI on the
         store, another gateway) off every pending request, journaled, so what people are
-        shown counts only what stands; returns how many. Runs with the sweep, and reads
-        the requests only when a revocation is new. (An approved request is refused at its
-        last recheck; a plan ends when next read.)"""
+        shown counts only what stands; returns how many. An approved request not yet
+        started (waiting for its requester's resend, or its bench) fails now, nothing
+        written, rather than showing ``approved`` until then. Runs with the sweep, and
+        reads the requests only when a revocation is new. (One already executing is
+        refused on its lane turn; a plan ends when next read.)"""
         revoked = revoked_tokens(self.store)
         new = revoked - self._revoked_seen
-        self._revoked_seen = revoked
         if not new:
             return 0
         count = 0
+        for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
+            why = self.executor.checks.withdrawn_refusal(req)  # its cover's too
+            if why is None:
+                continue
+            gone = withdrawn(req.valid_approvals(), revoked, self.store)
+            if self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": why},
+                                  outcome=f"failed: {why}; nothing was written",
+                                  only_from=Status.APPROVED):
+                self.store.append(self._withdrawn_events(req, gone))
+                count += len(gone)
         for req in self.store.list_requests(status=Status.PENDING, limit=10_000):
+            if await self._uncovered(req):
+                continue
             for _ in range(MAX_RETRIES):
-                gone = withdrawn(req.approvals, new)
+                version = req.version
+                gone = withdrawn(req.approvals, new, self.store)
                 if not gone:
                     break
-                version = req.version
                 req.approvals = [a for a in req.approvals if a not in gone]
                 if self.store.save_request(req, version, self._withdrawn_events(req, gone)):
                     count += len(gone)
                     self.core.notifier.request_changed(req)
                     break
                 req = self.requests.get(req.id)  # it changed meanwhile: look again
+        self._revoked_seen = revoked  # only once done: a store that failed meanwhile retries
         return count
 
     def _withdraw_revoked(self, req: TakeoverRequest, approver: Principal) -> list[Event]:
         """Approvals given with a token revoked since leave ``req`` (journaled), so the
         grant counts only what still stands; an approver whose own token was revoked (a
         verified token is trusted a moment without a lookup) decides nothing."""
-        revoked = revoked_tokens(self.store)
-        if approver.token in revoked:
-            raise PermissionDenied(f"the token {approver.token} of {approver.name} was "
-                                   "revoked: it decides nothing")
-        gone = withdrawn(req.approvals, revoked)
+        refuse_revoked(self.store, approver)
+        gone = withdrawn(req.approvals, revoked_tokens(self.store), self.store)
         req.approvals = [a for a in req.approvals if a not in gone]
         return self._withdrawn_events(req, gone)
+
+    async def _uncovered(self, req: TakeoverRequest) -> bool:
+        """An output enable shown standing on a setpoint in force (its cover) approved with
+        a token revoked since: that setpoint is nobody's now, and what its approvers were
+        shown no longer holds. It goes back for review (``stale``) with a fresh request on
+        the live state, which asks for a setpoint approval of its own, as it would if filed
+        now; nobody's approval binds to a proposal they were not shown. True if it went."""
+        lost = self.setpoints.revoked_cover(req) if self.core.owns(req) else {}
+        if not lost:
+            return False
+        inst = self.core.instrument(req.instrument)
+        await self.executor.stale.go_stale(req, inst, {
+            f"ch{ch}.approved_setpoint": ("approved", "revoked") for ch in sorted(lost)})
+        return True
 
     @staticmethod
     def _withdrawn_events(req: TakeoverRequest, gone: list[Approval]) -> list[Event]:

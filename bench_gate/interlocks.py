@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from .approvals import require_operator
+from .auth import refuse_revoked
 from .core import Core, Instrument, Part
 from .errors import Refused, TransitionError
 from .instruments import AsyncLink
@@ -137,6 +138,7 @@ class Interlocks(Part):
     def clear(self, who: Principal, instrument: str | None = None) -> list[str]:
         """An operator ends the stop (suspended runs stay suspended until released)."""
         require_operator(who)
+        refuse_revoked(self.store, who)
         stopped = self.stopped()
         names = [instrument] if instrument else list(stopped)
         if instrument and instrument not in stopped:

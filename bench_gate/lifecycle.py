@@ -96,7 +96,7 @@ class Lifecycle(Part):
     async def sweep(self) -> int:
         """Expire every pending request (and question) whose time is up."""
         count = await self._decisions.expire_due()
-        self._decisions.withdraw_revoked()
+        await self._decisions.withdraw_revoked()
         self.questions.sweep()
         self._terms.sweep()
         return count

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .approvals import require_operator
-from .auth import refuse_token, revoked_tokens
+from .auth import held_at, refuse_token, revoked_tokens
 from .calibration import Calibration
 from .confidence import apply_env, score, threshold_for
 from .core import Core, Instrument, Part, new_id
@@ -105,7 +105,8 @@ class PlanDesk(Part):
                 plan.expires_at <= self.clock():
             plan.status = PLANS.move(plan.id, plan.status, PlanEvent.EXPIRE)
             self._save(plan)
-        gone = revoked_tokens(self.store).intersection(plan.tokens) if plan.tokens else ()
+        gone = revoked_tokens(self.store).intersection(
+            plan.tokens or self._kept_without(plan)) if plan.status is PlanStatus.ACTIVE else ()
         if gone and plan.status is PlanStatus.ACTIVE:
             # An approval given with a token revoked since no longer counts (invariant 3):
             # the plan ends, and its next write waits for a person.
@@ -117,6 +118,13 @@ class PlanDesk(Part):
                                            "tokens": sorted(gone)})])
             self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
                                        status=plan.status.value)
+
+    def _kept_without(self, plan: Plan) -> set[str]:
+        """A plan activated before plans kept their tokens: the tokens its approvers held
+        when they approved it (``auth.held_at``), so it ends with them too."""
+        asked = self.store.get_request(plan.request_id)
+        return {t for a in (asked.valid_approvals() if asked is not None else [])
+                for t in (a.tokens or held_at(self.store, [a.by], a.at.isoformat()))}
 
     def close(self, plan_id: str, event: PlanEvent) -> None:
         """End a pending or active plan by ``event``; an ended one stays as it is."""

@@ -78,8 +78,9 @@ class Rechecks(Part):
     def last_moment(self, req: TakeoverRequest) -> Refusal | None:
         """Checked again on the write's own lane turn, before any command: the write may
         have waited there (behind another write, a slow read) past its expiry (an expiry
-        is a denial), or past the end of its run (a gone client's request never runs;
-        the grant had already made it ``executing``, which closing a run leaves alone)."""
+        is a denial), past the end of its run (a gone client's request never runs; the
+        grant had already made it ``executing``, which closing a run leaves alone), or past
+        the revocation of a token one of its approvals was given with."""
         if req.expires_at <= self.clock():
             when = rfc3339(req.expires_at)
             return Refusal(Move.EXPIRE, f"expired at {when} while it waited for the "
@@ -88,6 +89,12 @@ class Rechecks(Part):
         why = self._run_refusal(req, self.runs.get(req.run_id))
         if why is not None:
             return Refusal(Move.FAIL, why, f"failed: {why} (it ended while the write waited "
+                           "for the instrument); nothing was written")
+        # A token revoked while the write waited here (behind another write, a slow read):
+        # the checks before the lane turn passed, but its approvals no longer count.
+        why = self.withdrawn_refusal(req)
+        if why is not None:
+            return Refusal(Move.FAIL, why, f"failed: {why} (revoked while the write waited "
                            "for the instrument); nothing was written")
         return None
 
@@ -119,11 +126,17 @@ class Rechecks(Part):
         """Invariant 3 at the last moment: an approval given with a token revoked since
         (through any door: the CLI on the store, another gateway) no longer counts, whether
         it waited for a second approval, a resend, or its bench."""
-        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store))
-        if not gone:
-            return None
-        return (f"{withdrawn_words(gone)} no longer counts: the token it was given with was "
-                "revoked")
+        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store), self.store)
+        if gone:
+            return (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
+                    "was revoked")
+        # The setpoint in force it stands on (its cover) is an approval it runs on too.
+        lost = self.setpoints.revoked_cover(req)
+        if lost:
+            chs = ", ".join(f"CH{ch}" for ch in sorted(lost))
+            return (f"the setpoint in force on {chs} it stood on no longer counts: the token "
+                    "it was approved with was revoked")
+        return None
 
     async def read_live(self, link: AsyncLink, inst: Instrument,
                          fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:

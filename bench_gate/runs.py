@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .approvals import cover_for, person, require_operator
-from .auth import refuse_token
+from .auth import refuse_revoked, refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
 from .models import (
@@ -187,6 +187,7 @@ class Runs(Part):
         """End an operator's takeover or a suspension; the run's writes go on. A suspension
         is lifted by another person than the run's requester (:func:`own_release`)."""
         require_operator(operator)
+        refuse_revoked(self.store, operator)
         run = self.get(run_id)
         why = own_release(run, operator, "release it")
         if why is not None:

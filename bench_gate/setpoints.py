@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .auth import revoked_tokens
+from .auth import held_at, revoked_tokens
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
 from .handoff import snapshot_key
@@ -89,10 +89,47 @@ class Setpoints(Part):
         stored = self.store.get_setpoint(key, channel)
         if stored is None:
             return None
-        tokens = {t for ts in (stored.get("tokens_field") or {}).values() for t in ts}
+        tokens = self._behind(stored)
         if tokens and revoked_tokens(self.store).intersection(tokens):
             return None
         return stored
+
+    def _behind(self, stored: dict[str, Any]) -> set[str]:
+        """The tokens behind a remembered setpoint, field by field. A field kept without
+        them (remembered before setpoints kept them, and kept since while its value
+        stayed) stands on the tokens its people held when it was approved: a setpoint in
+        force lasts indefinitely, so it must not outlive their revocation either."""
+        tokens_field = stored.get("tokens_field") or {}
+        by_field = stored.get("by_field") or {}
+        if not by_field and not tokens_field:  # kept before it was kept per field
+            people = stored.get("people") or ([stored["by"]] if stored.get("by") else [])
+            return held_at(self.store, people, stored.get("at"))
+        out: set[str] = set()
+        for f, people in by_field.items():
+            if tokens_field.get(f):
+                out.update(tokens_field[f])
+            elif people:
+                at = ((stored.get("source") or {}).get(f) or {}).get("at") or stored.get("at")
+                out |= held_at(self.store, people, at)
+        return out
+
+    def revoked_cover(self, req: TakeoverRequest) -> dict[int, list[str]]:
+        """The channels of ``req``'s shown cover (``setpoint_cover``) whose setpoint in
+        force was approved with a token revoked since, each with those tokens: that
+        setpoint is nobody's now, and the cover no longer stands."""
+        key = f"{req.bench or self.config.bench}/{req.instrument}"
+        out: dict[int, list[str]] = {}
+        revoked: frozenset[str] | None = None
+        for entry in req.handoff.get("setpoint_cover") or []:
+            ch = int(entry["channel"])
+            stored = self.store.get_setpoint(key, ch) or {}
+            tokens = self._behind(stored)
+            if not tokens:
+                continue
+            revoked = revoked_tokens(self.store) if revoked is None else revoked
+            if gone := revoked.intersection(tokens):
+                out[ch] = sorted(gone)
+        return out
 
     def cover(self, inst: Instrument, actions: list[Action],
               snap: Snapshot) -> list[dict[str, Any]]:

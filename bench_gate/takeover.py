@@ -198,11 +198,13 @@ class Requests(Part):
 
     def move(self, req: TakeoverRequest, move: Move, event: EventType,
              data: dict[str, Any], *, outcome: str | None = None,
-             notes: str | None = None) -> bool:
-        """One conditional transition with its journal event; False if it lost a race."""
+             notes: str | None = None, only_from: Status | None = None) -> bool:
+        """One conditional transition with its journal event; False if it lost a race.
+        With ``only_from``, only from that status: one that moved on meanwhile (a write
+        started by another gateway) is left as it is."""
         for _ in range(MAX_RETRIES):
             dst = target(req.status, move)
-            if dst is None:
+            if dst is None or (only_from is not None and req.status is not only_from):
                 return False
             version = req.version
             req.status = dst

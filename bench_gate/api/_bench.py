@@ -101,7 +101,7 @@ def list_tokens(who: Admin, request: Request) -> list[dict[str, Any]]:
 def create_token(body: TokenCreate, who: Admin, request: Request) -> dict[str, Any]:
     """A new token; its secret is shown only in this response."""
     tokens: Tokens = request.app.state.tokens
-    record, secret = tokens.create(body.name, body.role)
+    record, secret = tokens.create(body.name, body.role, by=who)
     return {**wire(record), "token": secret}
 
 
