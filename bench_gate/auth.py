@@ -34,6 +34,7 @@ __all__ = [
     "Tokens",
     "carries_token",
     "held_at",
+    "names_of",
     "normalize_name",
     "redact",
     "refuse_revoked",
@@ -118,6 +119,13 @@ def revoked_tokens(store: Store) -> frozenset[str]:
     """The ids of every revoked token, read from the store now (no cache): a revocation
     made anywhere (the CLI on the store, another gateway) counts at once."""
     return frozenset(str(r["id"]) for r in store.kv_list(TABLE) if r.get("revoked_at"))
+
+
+def names_of(store: Store, ids: Iterable[str]) -> set[str]:
+    """The people (normalized names) these token ids belong to."""
+    wanted = set(ids)
+    return {normalize_name(str(r["name"])) for r in store.kv_list(TABLE)
+            if str(r.get("id")) in wanted}
 
 
 def held_at(store: Store, names: Iterable[str], at: str | None) -> set[str]:

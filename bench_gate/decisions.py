@@ -202,6 +202,7 @@ class Decisions(Part):
         new = revoked - self._revoked_seen
         if not new:
             return 0
+        self.runs.close_revoked(new)  # first: their undecided requests are cancelled
         count = 0
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
             why = self.executor.checks.withdrawn_refusal(req)  # its cover's too

@@ -161,6 +161,8 @@ class Run(BaseModel):
     heartbeat_seconds: int | None = None
     #: Why it closed, once closed.
     closed_reason: str | None = None
+    #: The id of the token it was made with: revoking that token closes it.
+    token: str = ""
 
 
 class Action(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .approvals import cover_for, person, require_operator
-from .auth import refuse_revoked, refuse_token
+from .auth import names_of, refuse_revoked, refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
 from .models import (
@@ -73,7 +73,7 @@ class Runs(Part):
                                    "confirmed by themselves): start a script or agent run")
         refuse_token(goal, "goal")
         run = Run(id=new_id("run"), kind=kind, principal=principal.name, goal=goal,
-                  heartbeat_seconds=heartbeat_seconds)
+                  heartbeat_seconds=heartbeat_seconds, token=principal.token)
         if heartbeat_seconds is not None:  # first: a crash before the run leaves no run open
             self.store.kv_put(TERMS, run.id, {"bench": self.config.bench,
                                               "seconds": heartbeat_seconds})
@@ -199,6 +199,19 @@ class Runs(Part):
                                         data={"by": operator.name})])
         self.core.notifier.publish("run", id=run.id, status=run.status.value)
         return run
+
+    def close_revoked(self, tokens: frozenset[str]) -> int:
+        """Close every open run made with one of ``tokens`` (revoked), as a socket-door
+        connection or an MCP session on a revoked token closes: its undecided requests
+        are cancelled and nothing more runs in it (a leaked token's requests are never
+        approved into the instrument). Returns how many closed."""
+        closed = 0
+        for name in sorted(names_of(self.store, tokens)):
+            for run in self.store.list_runs(limit=10_000, principal=name):
+                if run.token in tokens and run.status is not RunStatus.CLOSED:
+                    self.close(run.id, "its token was revoked")
+                    closed += 1
+        return closed
 
     def close(self, run_id: str, reason: str = "the requester disconnected") -> None:
         """The requester is gone: cancel its undecided and approved-but-unstarted requests,

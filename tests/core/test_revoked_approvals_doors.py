@@ -8,10 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from .._http_bench import Bench, shown_hash, start_bench
-from .test_revocation import revoke_from_another_process, revoke_over_http, until
+from .test_quotas import requester
+from .test_revocation import (
+    revoke_from_another_process,
+    revoke_over_http,
+    status_of,
+    until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +72,31 @@ def test_an_approval_by_a_token_revoked_before_the_second_one_never_energizes(
         assert any(e["type"] == "approval_withdrawn" and e["data"]["by"] == first
                    for e in rows), rows
     assert (bench.psu("VOLT? (@1)"), bench.psu("OUTP? (@1)")) == before
+
+
+@pytest.mark.parametrize("revoke", [revoke_over_http, revoke_from_another_process],
+                         ids=["http", "another-process"])
+def test_a_revoked_requesters_http_run_closes_and_its_held_write_is_never_approved(
+        bench: Bench, revoke: Callable[[Bench, str], None]) -> None:
+    """A socket-door connection or an MCP session on a revoked token closes, and its run's
+    held writes are cancelled; a run made over HTTP kept its held write approvable."""
+    name = f"script-{revoke.__name__}"
+    token = requester(bench, name)
+    before = bench.psu("VOLT? (@1)")
+    with httpx.Client(base_url=bench.url, timeout=30,
+                      headers={"Authorization": f"Bearer {token}"}) as h:
+        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        held = h.post(f"/v1/runs/{run}/scpi",
+                      json={"instrument": "psu", "command": "VOLT 4.4,(@1)"})
+        assert held.status_code == 202, held.text
+        tk = held.json()["takeover"]["id"]
+    revoke(bench, name)
+    cancelled = until(lambda: (s := status_of(bench, tk))["status"] == "cancelled" and s,
+                      seconds=5)
+    assert "its token was revoked" in cancelled["outcome"]
+    with bench.http("olga") as h:
+        assert h.get(f"/v1/runs/{run}").json()["status"] == "closed"
+        late = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                      json={"approve": ["setpoint"], "proposalHash": shown_hash(h, tk)})
+        assert late.status_code == 409, late.text
+    assert bench.psu("VOLT? (@1)") == before  # on the simulator's own port
