@@ -85,6 +85,7 @@ def check_profile(path: str) -> Report:
     _check_forms(profile, report)
     _check_kind(profile, report)
     _check_envelope(profile, report)
+    _check_link(profile, report)
     if not profile.model.identity:
         report.add(Level.WARNING, "", "no identity: the start of the instrument's *IDN? "
                    "answer, which tells a wrong instrument on the resource")
@@ -197,6 +198,22 @@ def _check_kind(profile: Profile, report: Report) -> None:
                     report.add(Level.ERROR, command.header, f"{canonical} takes a measurement "
                                "with the function configured now, but is not measures: true: "
                                "it would pass while that function drives current into the DUT")
+
+
+def _check_link(profile: Profile, report: Report) -> None:
+    """How the instrument is reached: on a profile that is not complete, a header of its
+    interface set-up left out is held, and one approval could cut the gateway off
+    (``forbidden_under``); a subtree must not swallow a mandatory command."""
+    if not profile.complete and not profile.model.forbidden_under and profile.kind != "other":
+        report.add(Level.WARNING, "", "not complete and no forbidden_under: a header of the "
+                   "instrument's network or interface set-up left out is held, and an "
+                   "approved one cuts the gateway off (docs/profiles.md)")
+    for header, query in MANDATORY:
+        words = tuple(header.lstrip("*").split(":"))
+        inside = None if query or header.startswith("*") else profile.forbidden_under(words)
+        if inside is not None:
+            report.add(Level.ERROR, header, f"under forbidden_under {inside}: a mandatory "
+                       "command would be refused")
 
 
 def _check_envelope(profile: Profile, report: Report) -> None:

@@ -88,6 +88,12 @@ class _Resolver(HeaderResolver):
         resolved = self.resolve(raw)
         if isinstance(resolved, str):
             check_data(self, raw, None)  # an unknown header never gets the opt-in
+            if not raw.query and self.profile.forbidden_under(self.words) is not None:
+                # How the instrument is reached: never held, whatever the header.
+                unit = dataclasses.replace(self.unknown(raw, resolved),
+                                           effect=Effect.FORBIDDEN)
+                check_rendering(self, raw, unit, False)
+                return [unit]
             if self.profile.complete:
                 raise self.undefined(raw, resolved)
             units = [self.unknown(raw, resolved)]

@@ -31,6 +31,8 @@ class HeaderResolver(ParamReader):
         self.path: tuple[tuple[str, int | None], ...] = ()
         #: The canonical header of the unit being resolved when a '#' keeps its number.
         self.numbered: str | None = None
+        #: The mnemonics of the last header resolved, suffixes off, its path included.
+        self.words: tuple[str, ...] = ()
 
     def resolve(self, raw: RawUnit) -> str | tuple[CommandSpec, FormSpec, int | None]:
         """The unit's command, form and suffix channel; or the name of an unknown header."""
@@ -49,6 +51,7 @@ class HeaderResolver(ParamReader):
             words = tuple(s for s, _ in split)
             suffixes = tuple(n for _, n in split)
             self.path = split[:-1]
+        self.words = () if raw.common else words
         entry = self.profile.lookup(raw.common, words)
         if entry is not None and any(
                 node is not None and node.fixed is not None and number != node.fixed

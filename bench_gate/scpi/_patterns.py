@@ -10,17 +10,19 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from ._schema import CommandSpec, ProfileError
+from ._schema import CommandSpec, Effect, ProfileError, ProfileModel
 
 __all__ = [
     "Node",
     "canonical_header",
     "canonical_with_suffix",
+    "check_forbidden_under",
     "parse_pattern",
     "pattern_canonical",
     "pattern_spellings",
     "spellings",
     "truncations",
+    "under",
 ]
 
 
@@ -117,6 +119,23 @@ def truncations(nodes: tuple[Node, ...]) -> list[tuple[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _prefixes(pattern: str) -> tuple[tuple[tuple[str, ...], tuple[Node, ...]], ...]:
+    return tuple((words, nodes) for words, nodes in spellings(parse_pattern(pattern)))
+
+
+def under(pattern: str, words: tuple[str, ...]) -> bool:
+    """Whether the header ``words`` is ``pattern`` or a header below it, in any of its
+    spellings, a truncation between a node's two forms included (``SYST:COMMU:LAN``): a
+    lenient parser may read that as the node."""
+    for spelled, nodes in _prefixes(pattern):
+        if len(words) >= len(spelled) and all(
+                w == s or (n.long.startswith(w) and len(w) > len(n.short))
+                for w, s, n in zip(words, spelled, nodes, strict=False)):
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=1024)
 def pattern_spellings(pattern: str) -> frozenset[tuple[str, ...]]:
     return frozenset(words for words, _ in spellings(parse_pattern(pattern)))
@@ -141,3 +160,22 @@ def canonical_with_suffix(command: CommandSpec, number: int) -> str:
     return ":".join(n.short + (str(number) if n.suffix and n.fixed is None else
                                str(n.fixed) if n.fixed is not None else "")
                     for n in nodes if not n.optional or (n.suffix and n.fixed is None))
+
+
+def check_forbidden_under(model: ProfileModel) -> None:
+    """Each subtree is a header pattern; a header listed under one forbids its command
+    form, so that the file never says otherwise of what the gateway refuses."""
+    for pattern in model.forbidden_under:
+        if pattern.startswith("*"):
+            raise ProfileError(f"{model.name}: forbidden_under {pattern!r}: a common "
+                               "command has no subtree")
+        parse_pattern(pattern)  # a ProfileError names a pattern it cannot read
+    for command in model.commands:
+        if command.set is None or command.set.effect is Effect.FORBIDDEN \
+                or command.header.startswith("*"):
+            continue
+        for words, _ in spellings(parse_pattern(command.header), rule=False):
+            inside = next((p for p in model.forbidden_under if under(p, words)), None)
+            if inside is not None:
+                raise ProfileError(f"{model.name}: {command.header} is under {inside} "
+                                   "(forbidden_under): its command form is forbidden")

@@ -25,7 +25,7 @@ from ._errors import ScpiError
 from ._excitation import check_excitation
 from ._lexer import ChannelList, lex
 from ._lock import check_lock
-from ._patterns import pattern_canonical, pattern_spellings
+from ._patterns import check_forbidden_under, pattern_canonical, pattern_spellings, under
 from ._schema import (
     AddressingSpec,
     CommandSpec,
@@ -140,6 +140,10 @@ class Profile:
         only the two forms, but a lenient parser may take the truncation as the header."""
         return spelled_between(self.table, self.between, words)
 
+    def forbidden_under(self, words: tuple[str, ...]) -> str | None:
+        """The ``forbidden_under`` subtree the header ``words`` is in, or None."""
+        return next((p for p in self.model.forbidden_under if under(p, words)), None)
+
     def closest(self, common: bool, name: str, query: bool) -> str | None:
         """The known header nearest to the unknown ``name``, as the manual writes it."""
         candidates: dict[str, str] = {}
@@ -249,6 +253,7 @@ def check_model(model: ProfileModel) -> None:
             if form is not None:
                 _check_form(model, command, form)
     _check_addressing(model)
+    check_forbidden_under(model)  # scpi/_patterns.py
     safe = model.safe_action
     if safe is not None and (safe.field not in model.fields
                              or model.fields[safe.field].type != "boolean"):

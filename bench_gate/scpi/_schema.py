@@ -300,6 +300,11 @@ class ProfileModel(BaseModel):
     #: (``STAT:OPER?``): ``profile check`` does not ask for them; a complete profile
     #: refuses them (-113), as the instrument does.
     lacks: tuple[str, ...] = ()
+    #: Subtrees that set how the instrument is reached (``SYSTem:COMMunicate``: its LAN
+    #: address, GPIB address, serial settings): a new one cuts the gateway off, and with it
+    #: every output's safe action. The command form of any header under one is forbidden
+    #: (-203), listed or not, never held as unknown; a listed header there must say so.
+    forbidden_under: tuple[str, ...] = ()
     #: Channels addressed by selection (AddressingSpec); None: by channel list or suffix.
     addressing: AddressingSpec | None = None
     #: The instrument answers several queries in one program message, their answers joined
