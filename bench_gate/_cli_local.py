@@ -129,15 +129,23 @@ def token_create(args: argparse.Namespace) -> int:
 
 def token_list(args: argparse.Namespace) -> int:
     rows = [[r["id"], r["name"], r["role"], r["created_at"][:19],
-             "revoked " + r["revoked_at"][:19] if r.get("revoked_at") else "active"]
+             "revoked " + r["revoked_at"][:19] if r.get("revoked_at") else "active",
+             r.get("created_by") or "-"]
             for r in _tokens(args).all()]
-    table(["ID", "NAME", "ROLE", "CREATED", "STATE"], rows)
+    table(["ID", "NAME", "ROLE", "CREATED", "STATE", "MADE BY"], rows)
     return 0
 
 
 def token_revoke(args: argparse.Namespace) -> int:
-    count = _tokens(args).revoke(args.id_or_name)
+    tokens = _tokens(args)
+    count = tokens.revoke(args.id_or_name)
     echo(f"revoked {count} token{'s' if count != 1 else ''}")
+    made = tokens.made_by(args.id_or_name)
+    if made:  # if it leaked, so may have what it made: the admin judges, nothing is guessed
+        echo("still active, made with it (revoke them too if it leaked: "
+             "bench-gate token revoke ID):")
+        for r in made:
+            echo(f"  {r['id']} {r['name']} ({r['role']}) made {r['created_at'][:19]}")
     return 0
 
 

@@ -216,9 +216,12 @@ class Tokens:
                     "case-folded and trimmed; revoke that token first, or choose another "
                     "name", field="name")
             secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+            # Who made it: a leaked admin token's tokens outlive its revocation, so
+            # revoking it names them (made_by) for the admin to judge.
             record = {"id": f"tok-{uuid.uuid4().hex[:12]}", "name": person,
                       "role": role.value, "created_at": now().isoformat(),
-                      "revoked_at": None}
+                      "revoked_at": None,
+                      "created_by": by.token if by is not None and by.token else None}
             self.store.kv_put(TABLE, _digest(secret), record)
         return record, secret
 
@@ -261,6 +264,15 @@ class Tokens:
             raise NotFound(f"no active token {id_or_name!r}")
         self._announce(revoked)
         return len(revoked)
+
+    def made_by(self, id_or_name: str) -> list[dict[str, Any]]:
+        """The active tokens made by the token ``id_or_name`` names (its id, or every token
+        of a name), oldest first."""
+        makers = {str(r["id"]) for r in self.store.kv_list(TABLE)
+                  if id_or_name == r["id"]
+                  or normalize_name(id_or_name) == normalize_name(str(r["name"]))}
+        return [r for r in self.all()
+                if r.get("created_by") in makers and not r.get("revoked_at")]
 
     def role_of(self, name: str) -> Role | None:
         """The highest role among ``name``'s active tokens; None when it has none."""

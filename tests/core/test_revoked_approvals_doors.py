@@ -5,6 +5,9 @@ at once; the simulator's own port shows nothing written."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -100,3 +103,30 @@ def test_a_revoked_requesters_http_run_closes_and_its_held_write_is_never_approv
                       json={"approve": ["setpoint"], "proposalHash": shown_hash(h, tk)})
         assert late.status_code == 409, late.text
     assert bench.psu("VOLT? (@1)") == before  # on the simulator's own port
+
+
+def test_revoking_a_token_names_the_tokens_made_with_it(bench: Bench) -> None:
+    """A leaked admin token may have made others: they outlive its revocation, so
+    ``bench-gate token revoke`` names them (and ``token list`` says who made each)."""
+    with bench.http("ada") as h:
+        r = h.post("/v1/tokens", json={"name": "root-2", "role": "admin"})
+        assert r.status_code == 201, r.text
+        root = r.json()
+    with httpx.Client(base_url=bench.url, timeout=30,
+                      headers={"Authorization": f"Bearer {root['token']}"}) as h:
+        made = h.post("/v1/tokens", json={"name": "mallory", "role": "operator"}).json()
+        assert made["createdBy"] == root["id"], made
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "bench_gate.cli", "token", *args,
+                               "--db", str(bench.db)], capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ))
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listed = next(line for line in cli("list").splitlines() if made["id"] in line)
+    assert listed.split()[-1] == root["id"]
+    out = cli("revoke", "root-2")
+    assert "revoked 1 token" in out
+    assert f"{made['id']} mallory (operator)" in out, out
+    assert "still active, made with it" in out
