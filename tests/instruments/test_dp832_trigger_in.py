@@ -1,0 +1,108 @@
+"""The DP832's trigger input (DP800 Programming Guide, :TRIGger:IN[:ENABle] and
+:TRIGger:IN:RESPonse): a data line of the rear digital I/O, once enabled, switches its
+source channel's output on (ON), off (OFF) or over (ALTER) whenever its input signal meets
+the trigger type. That happens long after the read-back that judged the command, with no
+output enable and at whatever levels the channel holds then (one set at the panel beyond
+the envelope, say). Unknown to the profile, these were held and ran with every approval;
+now a line is only ever disabled and its response only ever OFF (-224). Proved on the
+simulator's own port, where ``SIM:EDGE D0`` is the signal arriving at line D0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+
+from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.gateway import Gateway
+from bench_gate.models import Principal
+from bench_gate.scpi import classify
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port, served_bench
+from tests.core.test_review_holes_2 import _everything
+
+LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
+          2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5")),
+          3: ChannelLimits(voltage=Decimal("3.3"), current=Decimal("0.5"))}
+
+
+@pytest.fixture
+def dp832_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+@pytest.fixture
+def config(sim: SimBenchThread, dp832_sim: SimServedThread) -> BenchConfig:
+    cfg = served_bench(sim, "dp832", dp832_sim, "dp832", LIMITS)
+    cfg.policy.watch_seconds = 0  # the primary defence, not the watch's bound
+    return cfg
+
+
+def _ch1(served: SimServedThread) -> tuple[Decimal, str]:
+    """What CH1's DUT sees on the simulator's own port: volts, output."""
+    with own_port(served.resource_name) as res:
+        return Decimal(res.query("MEAS:VOLT? CH1")), res.query("OUTP? CH1")
+
+
+def test_the_simulated_dp832_switches_an_output_on_at_an_edge(
+        dp832_sim: SimServedThread) -> None:
+    """The model the test below relies on: an enabled line with response ON switches its
+    source channel on at an edge; a disabled line does nothing."""
+    with own_port(dp832_sim.resource_name, panel=True) as res:
+        res.write("SOUR1:CURR 0.5;:SOUR1:VOLT 3;:SIM:EDGE D0")
+        assert res.query("OUTP? CH1") == "OFF"  # not enabled
+        dp832_sim.instrument.execute("TRIG:IN:RESP D0,ON", False)
+        dp832_sim.instrument.execute("TRIG:IN D0,ON", False)
+        assert res.query("TRIG:IN? D0") == "ON" and res.query("TRIG:IN:RESP? D0") == "ON"
+        res.write("SIM:EDGE D0")
+        assert res.query("OUTP? CH1") == "ON"
+        assert res.query("SYST:ERR?") == '0,"No error"'
+
+
+@pytest.mark.parametrize("arm", [
+    ["TRIG:IN:RESP D0,ON", "TRIG:IN D0,ON"],
+    ["TRIGger:IN:RESPonse D0,ALTER", "TRIGger:IN:ENABle D0,ON"],
+    ["TRIG:IN:RESP D0,ON;:TRIG:IN:SOUR D0,CH1;:TRIG:IN D0,1"],
+])
+async def test_a_trigger_input_never_switches_an_output_on_later(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread, arm: list[str]) -> None:
+    """CH1 off, at 30 V set at the panel (beyond its 12 V envelope, harmless while off).
+    Arming line D0 to switch CH1 on is refused (-224) however it is spelled: with every
+    approval it read back CH1 off, and the next edge at D0 gave the DUT 30 V."""
+    with own_port(dp832_sim.resource_name, panel=True) as panel:
+        panel.write("SOUR1:CURR 0.5;:SOUR1:VOLT 30")
+        assert panel.query("*OPC?") == "1"
+    run = gateway.create_run(script, "script", goal="switch on from the fixture")
+    results = [await _everything(gateway, run.id, "dp832", m, olga, pete) for m in arm]
+    with own_port(dp832_sim.resource_name, panel=True) as panel:
+        armed = panel.query("TRIG:IN? D0"), panel.query("TRIG:IN:RESP? D0")
+        panel.write("SIM:EDGE D0")  # the fixture's signal arrives
+        assert panel.query("*OPC?") == "1"
+    assert _ch1(dp832_sim) == (Decimal(0), "OFF"), results
+    assert armed == ("OFF", "OFF")
+    for message, result in zip(arm, results, strict=True):
+        assert getattr(result, "status", None) == "refused" and result.code == -224, \
+            (message, result)
+
+
+async def test_disarming_a_trigger_input_passes_as_a_state_change(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread) -> None:
+    """Disabling a line, or setting its response to OFF, only ever switches an output off:
+    held as a state change, and it runs; the query is a read."""
+    run = gateway.create_run(script, "script", goal="disarm the trigger input")
+    for message in ("TRIG:IN D0,OFF", "TRIG:IN:RESP D1,OFF"):
+        done = await _everything(gateway, run.id, "dp832", message, olga, pete)
+        assert done.request.status.value == "executed", (message, done.request.outcome)
+    assert classify("TRIG:IN? D2;:TRIG:IN:RESP? D3", "dp832").read_only
+
+
+@pytest.mark.parametrize("message", ["TRIG:IN OFF", "TRIG:IN:RESP OFF"])
+def test_a_trigger_input_names_its_line(message: str) -> None:
+    """Left out, the line would mean the panel's selected one: the gateway wants it named."""
+    with pytest.raises(Exception, match="-109"):
+        classify(message, "dp832")
