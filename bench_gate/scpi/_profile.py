@@ -25,7 +25,7 @@ from ._errors import ScpiError
 from ._excitation import check_excitation
 from ._lexer import ChannelList, lex
 from ._lock import check_lock
-from ._patterns import pattern_canonical, pattern_spellings
+from ._patterns import keyword_short, pattern_canonical, pattern_spellings
 from ._schema import (
     AddressingSpec,
     CommandSpec,
@@ -329,7 +329,7 @@ def _check_excitation(command: CommandSpec, form: FormSpec) -> None:
         if form.expand:
             raise ProfileError(f"{command.header}: an expansion cannot excite by value")
         shorts = {pattern_canonical(c) if p.type == "string"
-                  else "".join(ch for ch in c if ch.isupper()) for c in p.choices}
+                  else keyword_short(c) for c in p.choices}
         unknown = sorted(set(p.excites) - shorts)
         if unknown:
             raise ProfileError(f"{command.header}: excites names {', '.join(unknown)}, not "
