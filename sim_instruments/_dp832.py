@@ -159,7 +159,7 @@ class SimDp832(SimInstrument):
             if m := regex.fullmatch(canonical):
                 line = self._lines[int(m[2])]
                 if m[1]:
-                    return {0: "ON" if line[0] else "OFF", 1: line[1], 2: f"CH{line[2]}"}[slot]
+                    return ("ON" if line[0] else "OFF", str(line[1]), f"CH{line[2]}")[slot]
                 if m[3] is not None:
                     line[slot] = (m[3] in ("ON", "1"), m[3], int(m[3]) if slot == 2 else 0)[slot]
                 return ""

@@ -26,6 +26,7 @@ from tests.conftest import own_port
     ("e36312a", "SYST:PON:STAT RCL0", "SYST:PON:STAT RCL0"),
     ("e36312a", "TRIG:SOUR IMMEDIATE,(@1)", "TRIG:SOUR IMM,(@1)"),
     ("dmm6500", "VOLT:INP MOHM10", "VOLT:INP MOHM10"),
+    ("dp832", "TRIG:IN D3,OFF", "TRIG:IN D3,OFF"),
 ])
 def test_a_keyword_keeps_the_digits_it_ends_with(profile: str, message: str,
                                                  canonical: str) -> None:
