@@ -190,8 +190,10 @@ class Snapshots(Part):
         # Levels stored for a trigger (a list's points, a triggered level) outside on an
         # energized channel: a command whose effect cannot be predicted may be the trigger
         # that applies them, its first point before any read-back. Other breaches found
-        # live are the read-back's: it makes them safe on the write's own lane turn.
-        stored = [b for b in envelope.breaches(profile, limits, snap.values)
+        # live are the read-back's: it makes them safe on the write's own lane turn. A
+        # coupling that may be on carries a channel's stored level to its followers.
+        stored = [b for b in envelope.breaches(profile, limits,
+                                               envelope.carried(profile, snap.values))
                   if profile.fields[b.field].points]
         blind = [a.canonical for a in actions if a.unpredictable]
         if stored and blind:

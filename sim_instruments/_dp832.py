@@ -141,8 +141,11 @@ class SimDp832(SimInstrument):
         with self._lock:
             for kind, ch in sorted(pending):
                 field = "voltage" if kind == "VOLT" else "current"
-                self._set(f"ch{ch}_{field}",
-                          float(self._get(f"set_sour{ch}_{kind.lower()}_trig_ch{ch}")))
+                level = float(self._get(f"set_sour{ch}_{kind.lower()}_trig_ch{ch}"))
+                self._set(f"ch{ch}_{field}", level)
+                # A level a trigger applies is a setpoint changed: tracking moves the other.
+                if ch in (1, 2) and "ON" in (self._track[1], self._track[2]):
+                    self._set(f"ch{3 - ch}_{field}", level)
 
     def _trigger_in(self, canonical: str) -> str | None:
         """The trigger input's settings, set or answered; an edge at a line acts on its

@@ -10,6 +10,7 @@ simulator's own port, where ``SIM:EDGE D0`` is the signal arriving at line D0.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -106,3 +107,43 @@ def test_a_trigger_input_names_its_line(message: str) -> None:
     """Left out, the line would mean the panel's selected one: the gateway wants it named."""
     with pytest.raises(Exception, match="-109"):
         classify(message, "dp832")
+
+
+async def test_a_triggered_level_never_reaches_a_tracking_channel_outside(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread) -> None:
+    """DP800 guide, :OUTPut:TRACk: while tracking is on, the other channel's voltage setting
+    follows CH1's whenever it changes, a trigger's change included. CH2 on at 3 V under its
+    6 V envelope, CH1 off, tracking on; ``:SOUR1:VOLT:TRIG 10`` is inside CH1's 12 V. The
+    trigger (every approval) read back 3 V, and a second later CH2 gave its DUT 10 V. Now
+    refused (-222): the stored level is judged on every channel a coupling carries it to."""
+    run = gateway.create_run(script, "script", goal="a tracked step")
+    for message in (":SOUR2:CURR 0.2;:SOUR2:VOLT 3;:SOUR1:CURR 0.2;:SOUR1:VOLT 3;:OUTP CH2,ON",
+                    ":OUTP:TRAC CH1,ON", ":SOUR1:VOLT:TRIG 10"):
+        done = await _everything(gateway, run.id, "dp832", message, olga, pete)
+        assert done.request.status.value == "executed", (message, done.request.outcome)
+    results = [await _everything(gateway, run.id, "dp832", m, olga, pete)
+               for m in (":TRIG", "*TRG")]
+    await asyncio.sleep(1.3)  # the trigger delay: 1 s
+    with own_port(dp832_sim.resource_name) as res:
+        ch2 = Decimal(res.query("MEAS:VOLT? CH2")), res.query("OUTP? CH2")
+    assert ch2 == (Decimal(3), "ON"), results
+    for result in results:
+        assert getattr(result, "status", None) == "refused" and result.code == -222, result
+        assert "CH2 triggered voltage" in result.reason, result.reason
+
+
+async def test_without_tracking_a_triggered_level_is_judged_on_its_own_channel(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread) -> None:
+    """The same with tracking off (read as OFF on both channels): the trigger runs, CH1
+    (off) takes 10 V and CH2 keeps its 3 V."""
+    run = gateway.create_run(script, "script", goal="an untracked step")
+    for message in (":SOUR2:CURR 0.2;:SOUR2:VOLT 3;:SOUR1:CURR 0.2;:SOUR1:VOLT 3;:OUTP CH2,ON",
+                    ":SOUR1:VOLT:TRIG 10", ":TRIG"):
+        done = await _everything(gateway, run.id, "dp832", message, olga, pete)
+        assert done.request.status.value == "executed", (message, done.request.outcome)
+    await asyncio.sleep(1.3)
+    with own_port(dp832_sim.resource_name) as res:
+        assert Decimal(res.query("SOUR1:VOLT?")) == 10
+        assert (Decimal(res.query("MEAS:VOLT? CH2")), res.query("OUTP? CH2")) == (3, "ON")
