@@ -116,14 +116,19 @@ async def test_a_triggered_level_never_reaches_a_tracking_channel_outside(
     follows CH1's whenever it changes, a trigger's change included. CH2 on at 3 V under its
     6 V envelope, CH1 off, tracking on; ``:SOUR1:VOLT:TRIG 10`` is inside CH1's 12 V. The
     trigger (every approval) read back 3 V, and a second later CH2 gave its DUT 10 V. Now
-    refused (-222): the stored level is judged on every channel a coupling carries it to."""
+    the level is judged on every channel a coupling carries it to: storing it is refused
+    (-222), and with it stored at the panel, so is the trigger."""
     run = gateway.create_run(script, "script", goal="a tracked step")
     for message in (":SOUR2:CURR 0.2;:SOUR2:VOLT 3;:SOUR1:CURR 0.2;:SOUR1:VOLT 3;:OUTP CH2,ON",
-                    ":OUTP:TRAC CH1,ON", ":SOUR1:VOLT:TRIG 10"):
+                    ":OUTP:TRAC CH1,ON"):
         done = await _everything(gateway, run.id, "dp832", message, olga, pete)
         assert done.request.status.value == "executed", (message, done.request.outcome)
-    results = [await _everything(gateway, run.id, "dp832", m, olga, pete)
-               for m in (":TRIG", "*TRG")]
+    stored = await _everything(gateway, run.id, "dp832", ":SOUR1:VOLT:TRIG 10", olga, pete)
+    with own_port(dp832_sim.resource_name, panel=True) as panel:
+        panel.write(":SOUR1:VOLT:TRIG 10")  # stored at the panel, if not through the gateway
+        assert panel.query("*OPC?") == "1"
+    results = [stored, *[await _everything(gateway, run.id, "dp832", m, olga, pete)
+                         for m in (":TRIG", "*TRG")]]
     await asyncio.sleep(1.3)  # the trigger delay: 1 s
     with own_port(dp832_sim.resource_name) as res:
         ch2 = Decimal(res.query("MEAS:VOLT? CH2")), res.query("OUTP? CH2")
@@ -147,3 +152,26 @@ async def test_without_tracking_a_triggered_level_is_judged_on_its_own_channel(
     with own_port(dp832_sim.resource_name) as res:
         assert Decimal(res.query("SOUR1:VOLT?")) == 10
         assert (Decimal(res.query("MEAS:VOLT? CH2")), res.query("OUTP? CH2")) == (3, "ON")
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ([":OUTP:TRAC CH1,ON"], ":SOUR1:VOLT:TRIG 10;:TRIG"),  # stored in the trigger's message
+    ([":SOUR1:VOLT:TRIG 10"], ":OUTP:TRAC CH1,ON;:TRIG"),  # tracking on in its message
+    ([":SOUR1:VOLT:TRIG 10"], ":OUTP:TRAC CH2,ON;*TRG"),
+])
+async def test_tracking_and_a_trigger_in_one_message_never_carry_a_level_outside(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        dp832_sim: SimServedThread, setup: list[str], message: str) -> None:
+    """As above, with the level stored or the tracking switched on in the trigger's own
+    message, where the snapshot from before it shows neither: refused (-222)."""
+    run = gateway.create_run(script, "script", goal="a tracked step in one message")
+    for text in [":SOUR2:CURR 0.2;:SOUR2:VOLT 3;:SOUR1:CURR 0.2;:SOUR1:VOLT 3;:OUTP CH2,ON",
+                 *setup]:
+        done = await _everything(gateway, run.id, "dp832", text, olga, pete)
+        assert done.request.status.value == "executed", (text, done.request.outcome)
+    result = await _everything(gateway, run.id, "dp832", message, olga, pete)
+    await asyncio.sleep(1.3)
+    with own_port(dp832_sim.resource_name) as res:
+        ch2 = Decimal(res.query("MEAS:VOLT? CH2")), res.query("OUTP? CH2")
+    assert ch2 == (Decimal(3), "ON"), result
+    assert getattr(result, "status", None) == "refused" and result.code == -222, result
