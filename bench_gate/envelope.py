@@ -357,6 +357,27 @@ def follow(profile: Profile, state: dict[str, str], changed: str | None = None
     return out
 
 
+def carried(profile: Profile, state: Mapping[str, str]) -> dict[str, str]:
+    """``state`` with each level stored for a trigger (``points``) also on every channel a
+    coupling that may be on copies its field into: a trigger applies it as a setpoint, and
+    the coupling moves the follower with it (DP800 guide, :OUTPut:TRACk). The farther level
+    stays; an unreadable one is carried as it is (outside)."""
+    out = dict(state)
+    for name, spec in profile.fields.items():
+        for source, targets in spec.copies.items() if _coupled(profile, name, state) else ():
+            channel, field = _channel_of(source), source.split(".", 1)[-1]
+            for stored, points in profile.fields.items():
+                raw = state.get(_key(channel, stored)) if channel is not None else None
+                if raw is None or not points.points or (
+                        profile.limit_of(stored) != profile.limit_of(field)):
+                    continue
+                for to in filter(None, (_channel_of(t.removeprefix("-")) for t in targets)):
+                    here, there = magnitude(out.get(_key(to, stored))), magnitude(raw)
+                    if here is None or there is None or there > here:
+                        out[_key(to, stored)] = raw
+    return out
+
+
 def _coupled(profile: Profile, name: str, state: Mapping[str, str]) -> bool:
     """Whether coupling field ``name`` may be on in ``state``: on, or unread (fails closed)."""
     spec = profile.fields[name]

@@ -17,7 +17,15 @@ from .handoff import describe, snapshot_key
 from .instruments import AsyncLink
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
-from .scpi import Classification, Profile, Unit, classify, format_number, render_value
+from .scpi import (
+    Classification,
+    Profile,
+    ScpiError,
+    Unit,
+    classify,
+    format_number,
+    render_value,
+)
 from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
 __all__ = ["Snapshots", "normalize", "unverifiable"]
@@ -71,6 +79,39 @@ def _stored_follow(profile: Profile, before: dict[str, str], after: dict[str, st
             if spec.follows == name and stored in before and before[stored] == before[key]:
                 out[stored] = value
     return out
+
+
+def _reach(profile: Profile, action: Action) -> tuple[tuple[str, Decimal], ...]:
+    """The levels ``action`` stores for a trigger, from its canonical unit (which names its
+    channel); none for a unit that does not parse again."""
+    if action.channel is None:
+        return ()
+    try:
+        return tuple(r for u in classify(action.canonical, profile.name).units for r in u.reach)
+    except ScpiError:
+        return ()
+
+
+def _stored(profile: Profile, actions: list[Action], state: dict[str, str]
+            ) -> dict[str, str]:
+    """``state`` with the levels ``actions`` store for a trigger (``Unit.reach``: a
+    triggered level, a list's points) on their channel's ``points`` fields, the farthest
+    kept, carried by every coupling (``envelope.carried``); by every one, on or off, after
+    an unpredictable unit that is not the last (``OUTP:TRAC``, ``*RCL`` before ``:TRIG``)."""
+    out = dict(state)
+    for a in actions:
+        for field, level in _reach(profile, a):
+            for name, spec in profile.fields.items():
+                key = f"ch{a.channel}.{name}"
+                if spec.points and profile.limit_of(name) == profile.limit_of(field) and (
+                        (old := envelope.magnitude(out.get(key))) is None or abs(level) > old):
+                    out[key] = format_number(level)
+    if len([a for a in actions if a.unpredictable]) > 1:
+        # After the first unpredictable unit a coupling may be on (OUTP:TRAC, *RCL): its
+        # state is dropped, so envelope.carried counts it as on (unread fails closed).
+        out = {k: v for k, v in out.items()
+               if not getattr(profile.fields.get(k.split(".", 1)[-1]), "copies", None)}
+    return envelope.carried(profile, out)
 
 
 def unverifiable(actions: list[Action]) -> list[str]:
@@ -190,8 +231,10 @@ class Snapshots(Part):
         # Levels stored for a trigger (a list's points, a triggered level) outside on an
         # energized channel: a command whose effect cannot be predicted may be the trigger
         # that applies them, its first point before any read-back. Other breaches found
-        # live are the read-back's: it makes them safe on the write's own lane turn.
-        stored = [b for b in envelope.breaches(profile, limits, snap.values)
+        # live are the read-back's: it makes them safe on the write's own lane turn. A
+        # coupling that may be on carries a channel's stored level to its followers.
+        stored = [b for b in envelope.breaches(profile, limits,
+                                               _stored(profile, actions, snap.values))
                   if profile.fields[b.field].points]
         blind = [a.canonical for a in actions if a.unpredictable]
         if stored and blind:

@@ -12,6 +12,11 @@ The trigger (DP800 guide, :TRIGger, :SOURce:VOLTage:TRIGgered): ``:TRIGger`` or 
 applies, after ``:TRIGger:DELay`` (1 s at least), the triggered levels of every channel one
 was programmed on since the last trigger.
 
+The trigger input (DP800 guide, :TRIGger:IN): a data line of the rear digital I/O, once
+enabled (``:TRIGger:IN D0,ON``), switches its source channel's output (``:TRIGger:IN:SOURce``,
+CH1 by default) on, off or over (``:TRIGger:IN:RESPonse``) when its input signal meets the
+trigger type; ``SIM:EDGE D<n>`` is that signal arriving at line n.
+
 The model keeps its own selection, shared by every interface like the instrument's, and
 classifies each message under it; a message with a channel list is refused (the DP832 takes
 none), so a test proves the gateway writes every channel out in the DP832's own spelling.
@@ -52,6 +57,11 @@ _TIMER_RUN = re.compile(r"TIME(?:R)?(?::STAT(?:E)?)? (?:CH(\d),)?(ON|OFF|1|0)")
 #: A triggered level stored (pending until the next trigger), and the trigger itself.
 _TRIGGERED = re.compile(r"SOUR(\d):(VOLT|CURR):TRIG ([-+0-9.E]+)")
 _FIRE = frozenset({"TRIG", "*TRG"})
+#: The trigger input: a line enabled, its response, its source; an edge at a line.
+_TRIG_IN = re.compile(r"TRIG:IN(?::ENAB)?(\?)? D([0-3])(?:,(ON|OFF|1|0))?")
+_TRIG_IN_RESP = re.compile(r"TRIG:IN:RESP(\?)? D([0-3])(?:,(ON|OFF|ALTER))?")
+_TRIG_IN_SOUR = re.compile(r"TRIG:IN:SOUR(\?)? D([0-3])(?:,CH([1-3]))?")
+_EDGE = re.compile(r"SIM:EDGE D([0-3])")
 #: The rating each channel's APPL? names (DP800 guide: ``CH1:30V/3A,5.000,1.0000``).
 _RATING = {1: "30V/3A", 2: "30V/3A", 3: "5V/3A"}
 
@@ -73,6 +83,8 @@ class SimDp832(SimInstrument):
         #: (VOLT|CURR, channel) with a triggered level programmed since the last trigger.
         self._pending: set[tuple[str, int]] = set()
         self._delays: list[threading.Timer] = []
+        #: Each data line's trigger input: [enabled, response, source channel].
+        self._lines: dict[int, list[Any]] = {n: [False, "OFF", 1] for n in range(4)}
 
     def close(self) -> None:
         if self._timer is not None:
@@ -129,10 +141,36 @@ class SimDp832(SimInstrument):
         with self._lock:
             for kind, ch in sorted(pending):
                 field = "voltage" if kind == "VOLT" else "current"
-                self._set(f"ch{ch}_{field}",
-                          float(self._get(f"set_sour{ch}_{kind.lower()}_trig_ch{ch}")))
+                level = float(self._get(f"set_sour{ch}_{kind.lower()}_trig_ch{ch}"))
+                self._set(f"ch{ch}_{field}", level)
+                # A level a trigger applies is a setpoint changed: tracking moves the other.
+                if ch in (1, 2) and "ON" in (self._track[1], self._track[2]):
+                    self._set(f"ch{3 - ch}_{field}", level)
+
+    def _trigger_in(self, canonical: str) -> str | None:
+        """The trigger input's settings, set or answered; an edge at a line acts on its
+        source channel's output as its response says. None: not one of them."""
+        if m := _EDGE.fullmatch(canonical):
+            enabled, response, ch = self._lines[int(m[1])]
+            if enabled and response != "OFF":
+                on = response == "ON" or not int(self._get(f"ch{ch}_output"))
+                self._set(f"ch{ch}_output", int(on))
+            elif enabled:
+                self._set(f"ch{ch}_output", 0)
+            return ""
+        for regex, slot in ((_TRIG_IN, 0), (_TRIG_IN_RESP, 1), (_TRIG_IN_SOUR, 2)):
+            if m := regex.fullmatch(canonical):
+                line = self._lines[int(m[2])]
+                if m[1]:
+                    return ("ON" if line[0] else "OFF", str(line[1]), f"CH{line[2]}")[slot]
+                if m[3] is not None:
+                    line[slot] = (m[3] in ("ON", "1"), m[3], int(m[3]) if slot == 2 else 0)[slot]
+                return ""
+        return None
 
     def _model_write(self, canonical: str) -> bool:
+        if self._trigger_in(canonical) is not None:
+            return True
         if m := _TRIGGERED.fullmatch(canonical):
             self._pending.add((m[2], int(m[1])))
             return False  # stored by its setting
@@ -159,9 +197,12 @@ class SimDp832(SimInstrument):
             return True
         if canonical == "*RST":
             self._track = {1: "OFF", 2: "OFF", 3: "OFF"}
+            self._lines = {n: [False, "OFF", 1] for n in range(4)}
         return bool(_CLEAR.fullmatch(canonical))
 
     def _model_answer(self, canonical: str) -> str | None:
+        if answer := self._trigger_in(canonical):
+            return answer
         if m := _SELECTION.fullmatch(canonical):
             channel = int(m[2])
             return str(channel) if m[1] else f"CH{channel}"

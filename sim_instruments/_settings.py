@@ -21,7 +21,7 @@ from bench_gate.scpi import CommandSpec, Effect, FormSpec, ParamSpec, Profile, l
 from bench_gate.scpi._examples import sample_value
 from bench_gate.scpi._lexer import ChannelList, CharData
 from bench_gate.scpi._params import bound
-from bench_gate.scpi._patterns import canonical_header, canonical_with_suffix
+from bench_gate.scpi._patterns import canonical_header, canonical_with_suffix, keyword_short
 
 __all__ = [
     "ON_OFF",
@@ -53,7 +53,7 @@ MODELLED = frozenset({Effect.SETPOINT, Effect.OUTPUT, Effect.SELECT, Effect.FORB
 
 
 def _short(word: str) -> str:
-    return "".join(c for c in word if c.isupper()) or word
+    return keyword_short(word) or word
 
 
 def _value_param(form: FormSpec) -> ParamSpec | None:

@@ -33,7 +33,7 @@ from ._lexer import (
     RawUnit,
     lex,
 )
-from ._patterns import Node, canonical_header, parse_pattern, pattern_spellings
+from ._patterns import Node, canonical_header, keyword_short, parse_pattern, pattern_spellings
 from ._profile import Profile, available_profiles, get_profile
 from ._schema import (
     CommandSpec,
@@ -89,6 +89,7 @@ __all__ = [
     "format_number",
     "get_profile",
     "is_read_only",
+    "keyword_short",
     "lex",
     "measures_now",
     "measuring",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._patterns import keyword_short
 from ._profile import Profile
 from ._schema import CommandSpec, Effect, FormSpec, ParamSpec
 from .units import format_number
@@ -38,7 +39,7 @@ def sample_value(spec: ParamSpec, profile: Profile) -> str:
             low = spec.range[0]
             return format_number(low) if spec.type == "number" else str(int(low))
         if spec.keywords:
-            return "".join(c for c in spec.keywords[0] if c.isupper())
+            return keyword_short(spec.keywords[0])
         channel = profile.channels[0] if profile.channels else None
         found = profile.range_of(spec.field, channel) if spec.field else None
         return format_number(found[0]) if found else "0"
@@ -46,7 +47,7 @@ def sample_value(spec: ParamSpec, profile: Profile) -> str:
         return "0"
     if spec.type in ("choice", "minmax"):
         choices = spec.choices or ("MINimum",)
-        return "".join(c for c in choices[0] if c.isupper()) or choices[0]
+        return keyword_short(choices[0]) or choices[0]
     if spec.type == "channel_name":
         return next(iter(profile.channel_names))
     if spec.type == "string":
@@ -64,7 +65,7 @@ def _limits(spec: ParamSpec) -> list[str]:
         return ["MIN", "MAX"]
     if spec.type == "choice" and {c.upper() for c in spec.choices} <= {
             "MINIMUM", "MAXIMUM", "DEFAULT"}:
-        return ["".join(c for c in choice if c.isupper()) for choice in spec.choices]
+        return [keyword_short(choice) for choice in spec.choices]
     return []
 
 

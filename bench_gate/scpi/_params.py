@@ -10,6 +10,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
 from ._lexer import Block, ChannelList, CharData, Data, Number, QuotedString
+from ._patterns import keyword_short
 from ._profile import Profile
 from ._schema import ParamSpec
 from .units import Value, format_number
@@ -110,7 +111,7 @@ class ParamReader:
                     return word
             if isinstance(datum, CharData):
                 for choice in spec.choices:
-                    short = "".join(c for c in choice if c.isupper())
+                    short = keyword_short(choice)
                     if datum.text in (short, choice.upper()):
                         return short
             raise self.err(ScpiExecutionError, -224,
@@ -233,7 +234,7 @@ def bound(bounds: tuple[Decimal, Decimal], keyword: str) -> Decimal:
 def _keyword(keywords: tuple[str, ...], text: str) -> str | None:
     """The short form of the keyword ``text`` spells (``MAXimum`` -> ``MAX``), or None."""
     for word in keywords:
-        short = "".join(c for c in word if c.isupper())
+        short = keyword_short(word)
         if text in (short, word.upper()):
             return short
     return None

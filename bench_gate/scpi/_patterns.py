@@ -17,6 +17,7 @@ __all__ = [
     "canonical_header",
     "canonical_with_suffix",
     "check_forbidden_under",
+    "keyword_short",
     "parse_pattern",
     "pattern_canonical",
     "pattern_spellings",
@@ -38,6 +39,15 @@ class Node:
     #: another (``TIMEr``: TIM, ``POWEr``: POW, ``TRACK``: TRAC). An instrument whose
     #: parser follows the rule takes them, so they are spellings of this node too.
     rules: tuple[str, ...] = ()
+
+
+def keyword_short(word: str) -> str:
+    """The short form of a keyword a parameter takes: its upper-case letters and the
+    digits it ends with, a number that is part of the mnemonic as in a header node
+    (``IMMediate``: IMM, ``PIN1``: PIN1, ``RCL0``: RCL0, ``D0``: D0, ``MOHM10``: MOHM10).
+    Dropping them made PIN1, PIN2 and PIN3 one word, PIN, on the wire."""
+    digits = word[len(word.rstrip("0123456789")):]
+    return "".join(c for c in word[: len(word) - len(digits)] if c.isupper()) + digits
 
 
 #: SCPI-99 Vol. 1 §6.2.1 (mnemonic generation): a keyword of more than four letters is

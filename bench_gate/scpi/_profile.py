@@ -25,7 +25,13 @@ from ._errors import ScpiError
 from ._excitation import check_excitation
 from ._lexer import ChannelList, lex
 from ._lock import check_lock
-from ._patterns import check_forbidden_under, pattern_canonical, pattern_spellings, under
+from ._patterns import (
+    check_forbidden_under,
+    keyword_short,
+    pattern_canonical,
+    pattern_spellings,
+    under,
+)
 from ._schema import (
     AddressingSpec,
     CommandSpec,
@@ -334,7 +340,7 @@ def _check_excitation(command: CommandSpec, form: FormSpec) -> None:
         if form.expand:
             raise ProfileError(f"{command.header}: an expansion cannot excite by value")
         shorts = {pattern_canonical(c) if p.type == "string"
-                  else "".join(ch for ch in c if ch.isupper()) for c in p.choices}
+                  else keyword_short(c) for c in p.choices}
         unknown = sorted(set(p.excites) - shorts)
         if unknown:
             raise ProfileError(f"{command.header}: excites names {', '.join(unknown)}, not "
