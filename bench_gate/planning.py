@@ -154,6 +154,11 @@ class PlanDesk(Part):
             if ch not in inst.profile.channels:
                 raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}",
                                    field="channels")
+            lacks = [f for f in ("voltage", "current") if not inst.profile.has_field(f, ch)]
+            if lacks:  # a fixed output (the SPD3303X's CH3): the scope's range bounds nothing
+                raise InvalidInput(
+                    f"plan scope: {scope.instrument} CH{ch} has no {' or '.join(lacks)} "
+                    "setpoint, so a plan's range cannot bound it", field="channels")
             bounds = limits.get(ch)
             hard_v = inst.profile.range_of("voltage", ch)
             hard_i = inst.profile.range_of("current", ch)
@@ -170,7 +175,8 @@ class PlanDesk(Part):
                                    f"the bench limit of {imax} A", field="current_max")
         snap = await self.snaps.snapshot(inst, [(ch, f) for ch in scope.channels
                                                 for f, spec in inst.profile.fields.items()
-                                                if not spec.measured])
+                                                if not spec.measured
+                                                and inst.profile.has_field(f, ch)])
         plan_id = new_id("plan")
         words = scope_words(scope)
         actions = [Action(index=i, source=0, text=line, effect="plan", canonical=line,
