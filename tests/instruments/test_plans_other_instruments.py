@@ -99,7 +99,17 @@ SUPPLIES: dict[str, Any] = {
                [":CURR 0.2", ":INP ON", ":CURR 0.4", ":VOLT MIN"],
                [":CURR 0.6", ":FUNC VOLT", ":RES 1", ":VOLT:ILIM 1", "*RCL 1"],
                [":CURR?", ":VOLT?", ":FUNC?"]),
+    # The SMU: the plan's current is the current limit while sourcing voltage (ILIM); the
+    # other function's levels are not the plan's to set, and its output enable is judged on
+    # them too: VLIM at its default 21 V is above the plan's 5 V, so OUTP ON waits.
+    "k2450": ("k2450", {1: ChannelLimits(voltage=Decimal(25), current=Decimal(1))},
+              [":SOUR:VOLT:ILIM 0.05", ":SOUR:VOLT 1", ":SOUR1:VOLT:LEV:IMM:AMPL 2"],
+              [":OUTP ON", ":SOUR:CURR 0.1", ":SOUR:CURR:VLIM 4", ":SOUR:FUNC CURR",
+               ":SOUR:VOLT:ILIM 0.6", ":SOUR:VOLT 4;:SOUR:VOLT 5", ":SOUR:VOLT:RANG 20",
+               "*RCL 1"],
+              [":SOUR:VOLT?", ":SOUR:VOLT:ILIM?", ":SOUR:CURR?", ":SOUR:FUNC?", ":OUTP?"]),
 }
+SIMULATED = {"k2450": "smu"}  # sim_instruments.EXTRA names the 2450 by its kind
 
 
 @pytest.mark.parametrize("name", list(SUPPLIES))
@@ -108,7 +118,7 @@ async def test_a_plan_runs_inside_its_scope_and_holds_the_rest(
         pete: Principal) -> None:
     profile, limits, inside, outside, levels = SUPPLIES[name]
     channel = 2 if profile == "e3631a" else 1
-    with SimServedThread(profile) as served:
+    with SimServedThread(SIMULATED.get(profile, profile)) as served:
         gw = await gateway_for(sim, served, profile, limits, tmp_path)
         try:
             run = gw.create_run(script, "script", goal=f"{profile} plan")
