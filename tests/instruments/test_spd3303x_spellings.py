@@ -7,41 +7,20 @@ which a lenient parser could run as the header, is refused, never held or sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Status
-from sim_instruments import SimBenchThread, SimServedThread
-from tests.conftest import own_port, served_bench
 from tests.doors.proxy.test_proxy import in_thread
 
-from .test_spd3303x import LIMITS, NO_ERROR, PROFILE, outputs
+from . import test_spd3303x as spd
+from .test_spd3303x import NO_ERROR, outputs
 
-
-@pytest.fixture
-def supply_sim() -> Iterator[SimServedThread]:
-    with SimServedThread("spd3303x") as served:
-        yield served
-
-
-@pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread) -> BenchConfig:
-    return served_bench(sim, "spd", supply_sim, PROFILE, LIMITS)
-
-
-@pytest.fixture
-def supply(open_client: Callable[..., Any]) -> Any:
-    return open_client("spd")
-
-
-@pytest.fixture
-def panel(supply_sim: SimServedThread) -> Iterator[Any]:
-    with own_port(supply_sim.resource_name) as res:
-        yield res
+# The SPD3303X bench of test_spd3303x.py: its simulator, the gateway's config, a script's
+# socket-door connection and the simulator's own port.
+supply_sim, config, supply, panel = spd.supply_sim, spd.config, spd.supply, spd.panel
 
 
 def sent(supply: Any, message: str) -> str:

@@ -8,7 +8,6 @@ field read from a register's bits must name the register's radix."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,11 @@ from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.scpi import ProfileError, get_profile
 from bench_gate.snapshots import normalize
-from sim_instruments import SimBenchThread, SimServedThread, SimSpd3303x
-from tests.conftest import own_port, served_bench
+from sim_instruments import SimServedThread, SimSpd3303x
 from tests.doors.proxy.test_proxy import in_thread, next_pending
 
-from .test_spd3303x import LIMITS, PROFILE
+from . import test_spd3303x as spd
+from .test_spd3303x import PROFILE
 
 SPELLINGS = ["0x{:04X}", "0x{:04x}", "0X{:04X}", "0x{:X}", "{:04X}", "{:04x}", "{:X}",
              " 0x{:04X}\n", '"0x{:04X}"', '"{:04X}"']
@@ -62,28 +61,9 @@ def test_a_register_field_without_its_radix_is_refused(tmp_path: Path) -> None:
         get_profile(str(path))
 
 
-@pytest.fixture
-def supply_sim() -> Iterator[SimServedThread]:
-    with SimServedThread("spd3303x") as served:
-        yield served
-
-
-@pytest.fixture
-def config(sim: SimBenchThread, supply_sim: SimServedThread) -> Any:
-    return served_bench(sim, "spd", supply_sim, PROFILE, LIMITS)
-
-
-@pytest.fixture
-def supply(open_client: Callable[..., Any]) -> Any:
-    return open_client("spd")
-
-
-@pytest.fixture
-def panel(supply_sim: SimServedThread) -> Iterator[Any]:
-    """The simulator's own port, open for the whole test (closing it ends pyvisa's other
-    sessions of its resource manager)."""
-    with own_port(supply_sim.resource_name) as res:
-        yield res
+# The SPD3303X bench of test_spd3303x.py: its simulator, the gateway's config, a script's
+# socket-door connection and the simulator's own port.
+supply_sim, config, supply, panel = spd.supply_sim, spd.config, spd.supply, spd.panel
 
 
 def spelled(served: SimServedThread, spelling: str) -> None:
