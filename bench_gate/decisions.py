@@ -235,8 +235,9 @@ class Decisions(Part):
         """Approvals given with a token revoked since leave ``req`` (journaled), so the
         grant counts only what still stands; an approver whose own token was revoked (a
         verified token is trusted a moment without a lookup) decides nothing."""
-        refuse_revoked(self.store, approver)
-        gone = withdrawn(req.approvals, revoked_tokens(self.store), self.store)
+        revoked = revoked_tokens(self.store)  # one read of the tokens for both
+        refuse_revoked(self.store, approver, revoked)
+        gone = withdrawn(req.approvals, revoked, self.store)
         req.approvals = [a for a in req.approvals if a not in gone]
         return self._withdrawn_events(req, gone)
 
