@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from bench_gate.config import BenchConfig, ChannelLimits
+from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from bench_gate.scpi import classify
@@ -24,9 +24,7 @@ from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
 from tests.core.test_review_holes_2 import _everything
 
-LIMITS = {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1)),
-          2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5")),
-          3: ChannelLimits(voltage=Decimal("3.3"), current=Decimal("0.5"))}
+from .test_dp832 import LIMITS  # the DP832 bench's envelope
 
 
 @pytest.fixture
