@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from .config import ChannelLimits
+from .couplings import joined
 from .models import Action
 from .scpi import Profile, classify, format_number
+from .scpi.units import magnitude
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
-           "enveloped_fields", "guards", "in_force", "judged_modes", "live_words", "magnitude",
-           "modes", "no_worse", "off_modes", "readable_fields", "safe_commands", "safe_fields",
-           "setpoint_fields", "summary", "unbounded"]
+           "enveloped_fields", "guards", "in_force", "judged_modes", "live_words",
+           "magnitude", "modes", "no_worse", "off_modes", "readable_fields", "safe_commands",
+           "safe_fields", "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -67,21 +69,6 @@ class Breach:
         if self.held:
             out["held"] = self.held
         return out
-
-
-def magnitude(raw: str | None) -> Decimal | None:
-    """How far a field's value is from 0: a number's magnitude, or the largest of a list's
-    points (``3,-20`` is 20: ``FieldSpec.points``). None when any part is no finite number
-    (unread, garbled, empty): it cannot be shown inside."""
-    if raw is None:
-        return None
-    try:
-        values = [Decimal(part) for part in raw.split(",")]
-    except InvalidOperation:
-        return None
-    if not all(v.is_finite() for v in values):
-        return None
-    return max(abs(v) for v in values)
 
 
 def _limits_of(limits: ChannelLimits) -> dict[str, Decimal]:
@@ -136,9 +123,10 @@ def enveloped_fields(profile: Profile, limits: dict[int, ChannelLimits]
         if channel not in profile.channels:
             continue
         names = ([safe.field] if safe is not None else []) + list(
-            bounded(profile, limits[channel])) + modes(profile, channel) + off_modes(
+            bounded(profile, limits[channel])) + off_modes(
             profile, channel) + guards(profile, limits[channel], channel)
         out.extend((channel, f) for f in dict.fromkeys(names))
+        out.extend(m for m in modes(profile, channel) if m not in out)
     return out
 
 
@@ -151,10 +139,20 @@ def readable_fields(profile: Profile, limits: dict[int, ChannelLimits]
     return [(ch, f) for ch, f in enveloped_fields(profile, limits) if profile.has_field(f, ch)]
 
 
-def modes(profile: Profile, channel: int) -> list[str]:
-    """The channel's fields that say whether its limits bound it at all (``bounded_when``)."""
-    return [f for f, spec in profile.fields.items()
-            if spec.bounded_when and profile.has_field(f, channel)]
+def modes(profile: Profile, channel: int) -> list[tuple[int, str]]:
+    """The fields that say whether the channel's limits bound it at all (``bounded_when``),
+    each with the channel it is read on: the channel's own, or, for a coupling read on one
+    channel that joins others (a pairing: ``copies``), that channel's, on every channel
+    it joins."""
+    out: list[tuple[int, str]] = []
+    for f, spec in profile.fields.items():
+        if not spec.bounded_when:
+            continue
+        if profile.has_field(f, channel):
+            out.append((channel, f))
+        elif channel in joined(profile, f):
+            out.extend((ch, f) for ch in profile.channels if profile.has_field(f, ch))
+    return out
 
 
 def guards(profile: Profile, limits: ChannelLimits, channel: int) -> list[str]:
@@ -276,8 +274,8 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
                    for field in guards(profile, limits[channel], channel)
                    if (raw := state.get(_key(channel, field))) not in ("1", "ON", "True"))
         out.extend(Breach(channel, field, raw, Decimal(0), mode=True)
-                   for field in modes(profile, channel)
-                   if _unbounded_mode(profile, field, raw := state.get(_key(channel, field))))
+                   for read_on, field in modes(profile, channel)
+                   if _unbounded_mode(profile, field, raw := state.get(_key(read_on, field))))
     return out
 
 
@@ -323,80 +321,3 @@ def safe_commands(profile: Profile, channels: list[int]) -> list[str]:
         out.extend(u.canonical for u in
                    classify(safe.command.format(ch=channel), profile.name).units)
     return out
-
-
-def _channel_of(key: str) -> int | None:
-    head = key.removeprefix("-").split(".", 1)[0]
-    return int(head[2:]) if head.startswith("ch") and head[2:].isdigit() else None
-
-
-def _negate(value: str) -> str:
-    try:
-        return format_number(-Decimal(value))
-    except InvalidOperation:
-        return value  # unreadable stays unreadable: the envelope counts it outside
-
-
-def follow(profile: Profile, state: dict[str, str], changed: str | None = None
-           ) -> dict[str, str]:
-    """``state`` with the copies a coupling makes while it is on (``FieldSpec.copies``: the
-    E36312A's tracking sets CH3's voltage with CH2's). A coupling whose state is unread
-    counts as on: a prediction that leaves a channel out fails open. ``changed``: copy from
-    that key only, so a coupling both ways (the DP832's) copies the value just set."""
-    out = dict(state)
-    for name, spec in profile.fields.items():
-        if not spec.copies:
-            continue
-        if not _coupled(profile, name, out):
-            continue
-        for source, targets in spec.copies.items():
-            if source in out and changed in (None, source):
-                for target in targets:  # "-ch3.voltage": the opposite sign (E3631A)
-                    out[target.removeprefix("-")] = (_negate(out[source])
-                                                     if target.startswith("-") else out[source])
-    return out
-
-
-def carried(profile: Profile, state: Mapping[str, str]) -> dict[str, str]:
-    """``state`` with each level stored for a trigger (``points``) also on every channel a
-    coupling that may be on copies its field into: a trigger applies it as a setpoint, and
-    the coupling moves the follower with it (DP800 guide, :OUTPut:TRACk). The farther level
-    stays; an unreadable one is carried as it is (outside)."""
-    out = dict(state)
-    for name, spec in profile.fields.items():
-        for source, targets in spec.copies.items() if _coupled(profile, name, state) else ():
-            channel, field = _channel_of(source), source.split(".", 1)[-1]
-            for stored, points in profile.fields.items():
-                raw = state.get(_key(channel, stored)) if channel is not None else None
-                if raw is None or not points.points or (
-                        profile.limit_of(stored) != profile.limit_of(field)):
-                    continue
-                for to in filter(None, (_channel_of(t.removeprefix("-")) for t in targets)):
-                    here, there = magnitude(out.get(_key(to, stored))), magnitude(raw)
-                    if here is None or there is None or there > here:
-                        out[_key(to, stored)] = raw
-    return out
-
-
-def _coupled(profile: Profile, name: str, state: Mapping[str, str]) -> bool:
-    """Whether coupling field ``name`` may be on in ``state``: on, or unread (fails closed)."""
-    spec = profile.fields[name]
-    flags = [state.get(_key(ch, name)) for ch in (spec.channels or tuple(profile.channels))]
-    return not all(flag in ("0", "OFF", "False") for flag in flags)
-
-
-def followers(profile: Profile, channels: set[int],
-              states: Iterable[Mapping[str, str]] | None = None) -> set[int]:
-    """The channels a coupling may copy into from ``channels`` (judged with them): with
-    ``states`` (the live one and those a write passes through), only a coupling that may be
-    on in one of them, so a channel no coupling joins is not judged for a write elsewhere."""
-    seen = list(states) if states is not None else None
-    found: set[int] = set()
-    for name, spec in profile.fields.items():
-        if seen is not None and not any(_coupled(profile, name, st) for st in seen):
-            continue
-        for source, targets in spec.copies.items():
-            if _channel_of(source) in channels:
-                found.update(c for t in targets if (c := _channel_of(t)) is not None)
-    return found - channels
-

@@ -16,7 +16,8 @@ from decimal import Decimal
 from pydantic import BaseModel, Field, model_validator
 
 from .config import ChannelLimits
-from .envelope import bounded, follow, magnitude
+from .couplings import follow
+from .envelope import bounded, magnitude
 from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus

@@ -10,7 +10,7 @@ import dataclasses
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from . import envelope
+from . import couplings, envelope
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
@@ -96,7 +96,7 @@ def _stored(profile: Profile, actions: list[Action], state: dict[str, str]
             ) -> dict[str, str]:
     """``state`` with the levels ``actions`` store for a trigger (``Unit.reach``: a
     triggered level, a list's points) on their channel's ``points`` fields, the farthest
-    kept, carried by every coupling (``envelope.carried``); by every one, on or off, after
+    kept, carried by every coupling (``couplings.carried``); by every one, on or off, after
     an unpredictable unit that is not the last (``OUTP:TRAC``, ``*RCL`` before ``:TRIG``)."""
     out = dict(state)
     for a in actions:
@@ -108,10 +108,10 @@ def _stored(profile: Profile, actions: list[Action], state: dict[str, str]
                     out[key] = format_number(level)
     if len([a for a in actions if a.unpredictable]) > 1:
         # After the first unpredictable unit a coupling may be on (OUTP:TRAC, *RCL): its
-        # state is dropped, so envelope.carried counts it as on (unread fails closed).
+        # state is dropped, so couplings.carried counts it as on (unread fails closed).
         out = {k: v for k, v in out.items()
                if not getattr(profile.fields.get(k.split(".", 1)[-1]), "copies", None)}
-    return envelope.carried(profile, out)
+    return couplings.carried(profile, out)
 
 
 def unverifiable(actions: list[Action]) -> list[str]:
@@ -143,9 +143,13 @@ class Snapshots(Part):
             channels.add(a.channel)
         if everything:
             channels = set(profile.channels) or {None}
-        channels |= envelope.followers(profile, {c for c in channels if c is not None})
-        return [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields
-                if profile.has_field(f, ch)]
+        channels |= couplings.followers(profile, {c for c in channels if c is not None})
+        out = [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields
+               if profile.has_field(f, ch)]
+        # A mode read on another channel that bounds these (a pairing read on CH2 joins
+        # CH3): without it the channel's mode is unread, judged outside.
+        modes = [m for ch in channels if ch is not None for m in envelope.modes(profile, ch)]
+        return out + [m for m in dict.fromkeys(modes) if m not in out]
 
     @staticmethod
     async def read_state(link: AsyncLink, inst: Instrument,
@@ -202,7 +206,7 @@ class Snapshots(Part):
     def proposed(actions: list[Action], snap: Snapshot, profile: Profile | None = None
                  ) -> dict[str, str]:
         """The state ``actions`` leave from ``snap``; with ``profile``, the copies its
-        couplings make too (``envelope.follow``: tracking moves CH3 with CH2)."""
+        couplings make too (``couplings.follow``: tracking moves CH3 with CH2)."""
         state = dict(snap.values)
         for a in actions:
             if a.field is not None and a.new is not None:
@@ -210,7 +214,7 @@ class Snapshots(Part):
                 before = state
                 state = {**state, key: a.new}
                 if profile is not None:
-                    state = _stored_follow(profile, before, envelope.follow(profile, state, key))
+                    state = _stored_follow(profile, before, couplings.follow(profile, state, key))
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
@@ -255,7 +259,7 @@ class Snapshots(Part):
         # A coupling that is (or may come) on moves its followers too: judge them with it;
         # after a unit the gateway cannot predict (*RCL, OUTP:TRAC), any coupling may be on.
         seen = None if any(a.unpredictable for a in actions) else [snap.values, *states]
-        named |= envelope.followers(profile, named, seen)
+        named |= couplings.followers(profile, named, seen)
         before = {(b.channel, b.field): b for b in envelope.breaches(
             profile, limits, snap.values, named)}
         for done, state in enumerate(states, 1):

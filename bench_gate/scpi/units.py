@@ -9,7 +9,7 @@ a faulty one in and see the last guard (``check_rendering``) refuse what it writ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from ._lexer import ChannelList, CharData, Data, Expression, Number, QuotedString
 from ._schema import Effect, ParamSpec
@@ -19,6 +19,7 @@ __all__ = [
     "Unit",
     "Value",
     "format_number",
+    "magnitude",
     "quote",
     "render_data",
     "render_param",
@@ -137,3 +138,18 @@ def render_data(datum: Data) -> str:
     if isinstance(datum, Expression):
         return "(" + datum.text + ")"
     return _block(datum.data)
+
+
+def magnitude(raw: str | None) -> Decimal | None:
+    """How far a field's value is from 0: a number's magnitude, or the largest of a list's
+    points (``3,-20`` is 20: ``FieldSpec.points``). None when any part is no finite number
+    (unread, garbled, empty): it cannot be shown inside."""
+    if raw is None:
+        return None
+    try:
+        values = [Decimal(part) for part in raw.split(",")]
+    except InvalidOperation:
+        return None
+    if not all(v.is_finite() for v in values):
+        return None
+    return max(abs(v) for v in values)

@@ -171,8 +171,8 @@ def test_every_stored_point_is_judged_against_the_envelope(
     profile = get_profile("e36312a")
     answer = ",".join(f"{p:+.8E}" for p in points)
     state = {"ch2.output": "1" if on else "0", "ch2.voltage": "1", "ch2.current": "0.1",
-             "ch2.ovp": "6", **{f"ch2.{f}": "0" for f, spec in profile.fields.items()
-                                if spec.points},
+             "ch2.ovp": "6", "ch2.pairing": "OFF",
+             **{f"ch2.{f}": "0" for f, spec in profile.fields.items() if spec.points},
              f"ch2.{field}": normalize(profile, field, answer)}
     limits = {2: ChannelLimits(voltage=Decimal(12), current=Decimal("0.5"))}
     found = breaches(profile, limits, state)
