@@ -61,6 +61,9 @@ class Executor(Part):
         self._executing: dict[str, asyncio.Lock] = {}
         #: Turns an approved plan request into a live plan (set by the plans part).
         self.activate_plan: Callable[[TakeoverRequest], TakeoverRequest] | None = None
+        #: Whether a run's client is known to be there since the last start (set by the
+        #: gateway: ``Terms.confirmed``); an approved request of one that is not waits.
+        self.confirmed: Callable[[str], bool] = lambda run_id: True
         #: Keeps a run's selection read after a recall (set by the intake: run, instrument,
         #: the channel the instrument has selected now).
         self.reselect: Callable[[str, Instrument, int], None] | None = None
@@ -105,6 +108,10 @@ class Executor(Part):
             return req
         if req.on_resend and not resent:
             return req  # it waits, approved, for its requester's resend
+        if not self.confirmed(req.run_id):
+            # Invariant 6 across a restart: it waits, approved, until its client is heard
+            # again (or its run closes a term later, cancelling it): bench_gate/terms.py.
+            return req
         # A plan's activation expires like any grant (invariant 5): activated before the
         # expiry check, an expired plan request went live when its bench came back. (Its
         # scope's own binding is checked by the plans part, each plan write on its own.)
@@ -139,6 +146,7 @@ class Executor(Part):
         recorded at once, as before). Else it is recorded approved and goes the long way."""
         lock = self._executing.get(req.instrument)
         if (req.on_resend or not self.core.owns(req) or req.id in self._in_flight
+                or not self.confirmed(req.run_id)
                 or (lock is not None and lock.locked()) or req.expires_at <= self.clock()
                 or (req.plan_id is not None and all(a.effect == "plan" for a in req.actions))):
             return False

@@ -103,6 +103,14 @@ class Registry:
         entry = self.store.kv_get(TABLE, bench)
         return entry is not None and self._live(entry)
 
+    def instance_of(self, bench: str) -> str | None:
+        """The instance of the live gateway serving ``bench`` (each start is a new one),
+        or None when none is."""
+        if bench == self.config.bench:
+            return self.instance
+        entry = self.store.kv_get(TABLE, bench)
+        return str(entry.get("instance")) if entry is not None and self._live(entry) else None
+
     def rules(self, bench: str) -> Rules | None:
         """The envelope and policy another bench published, or None if it published none."""
         entry = self.store.kv_get(TABLE, bench)

@@ -102,6 +102,7 @@ class Gateway:
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         executor.reselect = self._intake.reselected
+        executor.confirmed = terms.confirmed
         #: A kept read in one step, or None: :meth:`submit` it (``Intake.read``). Bound
         #: here, not wrapped: a read is what a bench does most, and every frame is on it.
         self.read: Callable[[str, str, str], Awaitable[SubmitResult | None]] = \

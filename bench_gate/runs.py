@@ -76,7 +76,8 @@ class Runs(Part):
                   heartbeat_seconds=heartbeat_seconds, token=principal.token)
         if heartbeat_seconds is not None:  # first: a crash before the run leaves no run open
             self.store.kv_put(TERMS, run.id, {"bench": self.config.bench,
-                                              "seconds": heartbeat_seconds})
+                                              "seconds": heartbeat_seconds,
+                                              "heard_by": self.core.registry.instance})
         self.store.create_run(run, [Event(run_id=run.id, type=EventType.RUN_CREATED,
                                           data={"kind": kind.value, "principal": run.principal,
                                                 "goal": goal,

@@ -15,6 +15,14 @@ start-up: the process being down never closes a run early. The gateway of the be
 run was created on keeps the term; another gateway on the same store that hears the
 client writes a new beat token into the term's record (at most once a second), which the
 keeper, seeing it change, counts as heard by its own clock.
+
+Nor does the process being down prove the client is there: after a (re)start, an approved
+request of a run with a term waits until the client is heard again (``confirmed``), or
+its run closes a term later; it never runs for a client that went with the crash. The
+keeper records in the term which of its starts heard the client (``heard_by``, its
+instance), so another bench's gateway executes only on that word of the live keeper's, or
+on its own hearing. A keeper that is gone (its claim stale, bench_gate/federation.py)
+keeps nothing: the other gateways keep its terms, counting from when they found it gone.
 """
 
 from __future__ import annotations
@@ -64,12 +72,18 @@ class Terms(Part):
         self._written: dict[str, float] = {}
         #: The last beat token seen in each of this bench's records (written by another).
         self._beats: dict[str, str] = {}
+        #: Runs of a gone keeper's bench this gateway keeps, and since when (monotonic).
+        self._adopted: dict[str, float] = {}
         self._started = time.monotonic()
 
     def start(self) -> None:
         """Every term starts again from now: the process being down is no silence."""
         self._started = time.monotonic()
         self._heard.clear()
+        self._adopted.clear()
+        # A beat token written before this start is no hearing since it (``confirmed``).
+        self._beats = {run_id: str(record["beat"]) for run_id, record in
+                       self.store.kv_items(TERMS) if record.get("beat") is not None}
 
     def heard(self, run_id: str) -> None:
         """The run's own client was heard from (a submit, a heartbeat)."""
@@ -77,13 +91,24 @@ class Terms(Part):
         if record is None:
             return
         at = self._heard[run_id] = time.monotonic()
-        if record.get("bench") != self.config.bench \
-                and at - self._written.get(run_id, -WRITE_EVERY) >= WRITE_EVERY:
+        instance = self.core.registry.instance
+        if record.get("bench") == self.config.bench:
+            if record.get("heard_by") != instance:
+                # The keeper's word that its client is there since this start (confirmed).
+                self._remember(run_id, {**record, "heard_by": instance})
+                self._update(run_id, heard_by=instance)
+        elif at - self._written.get(run_id, -WRITE_EVERY) >= WRITE_EVERY:
             # Another bench keeps this term: it learns of the client through the store, by
             # a new beat token (no wall time: two hosts' clocks never have to agree).
             self._written[run_id] = at
-            if self.store.kv_get(TERMS, run_id) is not None:  # not once it has closed
-                self.store.kv_put(TERMS, run_id, {**record, "beat": secrets.token_hex(8)})
+            self._update(run_id, beat=secrets.token_hex(8))
+
+    def _update(self, run_id: str, **changes: str) -> None:
+        """Set ``changes`` in the run's term record as the store holds it now (another
+        gateway's change kept), unless it has closed."""
+        fresh = self.store.kv_get(TERMS, run_id)
+        if fresh is not None:
+            self.store.kv_put(TERMS, run_id, {**fresh, **changes})
 
     def left(self, run_id: str) -> float | None:
         """Seconds left of the run's term as this gateway counts it (None: no term)."""
@@ -92,12 +117,38 @@ class Terms(Part):
             return None
         return max(0.0, float(record["seconds"]) - self._silent(run_id))
 
+    def confirmed(self, run_id: str) -> bool:
+        """Whether the run's client is known to be there since this gateway (or, for
+        another bench's run, its keeper) last started: a run without a term always is."""
+        record = self._record(run_id)
+        if record is None:
+            return True
+        heard = self._heard.get(run_id)
+        if heard is not None and time.monotonic() - heard < float(record["seconds"]):
+            return True  # heard here within its term
+        bench = str(record.get("bench"))
+        if bench == self.config.bench:
+            return False  # the keeper has only its own hearing (creating a run is one)
+        fresh = self.store.kv_get(TERMS, run_id)
+        if fresh is None:
+            return True  # closed meanwhile: the run's own check refuses it
+        keeper = self.core.registry.instance_of(bench)
+        return keeper is not None and fresh.get("heard_by") == keeper
+
     def sweep(self) -> list[str]:
-        """Close every run of this bench silent for a whole term; returns their ids."""
+        """Close every run of this bench silent for a whole term, and of a bench whose
+        gateway is gone (kept here from when it was found gone); returns their ids."""
         closed = []
+        live: dict[str, bool] = {}
         for run_id, record in self.store.kv_items(TERMS):
-            if record.get("bench") != self.config.bench:
-                continue
+            bench = str(record.get("bench"))
+            if bench != self.config.bench:
+                if bench not in live:
+                    live[bench] = self.core.registry.alive(bench)
+                if live[bench]:
+                    self._adopted.pop(run_id, None)  # its keeper is back: it counts
+                    continue
+                self._adopted.setdefault(run_id, time.monotonic())
             beat = record.get("beat")
             if beat is not None and self._beats.get(run_id) != beat:
                 self._beats[run_id] = beat  # another gateway heard the client since
@@ -124,18 +175,21 @@ class Terms(Part):
         """A run made here: its term (if any) starts now, and the first submit of a run
         without one reads no store to learn that."""
         self._remember(run_id, None if seconds is None
-                       else {"bench": self.config.bench, "seconds": seconds})
+                       else {"bench": self.config.bench, "seconds": seconds,
+                             "heard_by": self.core.registry.instance})
         if seconds is not None:
             self.heard(run_id)
 
     def forget(self, run_id: str) -> None:
-        for memory in (self._heard, self._written, self._beats):
+        for memory in (self._heard, self._written, self._beats, self._adopted):
             memory.pop(run_id, None)
         self._records[run_id] = None
 
     def _silent(self, run_id: str) -> float:
-        """Seconds since the client was last heard (never before this gateway's start)."""
-        return time.monotonic() - max(self._heard.get(run_id, 0.0), self._started)
+        """Seconds since the client was last heard (never before this gateway's start, nor
+        before it took the run over from a gone keeper)."""
+        return time.monotonic() - max(self._heard.get(run_id, 0.0), self._started,
+                                      self._adopted.get(run_id, 0.0))
 
     def _record(self, run_id: str) -> dict[str, Any] | None:
         if run_id in self._records:
