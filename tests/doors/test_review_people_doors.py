@@ -166,3 +166,31 @@ def test_a_token_pasted_as_an_id_is_never_echoed(bench: Bench) -> None:
             r = c.get(path)
             assert r.status_code == 404, (path, r.status_code)
             assert secret[:19] not in r.text, path
+
+
+# -- the console's decision form ---------------------------------------------------------
+
+
+def test_a_decision_form_with_any_shown_state_is_answered_not_a_500(bench: Bench) -> None:
+    """``shown_live`` is the live state the page showed; a form holding anything else was
+    a 500 (a list, a string: ``.get`` on it; 100,000 brackets: RecursionError). Now it is
+    the page again, nothing approved."""
+    run = a_run(bench)
+    with bench.http("bot") as h:
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu", "command": "VOLT 1,(@1)"})
+        assert r.status_code == 202, r.text
+        tk = r.json()["takeover"]["id"]
+    with signed_in(bench) as c:
+        page = c.get(f"/requests/{tk}").text
+        csrf = CSRF.search(page)
+        shown_hash = re.search(r'name="shown_hash" value="([^"]+)"', page)
+        assert csrf and shown_hash
+        for live in ("[1]", '"abc"', "[" * 100_000 + "]" * 100_000, '{"zz": "1"}',
+                     '{"ch1.voltage": {"a": 1}}', "1e999", "null"):
+            r = c.post(f"/requests/{tk}/approve", data={
+                "csrf": csrf.group(1), "shown_hash": shown_hash.group(1),
+                "shown_live": live, "kind": "setpoint"})
+            assert r.status_code == 409, (live[:20], r.status_code, r.text[:300])
+            assert "Nothing was approved" in r.text
+    with bench.http("olga") as o:
+        assert o.get(f"/v1/takeover/{tk}").json()["status"] == "pending"
