@@ -26,7 +26,7 @@ from typing import Any
 from .errors import GatewayError, InvalidInput, NotFound, PermissionDenied
 from .models import Principal, Role, now
 from .store import Store
-from .texts import hidden
+from .texts import RE_TOKEN, TOKEN_PREFIX, hidden, redact
 
 __all__ = [
     "TOKEN_IN_TEXT",
@@ -43,8 +43,6 @@ __all__ = [
     "token_free",
 ]
 
-TOKEN_PREFIX = "bg_"
-RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
 TABLE = "tokens"
 #: How long a verified token is trusted without a store lookup. A revocation made in this
 #: process takes effect at once; one made elsewhere (the CLI, another gateway) within this.
@@ -108,11 +106,6 @@ def token_free(value: str | None) -> str | None:
     if unseen is not None:
         raise ValueError(f"the text {unseen}")
     return value
-
-
-def redact(text: str | None) -> str | None:
-    """The text with every token-shaped word withheld, for journals and messages."""
-    return RE_TOKEN.sub(TOKEN_PREFIX + "…(withheld)", text) if text else text
 
 
 def revoked_tokens(store: Store) -> frozenset[str]:

@@ -18,6 +18,8 @@ into these at one boundary each, with ``raise ... from exc``.
 
 from __future__ import annotations
 
+from .texts import redact
+
 __all__ = [
     "BenchTaken",
     "GatewayError",
@@ -35,9 +37,12 @@ __all__ = [
 
 
 class GatewayError(Exception):
-    """Base of every error the gateway core raises."""
+    """Base of every error the gateway core raises. Its message never carries a token: a
+    token pasted where an id goes (``bench-gate show bg_…``, ``/requests/bg_…``) came back
+    whole in "no request 'bg_…'" on every door, into terminals, pages and logs."""
 
     def __init__(self, message: str) -> None:
+        message = redact(message) or message
         self.message = message
         super().__init__(message)
 

@@ -35,7 +35,15 @@ from .models import (
     TakeoverRequest,
     proposal_hash,
 )
-from .plans import Plan, PlanScope, PlanStatus, covers, is_plan_request, scope_words
+from .plans import (
+    Plan,
+    PlanScope,
+    PlanStatus,
+    covers,
+    is_plan_request,
+    number_problem,
+    scope_words,
+)
 from .runs import Runs
 from .scpi import Classification, Effect
 from .snapshots import Snapshots
@@ -148,6 +156,9 @@ class PlanDesk(Part):
             raise InvalidInput("plan scope: " + "; ".join(
                 f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()),
                 field=str(first[0]) if first else None) from exc
+        odd = number_problem(scope)
+        if odd is not None:
+            raise InvalidInput(f"plan scope: {odd[1]}", field=odd[0])
         inst = self.core.instrument(scope.instrument)
         limits = self.config.envelope.get(scope.instrument, {})
         for ch in scope.channels:

@@ -22,8 +22,16 @@ from .models import TakeoverRequest
 from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
 
-__all__ = ["Plan", "PlanScope", "PlanStatus", "covers", "is_plan_request", "scope_words",
-           "within"]
+__all__ = ["DIGITS", "LARGEST", "PLACES", "Plan", "PlanScope", "PlanStatus", "covers",
+           "is_plan_request", "number_problem", "scope_words", "within"]
+
+#: A plan's numbers are volts and amperes a person reads: at most this many decimal places,
+#: and below ``LARGEST``. ``1e-999999999`` was a 30-byte body that the scope's words wrote
+#: out as a billion digits (an 80 MB answer and a 10 MB queue page per plan at 1e-9999999).
+PLACES = 12
+DIGITS = 6
+LARGEST = Decimal(10) ** DIGITS
+_STEP = Decimal(1).scaleb(-PLACES)
 
 
 class PlanScope(BaseModel):
@@ -47,6 +55,27 @@ class PlanScope(BaseModel):
     def digest(self) -> str:
         body = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(body.encode()).hexdigest()
+
+
+def number_problem(scope: PlanScope) -> tuple[str, str] | None:
+    """(field, why) for the first number of ``scope`` that is not a plain bench number
+    (``PLACES`` decimal places at most, below ``LARGEST``), or None. Checked when a plan is
+    asked for, at every door, before anything writes the number out."""
+    numbers = [("voltage", scope.voltage[0]), ("voltage", scope.voltage[1]),
+               ("current_max", scope.current_max), ("max_step", scope.max_step)]
+    for name, value in numbers:
+        if value is None:
+            continue
+        try:  # adjusted() is the exponent of the leading digit: no arithmetic on 1E+999999999
+            plain = value.is_finite() and (value.is_zero() or value.adjusted() < DIGITS) \
+                and value.quantize(_STEP) == value
+        except ArithmeticError:  # more digits than a context holds: not plain either
+            plain = False
+        if not plain:
+            shown = str(value) if len(str(value)) <= 40 else str(value)[:40] + "..."
+            return name, (f"{name} {shown} is not a bench number: at most {PLACES} decimal "
+                          f"places, below {LARGEST}")
+    return None
 
 
 class Plan(BaseModel):

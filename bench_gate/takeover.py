@@ -39,8 +39,16 @@ from .wire import rfc3339
 
 #: How many requests an ambiguous id prefix lists.
 PREFIX_MATCHES = 10
+#: No request id is longer (``tk-`` and a UUID are 39): a longer prefix starts none, and
+#: is never made a LIKE pattern (SQLite refused 50,000 characters: a 503 "store error").
+LONGEST_ID = 64
 
 __all__ = ["Listener", "Requests"]
+
+
+def _clip(text: str) -> str:
+    """An id as an error quotes it: never 60 KB of a mistaken paste back."""
+    return repr(text) if len(text) <= LONGEST_ID else repr(text[:LONGEST_ID]) + "..."
 
 #: A waiter looks again at least this often, in case a wake-up was lost.
 WAKE_SECONDS = 1.0
@@ -165,13 +173,15 @@ class Requests(Part):
     def get(self, request_id: str) -> TakeoverRequest:
         req = self.store.get_request(request_id)
         if req is None:
-            raise NotFound(f"no takeover request {request_id!r}")
+            raise NotFound(f"no takeover request {_clip(request_id)}")
         return req
 
     def by_prefix(self, prefix: str, visible: Callable[[str], bool]) -> TakeoverRequest:
         """The one request whose id starts with ``prefix`` among those whose run is
         ``visible``: none is NotFound, several an InvalidInput that lists them (never one
         the caller may not see)."""
+        if not prefix or len(prefix) > LONGEST_ID:
+            raise NotFound(f"no request {_clip(prefix)}, nor one whose id starts with it")
         ids = self.store.request_ids(prefix, PREFIX_MATCHES + 1)
         # Unless every match was read, one the caller sees may hide another it sees too.
         complete = len(ids) <= PREFIX_MATCHES

@@ -12,9 +12,19 @@ anyway (``visible``): what a person is shown is exactly what was written.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-__all__ = ["hidden", "visible"]
+__all__ = ["RE_TOKEN", "TOKEN_PREFIX", "hidden", "redact", "visible"]
+
+#: What a bench-gate token looks like (``bg_`` and at least 16 URL-safe characters).
+TOKEN_PREFIX = "bg_"
+RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
+
+
+def redact(text: str | None) -> str | None:
+    """The text with every token-shaped word withheld, for journals and messages."""
+    return RE_TOKEN.sub(TOKEN_PREFIX + "…(withheld)", text) if text else text
 
 #: Unicode categories of characters that do not show as themselves: controls (Cc), format
 #: characters (Cf: bidi overrides, zero-width), surrogates, private use, unassigned, and

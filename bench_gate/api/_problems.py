@@ -26,6 +26,7 @@ from ..errors import (
     QuotaExceeded,
     Refused,
 )
+from ..texts import redact
 from ._schemas import takeover_out
 
 __all__ = ["PROBLEM", "install", "problem"]
@@ -41,6 +42,7 @@ _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not 
 
 def problem(status: int, reason: str, *, kind: str | None = None,
             headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    reason = redact(reason) or reason  # a token sent by mistake is never echoed
     body = {"type": f"https://bench-gate.dev/problems/{kind or status}",
             "title": _TITLES.get(status, "Error"), "status": status, "detail": reason,
             "reason": reason, **extra}
@@ -85,7 +87,9 @@ def _proposal_changed(request: Request, exc: ProposalChanged) -> dict[str, Any]:
 
 def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+    # A location names the client's own keys (an edit's), which may be a pasted token.
+    errors = [{"loc": [redact(str(p)) or "" for p in e.get("loc", ())],
+               "msg": redact(str(e.get("msg", ""))) or "",
                "type": str(e.get("type", ""))} for e in exc.errors()]
     if any(e["type"] == "json_invalid" for e in errors):
         return problem(400, "the request body is not valid JSON", kind="bad-json",

@@ -12,12 +12,12 @@ from ._base import RequestSort
 
 __all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "DUE", "FIRST_LIVE",
            "KV_DELETE", "KV_GET", "KV_ITEMS", "KV_LIST", "KV_PUT", "LAST_CHAINED",
-           "LAST_SEGMENT", "LINK_UNCHAINED", "LISTED", "LISTED_UTF8", "OPEN_RUNS_OF",
+           "LAST_SEGMENT", "LINK_UNCHAINED", "LISTED", "LISTED_UTF8", "MAX_ROWS", "OPEN_RUNS_OF",
            "PENDING_OF", "REQUEST",
            "REQUEST_BY_KEY", "REQUEST_IDS", "REQUEST_INSERT", "REQUEST_SAVE", "RUN", "RUN_EVENTS",
            "RUN_INSERT", "RUN_PRINCIPAL", "RUN_RECENT", "RUN_SAVE", "SEGMENTS",
            "SEGMENT_INSERT", "SETPOINT_GET", "SETPOINT_PUT", "UNCHAINED", "UNFINISHED", "page",
-           "pg", "runs"]
+           "pg", "rows", "runs"]
 
 #: The order of each sort; ``id`` breaks ties, so pages never overlap or skip.
 _ORDER = {RequestSort.NEWEST: "created_at DESC, id", RequestSort.EXPIRY: "expires_at, id"}
@@ -68,11 +68,21 @@ KV_ITEMS = "SELECT key, data FROM kv WHERE tbl = ? ORDER BY key"
 KV_DELETE = "DELETE FROM kv WHERE tbl = ? AND key = ?"
 
 
+#: The largest LIMIT or OFFSET a statement is given: a page past every row is empty, and
+#: a number beyond a 64-bit integer (the console's ``?offset=`` of 30 nines) was a 500.
+MAX_ROWS = 2**62
+
+
+def rows(n: int) -> int:
+    """``n`` as a LIMIT or OFFSET both backends take: 0 to ``MAX_ROWS``."""
+    return min(max(0, n), MAX_ROWS)
+
+
 def runs(principal: str | None, limit: int, offset: int) -> tuple[str, tuple[Any, ...]]:
     """A page of runs, newest first; ``principal`` filters before the page is cut."""
     where, args = ("", ()) if principal is None else (" WHERE principal = ?", (principal,))
     return (f"SELECT data FROM runs{where} ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
-            (*args, limit, offset))
+            (*args, rows(limit), rows(offset)))
 
 
 def page(status: Status | None, run_id: str | None, instrument: str | None,
@@ -94,7 +104,7 @@ def page(status: Status | None, run_id: str | None, instrument: str | None,
     clause = (" WHERE " + " AND ".join(where)) if where else ""
     select = f"SELECT {what} FROM requests{clause} ORDER BY {order} LIMIT ? OFFSET ?"
     count = f"SELECT count(*) FROM requests{clause}"
-    return select, (*args, limit, offset), count, tuple(args)
+    return select, (*args, rows(limit), rows(offset)), count, tuple(args)
 
 
 def pg(sql: str) -> str:

@@ -267,6 +267,7 @@ class SqlStore(abc.ABC):
                       sort: RequestSort | str = RequestSort.NEWEST,
                       requester: str | None = None) -> RequestPage:
         sort = RequestSort(sort)
+        limit, offset = q.rows(limit), q.rows(offset)  # the page says what it read
         sql, args, count_sql, count_args = q.page(status, run_id, instrument, requester,
                                                   sort, limit, offset, self._listed)
         rows, counted = self._read_together((sql, args), (count_sql, count_args))

@@ -65,6 +65,20 @@ async def request_page(console: Console, request: Request, req: TakeoverRequest,
         "now": gateway.clock()}, status_code=status_code)
 
 
+def shown_state(text: str) -> dict[str, str]:
+    """The live state the page showed (its ``shown_live`` field), or {} when the form
+    holds anything else (a list, a number, 100,000 brackets: each was a 500): {} differs
+    from any live state read, so nothing is approved and the page is shown again."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return {}
+    return value
+
+
 def run_of(console: Console, run_id: str) -> Run | None:
     try:
         return console.gateway.get_run(run_id)
@@ -116,10 +130,7 @@ async def approve(request: Request, request_id: str) -> Response:
                                   refusal="The instrument cannot be read right now, so the "
                                           "live state cannot be checked. Nothing was "
                                           "approved.")
-    try:
-        shown: dict[str, str] = json.loads(first(form, "shown_live", "{}"))
-    except json.JSONDecodeError:
-        shown = {}
+    shown = shown_state(first(form, "shown_live", "{}"))
     now_live = views.relevant(req, live)
     if not remote and now_live != shown:
         changed = [(views.label(profile, k), views.show(profile, k, shown.get(k)),
