@@ -11,6 +11,7 @@ nothing else: queries pass at once, writes wait for a person, in order, per conn
 from ._door import Connection
 from ._gate import GateCommand, GateOp, is_gate_message, parse_gate
 from ._listen import Doors, start_doors
+from ._status import Role, StatusPlan, split_answers, status_plan
 from ._stream import EOF, MAX_QUEUED, Inbox
 
 __all__ = [
@@ -21,7 +22,11 @@ __all__ = [
     "GateCommand",
     "GateOp",
     "Inbox",
+    "Role",
+    "StatusPlan",
     "is_gate_message",
     "parse_gate",
+    "split_answers",
     "start_doors",
+    "status_plan",
 ]
