@@ -218,3 +218,23 @@ def test_the_driver_corpus_has_no_false_hold_and_no_unsafe_pass(
     refused = [x for x in lines if x.startswith("  false refuse") and "Keithley2450" in x]
     assert len(refused) == 4
     assert all(re.search(r";[\'\"] \(pymeasure Keithley2450\)$", x) for x in refused), refused
+
+
+async def test_syst_clear_clears_only_the_connections_own_errors(smu: Any, panel: Any) -> None:
+    """``:SYSTem:CLEar`` empties the 2450's event log, which every client shares: like
+    ``*CLS`` it is the gateway's own (local, never sent). The front panel's error survives
+    on the simulator's own port; the script's own refusal is gone from its queue."""
+    def script() -> tuple[str, str, str]:
+        smu.write(":SOUR:VOLT 50")  # over the envelope: -222, this connection's own
+        assert smu.query("*OPC?") == "1"
+        panel.write("NOT:A:COMMAND")  # the panel's, on the instrument
+        smu.write("SYST:CLE")
+        opc = smu.query("*OPC?")
+        return opc, panel.query("SYST:ERR?"), smu.query("SYST:ERR?;*ESR?")
+
+    opc, theirs, mine = await in_thread(script)
+    assert opc == "1"
+    assert theirs == '-113,"Undefined header"', theirs
+    error, esr = mine.split(";")
+    # SYST:CLE leaves the event bits: the refusal's EXE (16), the panel's CME (32, shared)
+    assert (error.lstrip("+"), esr) == (NO_ERROR, "48"), mine
