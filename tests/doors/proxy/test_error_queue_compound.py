@@ -99,6 +99,23 @@ async def test_an_instrument_error_meanwhile_is_kept_in_order(
     assert second.startswith("-113,"), second
 
 
+async def test_a_channel_list_is_one_answer_among_the_units(
+        open_client: Callable[..., Any]) -> None:
+    """``VOLT? (@1,2)`` is two canonical units but one answer (``a,b``): the door's
+    SYST:ERR? still lands on its own unit, and a string answer's ``;`` splits nothing."""
+    psu = open_client()
+
+    def script() -> tuple[str, str, str]:
+        volts = str(psu.query("VOLT? (@1,2)"))
+        error = refused_text(psu)
+        psu.write(REFUSED)
+        return volts, error, str(psu.query("VOLT? (@1,2);:SYST:ERR?;:VOLT? (@1,2)"))
+
+    volts, error, got = await in_thread(script)
+    assert "," in volts and ";" in error
+    assert got == f"{volts};{error};{volts}"
+
+
 async def test_the_meters_door_too(open_client: Callable[..., Any]) -> None:
     """The 34465A's door (another profile): a typo is -113, CME (32) in *ESR?."""
     dmm = open_client("dmm")
@@ -201,3 +218,30 @@ def test_a_quoted_semicolon_is_no_separator() -> None:
     assert split_answers('-222,"Data out of range; too high";1') == [
         '-222,"Data out of range; too high"', "1"]
     assert split_answers("#15a;b;c;1") == ["#15a;b;c", "1"]
+
+
+async def test_a_resend_under_refuse_answers_its_error_units_in_place(
+        open_client: Callable[..., Any], gateway: Gateway, olga: Principal,
+        sim: Any) -> None:
+    """``GATE:HOLD REFUSE``: the held compound queues -203; once approved, its resend runs
+    and its SYST:ERR? is answered with the oldest error still waiting (the -203 itself,
+    not the instrument's +0), then nothing is left."""
+    psu = open_client()
+    message = "VOLT 2,(@1);:SYST:ERR?"
+
+    def hold() -> None:
+        psu.write("GATE:HOLD REFUSE")
+        psu.write(message)
+
+    await in_thread(hold)
+    req = await next_pending(gateway)
+    await gateway.grant(req.id, olga, kinds(req), proposal_hash=req.proposal_hash)
+
+    def resend() -> tuple[str, str]:
+        return str(psu.query(message)), str(psu.query("SYST:ERR?;*ESR?"))
+
+    got, after = await in_thread(resend)
+    assert got.startswith(f'-203,"Command protected; {req.id} waits for a person'), got
+    assert after == f"{NO_ERROR};{EXE}"
+    with own_port(sim.psu_resource_name, panel=True) as inst:
+        assert float(inst.query("VOLT? (@1)")) == 2
