@@ -55,9 +55,12 @@ class ErrorQueue:
         self.events = 0
 
     def keep(self, text: str) -> None:
-        """An error the instrument answered while older ones waited here: queued last."""
+        """An error the instrument answered while older ones waited here: queued last (on a
+        full queue the newest becomes -350, as for a gateway error)."""
         if len(self.items) < ERROR_QUEUE_DEPTH:
             self.items.append(text)
+        else:
+            self.items[-1] = gate.error_text(-350, "Queue overflow")
 
     async def push(self, run_id: str | None, code: int, reason: str) -> None:
         """Queue one gateway error, after whatever the instrument already holds."""

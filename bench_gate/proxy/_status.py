@@ -220,10 +220,10 @@ async def _one(conn: Connection, queue: ErrorQueue, role: Role | None,
         count = _int(theirs)
         return None if count is None else _like(theirs, count + len(items))
     elif role in (Role.ALL, Role.CODE_ALL) and items:
-        entries = list(items) + ([] if _none(theirs) or theirs is None else [theirs])
+        entries = list(items) if role is Role.ALL else [_code(e) for e in items]
         items.clear()
-        if role is Role.CODE_ALL:
-            entries = [_code(e) for e in entries]
+        if theirs is not None and not _none(theirs):  # already in the unit's own form
+            entries.append(theirs)
         return ",".join(entries)
     elif role is Role.ESR and theirs is not None and queue.events:
         value = _int(theirs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,8 +20,8 @@ from hypothesis import strategies as st
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
-from bench_gate.proxy import Role, split_answers, status_plan
-from bench_gate.scpi import available_profiles, is_read_only
+from bench_gate.proxy import ErrorQueue, Role, StatusPlan, split_answers, status_answer, status_plan
+from bench_gate.scpi import ERROR_NAMES, available_profiles, is_read_only
 from tests.conftest import own_port
 from tests.doors.proxy.test_proxy import in_thread, kinds, next_pending
 
@@ -245,3 +246,53 @@ async def test_a_resend_under_refuse_answers_its_error_units_in_place(
     assert after == f"{NO_ERROR};{EXE}"
     with own_port(sim.psu_resource_name, panel=True) as inst:
         assert float(inst.query("VOLT? (@1)")) == 2
+
+
+# --------------------------------------------------------------- one queue, for all orders
+_CODES = [c for c in ERROR_NAMES if -400 < c < 0][:12]
+_QUERIES = [Role.NEXT, Role.CODE, Role.COUNT, Role.ALL, Role.CODE_ALL]
+
+
+@given(st.lists(st.sampled_from(_CODES), max_size=6), st.lists(st.sampled_from(_CODES),
+       max_size=6), st.lists(st.lists(st.sampled_from(_QUERIES), min_size=1, max_size=4),
+                             max_size=6))
+def test_the_merged_queue_reads_as_one_queue(mine: list[int], theirs: list[int],
+                                             messages: list[list[Role]]) -> None:
+    """Whatever the connection holds, whatever the instrument holds (newer), and whatever
+    error queries each message strings together: the answers are those of one queue
+    holding the connection's errors then the instrument's, oldest first; nothing is lost
+    nor answered twice."""
+    def entry(code: int) -> str:
+        return f'{code},"{ERROR_NAMES[code]}"'
+
+    queue = ErrorQueue(None, "psu", True)  # type: ignore[arg-type]
+    queue.items.extend(entry(c) for c in mine)
+    conn: Any = SimpleNamespace(errors=queue, instrument="psu")
+    instrument = [entry(c) for c in theirs]
+    model = [entry(c) for c in mine] + list(instrument)
+
+    def ask(role: Role) -> tuple[str, str]:
+        """The instrument's answer to one unit, and one queue's (the model's)."""
+        codes = [e.split(",", 1)[0] for e in model]
+        if role in (Role.NEXT, Role.CODE):
+            got = instrument.pop(0) if instrument else NO_ERROR
+            want = model.pop(0) if model else NO_ERROR
+            if role is Role.CODE:
+                got, want = got.split(",", 1)[0], want.split(",", 1)[0]
+            return got, want
+        if role is Role.COUNT:
+            return f"+{len(instrument)}", f"+{len(model)}"
+        which = instrument if role is Role.ALL else [e.split(",", 1)[0] for e in instrument]
+        got = ",".join(which) or (NO_ERROR if role is Role.ALL else "+0")
+        want = ",".join(model if role is Role.ALL else codes) or (
+            NO_ERROR if role is Role.ALL else "+0")
+        instrument.clear()
+        model.clear()
+        return got, want
+
+    for roles in messages:
+        pairs = [ask(role) for role in roles]
+        response = ";".join(got for got, _ in pairs)
+        plan = StatusPlan(tuple((role, True) for role in roles))
+        assert asyncio.run(status_answer(conn, plan, response)) == ";".join(
+            want for _, want in pairs), (mine, theirs, roles)
