@@ -238,3 +238,14 @@ async def test_syst_clear_clears_only_the_connections_own_errors(smu: Any, panel
     error, esr = mine.split(";")
     # SYST:CLE leaves the event bits: the refusal's EXE (16), the panel's CME (32, shared)
     assert (error.lstrip("+"), esr) == (NO_ERROR, "48"), mine
+
+
+async def test_a_compound_error_query_answers_the_refusal_in_place(smu: Any) -> None:
+    """The socket door's own error units in a compound message on the 2450's profile
+    (SYST:ERR:CODE? and :COUN? too): the refusal, not the instrument's empty queue."""
+    def script() -> str:
+        smu.write(":SOUR:VOLT 50")  # over the envelope: -222
+        return str(smu.query("*ESR?;:SYST:ERR:COUN?;:SYST:ERR:CODE?;:SYST:ERR:COUN?;"
+                             ":SYST:ERR?"))
+
+    assert await in_thread(script) == f"16;+1;-222;+0;{NO_ERROR}"

@@ -117,6 +117,24 @@ async def test_a_channel_list_is_one_answer_among_the_units(
     assert got == f"{volts};{error};{volts}"
 
 
+async def test_the_status_byte_summarises_the_connections_events_as_enabled(
+        open_client: Callable[..., Any]) -> None:
+    """With ``*ESE 16;*SRE 32`` (passed to the instrument, unattended), a refusal's EXE
+    shows in ``*STB?`` as ESB (32) and, enabled by ``*SRE``, MSS (64), beside bit 2 (4) for
+    the error waiting; reading ``*ESR?`` clears ESB and MSS, reading the error bit 2."""
+    psu = open_client()
+
+    def script() -> tuple[str, str, str]:
+        psu.write("*ESE 16;*SRE 32")
+        error = refused_text(psu)
+        psu.write(REFUSED)
+        return error, str(psu.query("*STB?;*ESR?;*STB?")), str(psu.query("SYST:ERR?;*STB?"))
+
+    error, first, second = await in_thread(script)
+    assert first == f"{EAV | 32 | 64};{EXE};{EAV}"
+    assert second == f"{error};0"
+
+
 async def test_the_meters_door_too(open_client: Callable[..., Any]) -> None:
     """The 34465A's door (another profile): a typo is -113, CME (32) in *ESR?."""
     dmm = open_client("dmm")
