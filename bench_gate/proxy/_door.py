@@ -4,7 +4,9 @@ instrument's port 5025. Each connection is a run of kind ``script``.
 A connection's protocol (``_stream.Reader``) cuts the byte stream into messages and queues
 them as they arrive; its one task, the processor here, handles them strictly in order, so a
 held write blocks every later message of that connection until a person decides it
-(``_holds.py``). ``GATE`` commands are ``_commands.py``'s, the error queue ``_errors.py``'s.
+(``_holds.py``). ``GATE`` commands are ``_commands.py``'s, the error queue ``_errors.py``'s,
+and the error and status units it answers in any message (``SYST:ERR?``, ``*ESR?``, ...)
+``_status.py``'s.
 """
 
 from __future__ import annotations
