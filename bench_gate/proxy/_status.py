@@ -13,8 +13,9 @@ whatever its spelling or position (``*OPC?;:SYST:ERR:NEXT?``, ``*ESR?;SYST:ERR?`
 - ``SYSTem:ERRor:COUNt?`` / ``:ALL?`` / ``:CODE:ALL?``: the instrument's and this queue's.
 - ``*ESR?`` (IEEE 488.2 §11.5.1): the instrument's bits or'ed with this connection's (a
   -1xx sets CME, -2xx EXE, -3xx DDE, -4xx QYE); reading clears this connection's.
-- ``*STB?`` (§11.2): the instrument's byte, with bit 2 (the error queue not empty: SCPI-99
-  vol. 1, ch. 9; "Error Queue" in Keysight's Status Byte tables), ESB (bit 5) and MSS (bit 6) for this connection's own errors and events.
+- ``*STB?`` (§11.2): the instrument's byte, with bit 2 (the error queue not empty:
+  SCPI-99 vol. 1, ch. 9; "Error Queue" in Keysight's Status Byte tables), ESB (bit 5) and
+  MSS (bit 6) for this connection's own errors and events.
 - ``*CLS`` (local, never sent) empties this connection's queue and event bits;
   ``SYSTem:CLEar`` (local where a profile says so) empties its queue.
 
