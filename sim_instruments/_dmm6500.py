@@ -26,6 +26,8 @@ class SimDmm6500(SimInstrument):
 
     profile = DMM6500_PROFILE
     resource_name = DMM6500_RESOURCE
+    #: DMM6500 Reference Manual, :SYSTem:CLEar: "clears the event log" (the error queue).
+    clears_errors: ClassVar[frozenset[str]] = frozenset({"SYST:CLE"})
     #: What the simulated DUT reads in each function (SENS:FUNC? names it).
     readings: ClassVar[dict[str, float]] = {
         "VOLT": 0.0, "VOLT:AC": 0.0, "CURR": 0.0, "CURR:AC": 0.0, "RES": 1000.0,

@@ -80,6 +80,8 @@ class SimInstrument:
     rst_keeps: ClassVar[frozenset[str]] = frozenset({"ese", "sre"})
     #: Whether the model has Keysight's SYSTem:LOCK subsystem (:meth:`_lock_unit`).
     lockable: ClassVar[bool] = False
+    #: Commands besides ``*CLS`` that empty the model's error queue.
+    clears_errors: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, resource: MessageBasedResource, definition: Mapping[str, Any]) -> None:
         device_name = definition["resources"][self.resource_name]["device"]
@@ -301,6 +303,8 @@ class SimInstrument:
             self._errors.clear()
             self._esr = 0
             self._ask("*ESR?")  # reading pyvisa-sim's register clears it
+        elif canonical in self.clears_errors:
+            self._errors.clear()
         elif canonical == "*OPC":
             self._esr |= 1  # nothing is ever pending here
         elif canonical == "*RST":

@@ -62,6 +62,8 @@ class SimSmu(SimInstrument):
     resource_name = SMU_RESOURCE
     rst_keeps: ClassVar[frozenset[str]] = frozenset(
         {"ese", "sre", "saved_slot", "recalled_slot", "load", "sense_leads"})
+    #: 2450 Reference Manual, :SYSTem:CLEar: "clears the event log" (the error queue).
+    clears_errors: ClassVar[frozenset[str]] = frozenset({"SYST:CLE"})
     #: What *SAV stores and *RCL recalls: the source set-up, the output and its off states.
     saved: ClassVar[tuple[str, ...]] = (
         "set_sour1_func_ch1", "voltage", "ilim", "current_level", "vlim",

@@ -4,7 +4,9 @@ instrument's port 5025. Each connection is a run of kind ``script``.
 A connection's protocol (``_stream.Reader``) cuts the byte stream into messages and queues
 them as they arrive; its one task, the processor here, handles them strictly in order, so a
 held write blocks every later message of that connection until a person decides it
-(``_holds.py``). ``GATE`` commands are ``_commands.py``'s, the error queue ``_errors.py``'s.
+(``_holds.py``). ``GATE`` commands are ``_commands.py``'s, the error queue ``_errors.py``'s,
+and the error and status units it answers in any message (``SYST:ERR?``, ``*ESR?``, ...)
+``_status.py``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ._commands import gate_message
 from ._errors import ErrorQueue
 from ._gate import is_gate_message
 from ._holds import decision, refuse_hold, report, resent
+from ._status import StatusPlan, status_plan
+from ._status import answer as status_answer
 from ._stream import EOF, MAX_QUEUED, OVERSIZED, Early, Inbox, Reader
 
 if TYPE_CHECKING:
@@ -153,6 +157,14 @@ class Connection:
         """Wait while the client has not read ``HIGH_WATER`` bytes of answers."""
         await self.reader.drained()
 
+    async def answer(self, status: StatusPlan, response: str | None) -> None:
+        """An executed message's answer with this connection's own status units answered in
+        their place (``_status.py``); ``response`` None: answered from the queue alone."""
+        text = await status_answer(self, status, response)
+        if text:
+            self.send(text)
+            await self.flush()
+
     async def push_error(self, code: int, reason: str) -> None:
         """Queue one gateway error, after whatever the instrument already holds."""
         await self.errors.push(self.run_id, code, reason)
@@ -170,10 +182,9 @@ class Connection:
         if is_gate_message(text):
             await gate_message(self, text)
             return
-        queued = self.errors.take(text)
-        if queued is not None:  # SYST:ERR? while gateway errors wait
-            self.send(queued)
-            await self.flush()
+        status = status_plan(self.door.profile, text) if self.errors else None
+        if status is not None and status.from_queue(self.errors):  # SYST:ERR? and the like
+            await self.answer(status, None)
             return
         run_id = self.ensure_run()
         rationale, confidence = self.rationale, self.confidence
@@ -201,7 +212,9 @@ class Connection:
                     result.request is not None or not is_read_only(text, self.door.profile)):
                 self.rationale = self.confidence = None
             if result.status is Outcome.EXECUTED:
-                if result.response:
+                if status is not None:
+                    await self.answer(status, result.response or "")
+                elif result.response:
                     self.send(result.response)
                     await self.flush()
                 return

@@ -2,15 +2,15 @@
 
 The gateway's own errors (a refusal, a denial, a -203 under ``on_hold = refuse``) join the
 queue after whatever the instrument already holds, oldest first (SCPI-99 vol. 2, 21.8.8:
-``SYSTem:ERRor[:NEXT]?`` reads the oldest entry). While gateway errors wait, ``SYST:ERR?``
-is answered from here and ``*CLS`` empties it (IEEE 488.2, 10.3); once empty, both go to the
-instrument as usual.
+``SYSTem:ERRor[:NEXT]?`` reads the oldest entry), and set this connection's event bits as
+the instrument's own error would set its ``*ESR?`` (IEEE 488.2, 11.5.1). While any of
+them waits, the error and status units of every message are answered from here and the
+instrument together (``_status.py``); ``*CLS`` empties both (IEEE 488.2, 10.3).
 """
 
 from __future__ import annotations
 
 import collections
-import re
 from typing import TYPE_CHECKING
 
 from ..errors import GatewayError
@@ -20,13 +20,18 @@ from . import _gate as gate
 if TYPE_CHECKING:
     from ..gateway import Gateway
 
-__all__ = ["ERROR_QUEUE_DEPTH", "ErrorQueue"]
+__all__ = ["ERROR_QUEUE_DEPTH", "EVENT_BITS", "ErrorQueue", "event_bit"]
 
 #: Errors kept per connection; one more replaces the newest with -350 (SCPI-99 21.8.2).
 ERROR_QUEUE_DEPTH = 30
 
-_SYST_ERR = re.compile(r"^\s*:?SYST(?:EM)?:ERR(?:OR)?(?::NEXT)?\?\s*$", re.IGNORECASE)
-_CLS = re.compile(r"^\s*\*CLS\s*$", re.IGNORECASE)
+#: The standard event status bit an error sets, by its class (IEEE 488.2, 11.5.1.1): a
+#: command error CME, an execution error EXE, a device-dependent one DDE, a query one QYE.
+EVENT_BITS = {1: 32, 2: 16, 3: 8, 4: 4}
+
+
+def event_bit(code: int) -> int:
+    return EVENT_BITS.get(-code // 100, 0) if -500 < code < 0 else 0
 
 
 class ErrorQueue:
@@ -38,20 +43,24 @@ class ErrorQueue:
         #: The instrument keeps its own queue, drained ahead of each gateway error.
         self.has_error_queue = has_error_queue
         self.items: collections.deque[str] = collections.deque()
+        #: The ``*ESR?`` bits this connection's own errors set, until read or cleared.
+        self.events = 0
 
     def __bool__(self) -> bool:
-        return bool(self.items)
+        return bool(self.items) or bool(self.events)
 
-    def take(self, text: str) -> str | None:
-        """The answer to ``text`` from this queue: the oldest entry for ``SYST:ERR?``; None
-        for anything else (``*CLS`` empties the queue and still goes to the instrument)."""
-        if not self.items:
-            return None
-        if _SYST_ERR.match(text):
-            return self.items.popleft()
-        if _CLS.match(text):
-            self.items.clear()
-        return None
+    def clear(self) -> None:
+        """``*CLS``: the queue and the event bits (IEEE 488.2, 10.3)."""
+        self.items.clear()
+        self.events = 0
+
+    def keep(self, text: str) -> None:
+        """An error the instrument answered while older ones waited here: queued last (on a
+        full queue the newest becomes -350, as for a gateway error)."""
+        if len(self.items) < ERROR_QUEUE_DEPTH:
+            self.items.append(text)
+        else:
+            self.items[-1] = gate.error_text(-350, "Queue overflow")
 
     async def push(self, run_id: str | None, code: int, reason: str) -> None:
         """Queue one gateway error, after whatever the instrument already holds."""
@@ -59,7 +68,9 @@ class ErrorQueue:
         if len(self.items) >= ERROR_QUEUE_DEPTH:
             self.items.pop()
             self.items.append(gate.error_text(-350, "Queue overflow"))
+            self.events |= event_bit(-350)
             return
+        self.events |= event_bit(code)
         self.items.append(gate.error_text(code, gate.scpi_message(code, reason)))
 
     async def _drain_instrument(self, run_id: str | None) -> None:

@@ -15,6 +15,7 @@ from ..doorway import answer, follow, settled
 from ..errors import GatewayError, TransitionError
 from ..models import Status, TakeoverRequest
 from ..scpi import ScpiError, classify
+from ._status import status_plan
 from ._stream import answer_early
 
 if TYPE_CHECKING:
@@ -54,7 +55,10 @@ async def report(conn: Connection, req: TakeoverRequest) -> None:
     if req.status is Status.EXECUTED:
         queried = any(a.canonical.split(" ")[0].endswith("?") for a in req.actions)
         text = answer(req)
-        if queried and text:
+        status = status_plan(conn.door.profile, req.message) if conn.errors else None
+        if status is not None:  # its own error and status units answered in their place
+            await conn.answer(status, text if queried and text else "")
+        elif queried and text:
             conn.send(text)
             await conn.flush()
         return

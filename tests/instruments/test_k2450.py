@@ -218,3 +218,34 @@ def test_the_driver_corpus_has_no_false_hold_and_no_unsafe_pass(
     refused = [x for x in lines if x.startswith("  false refuse") and "Keithley2450" in x]
     assert len(refused) == 4
     assert all(re.search(r";[\'\"] \(pymeasure Keithley2450\)$", x) for x in refused), refused
+
+
+async def test_syst_clear_clears_only_the_connections_own_errors(smu: Any, panel: Any) -> None:
+    """``:SYSTem:CLEar`` empties the 2450's event log, which every client shares: like
+    ``*CLS`` it is the gateway's own (local, never sent). The front panel's error survives
+    on the simulator's own port; the script's own refusal is gone from its queue."""
+    def script() -> tuple[str, str, str]:
+        smu.write(":SOUR:VOLT 50")  # over the envelope: -222, this connection's own
+        assert smu.query("*OPC?") == "1"
+        panel.write("NOT:A:COMMAND")  # the panel's, on the instrument
+        smu.write("SYST:CLE")
+        opc = smu.query("*OPC?")
+        return opc, panel.query("SYST:ERR?"), smu.query("SYST:ERR?;*ESR?")
+
+    opc, theirs, mine = await in_thread(script)
+    assert opc == "1"
+    assert theirs == '-113,"Undefined header"', theirs
+    error, esr = mine.split(";")
+    # SYST:CLE leaves the event bits: the refusal's EXE (16), the panel's CME (32, shared)
+    assert (error.lstrip("+"), esr) == (NO_ERROR, "48"), mine
+
+
+async def test_a_compound_error_query_answers_the_refusal_in_place(smu: Any) -> None:
+    """The socket door's own error units in a compound message on the 2450's profile
+    (SYST:ERR:CODE? and :COUN? too): the refusal, not the instrument's empty queue."""
+    def script() -> str:
+        smu.write(":SOUR:VOLT 50")  # over the envelope: -222
+        return str(smu.query("*ESR?;:SYST:ERR:COUN?;:SYST:ERR:CODE?;:SYST:ERR:COUN?;"
+                             ":SYST:ERR?"))
+
+    assert await in_thread(script) == f"16;+1;-222;+0;{NO_ERROR}"

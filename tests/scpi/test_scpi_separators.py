@@ -438,12 +438,25 @@ def test_status_commands_are_harmless_sent_and_unattended(profile: str) -> None:
     assert not result.read_only  # harmless is not a read
 
 
-def test_only_cls_is_local() -> None:
+def test_only_the_doors_own_clears_are_local() -> None:
+    """A local form is never sent, so it must be one the socket door answers itself:
+    ``*CLS`` and the Keithleys' ``SYSTem:CLEar`` (their event log, every client's), each a
+    clear of the connection's own errors (bench_gate.proxy.Role); else it would do nothing."""
+    from bench_gate.proxy import Role, status_plan
+    from bench_gate.scpi import canonical_header
+
+    seen = set()
     for profile in SHIPPED:
         for command in get_profile(profile).model.commands:
             for form in (command.set, command.query):
                 if form is not None and form.local:
-                    assert (command.header, form is command.set) == ("*CLS", True)
+                    assert form is command.set, (profile, command.header)
+                    header = canonical_header(command)
+                    plan = status_plan(profile, header)
+                    assert plan is not None and plan.units in (
+                        ((Role.CLEAR, False),), ((Role.CLEAR_QUEUE, False),)), header
+                    seen.add(header)
+    assert seen == {"*CLS", "SYST:CLE"}
 
 
 def test_local_passes_through_expansions_and_cache() -> None:
