@@ -28,6 +28,8 @@ _VOLT = re.compile(r"VOLT ([-+0-9.E]+),\(@2\)")
 _OFF = re.compile(r"OUTP 0,\(@(\d)\)")
 #: A trigger of the transient system: every channel (*TRG) or one (TRIG (@n)).
 _TRIGGER = re.compile(r"\*TRG|TRIG \(@(\d)\)")
+#: A signal arriving at a pin of the rear digital port (sim only, never from an interface).
+_EDGE = re.compile(r"SIM:EDGE PIN([1-3])")
 
 
 class SimPsu(SimInstrument):
@@ -46,6 +48,12 @@ class SimPsu(SimInstrument):
     ``CURR:TRIG``); LIST, the list's points (_run_list). The arming (``INIT``) is not
     modelled. A triggered level never set answers 0 (unverified: the E3631A's answers the
     immediate level; the profile assumes neither, it reads the level and judges it).
+
+    The rear digital port: a pin whose function is ONCouple turns the outputs on when an
+    output-on signal arrives at it (Keysight's output couple control: "OnCouple and
+    OffCouple signals enable and disable the output"), OFFCouple turns them off;
+    ``execute("SIM:EDGE PIN<n>")`` is that signal arriving at pin n (every output, as the
+    E36300 has no per-channel couple setting; unverified).
     """
 
     profile = PSU_PROFILE
@@ -122,6 +130,12 @@ class SimPsu(SimInstrument):
         return 2 if limited < float(self._get(p + "voltage")) else 1
 
     def _model_write(self, canonical: str) -> bool:
+        if m := _EDGE.fullmatch(canonical):
+            function = str(self._get(f"set_dig_pin{m[1]}_func_ch{m[1]}")).upper()
+            if function.startswith(("ONC", "OFFC")):
+                for ch in self.channels:
+                    self._set(f"ch{ch}_output", int(function.startswith("ONC")))
+            return True
         if _CLEAR_TRIP.fullmatch(canonical) and canonical.startswith("OUTP"):
             return True  # OUTP:PROT:CLE: _link clears the trip, pyvisa-sim has no dialogue
         if (m := _OFF.fullmatch(canonical)) and (
