@@ -20,7 +20,8 @@ from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
-from .models import Event, EventType, Receipt, SentLine, Status, TakeoverRequest
+from .memories import memory_of
+from .models import Event, EventType, Receipt, SentLine, Snapshot, Status, TakeoverRequest
 from .readback import judge_readback
 from .rechecks import Rechecks, Refusal
 from .runs import Runs
@@ -305,6 +306,8 @@ class Executor(Part):
                         lines.append(SentLine(text=a.canonical, sent=False, why=KEPT_BACK[
                             "select" if a.effect == "select" else "local"]))
                         continue
+                    memory = memory_of(profile, a.canonical)
+                    saving = await self._before_memory(link, inst, memory)
                     lines.extend(on_the_wire(profile, a.canonical))
                     if a.canonical.split(" ")[0].endswith("?"):
                         out.answers[i] = await link.query(a.canonical,
@@ -312,6 +315,9 @@ class Executor(Part):
                     else:
                         await link.write(a.canonical)
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
+                    if saving is not None and memory is not None:
+                        self.snaps.memories.record(inst, memory[1], saving, req.id)
+                        out.stored[memory[1]] = saving.values
             except (InstrumentError, Refused) as exc:
                 out.error = exc.message
             if recalls and (now_selected := await read_selection(link, inst)) is not None:
@@ -335,7 +341,7 @@ class Executor(Part):
         receipt = Receipt(sent=[ln.text for ln in lines if ln.sent], lines=lines,
                           before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=started,
-                          finished_at=self.clock(),
+                          finished_at=self.clock(), stored=w.stored,
                           detail=";".join(w.answers[i] for i in sorted(w.answers)))
         judged = judge_readback(
             before=req.snapshot.values,
@@ -347,6 +353,18 @@ class Executor(Part):
                        executed="executed: " + "; ".join(commands))
         return req
 
+
+    async def _before_memory(self, link: AsyncLink, inst: Instrument,
+                             memory: tuple[str, str] | None) -> Snapshot | None:
+        """Before a unit that changes a stored state is sent: drop the records it makes
+        unknown (a crash after the send leaves them unknown, never stale) and, for a save,
+        read the whole state it stores, on this turn (bench_gate/memories.py)."""
+        if memory is None or memory[0] == "recall":
+            return None
+        self.snaps.memories.before(inst, memory)
+        if memory[0] != "save":
+            return None
+        return await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""

@@ -192,6 +192,9 @@ class Snapshot(BaseModel):
     idn: str
     values: dict[str, str]  # "ch1.voltage" -> "5.0"
     taken_at: datetime = Field(default_factory=now)
+    #: The stored states the write recalls, as the gateway recorded them when they were
+    #: saved ("slot 3" -> its state, with "@saved_at"): bench_gate/memories.py.
+    recalled: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     def diff(self, other: Snapshot) -> dict[str, tuple[str | None, str | None]]:
         keys = set(self.values) | set(other.values)
@@ -238,6 +241,8 @@ class Receipt(BaseModel):
     reconciled: bool = False
     detail: str = ""
     lines: list[SentLine] = Field(default_factory=list)
+    #: The state each save stored ("slot 3" -> its fields), read just before it was sent.
+    stored: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class TakeoverRequest(BaseModel):
@@ -302,10 +307,11 @@ class Event(BaseModel):
 
 
 def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot) -> str:
-    """sha256 over the instrument identity, the canonical commands and the snapshot shown."""
-    body = json.dumps(
-        {"instrument": instrument, "idn": snapshot.idn, "commands": canonical,
-         "snapshot": snapshot.values},
-        sort_keys=True, separators=(",", ":"),
-    )
+    """sha256 over the instrument identity, the canonical commands and the snapshot shown,
+    with the stored states it recalls (a slot saved again since is another proposal)."""
+    shown: dict[str, Any] = {"instrument": instrument, "idn": snapshot.idn,
+                             "commands": canonical, "snapshot": snapshot.values}
+    if snapshot.recalled:
+        shown["recalled"] = snapshot.recalled
+    body = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()

@@ -14,6 +14,7 @@ from .auth import revoked_tokens
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
+from .memories import SAVED_AT
 from .models import ApprovalKind, Run, RunStatus, Snapshot, TakeoverRequest, proposal_hash
 from .runs import Runs
 from .setpoints import Setpoints
@@ -162,8 +163,18 @@ class Rechecks(Part):
                      and not self.setpoints.still_approved(inst, a.channel, live)]
             if stuck:
                 diff = {f"ch{c}.approved_setpoint": ("approved", "changed") for c in stuck}
+        # A stored state it recalls, saved again (or dropped) since it was shown.
+        recalled = self.snaps.memories.recalled(inst, (a.canonical for a in req.actions),
+                                                live.idn)
+        for key in sorted(set(recalled) | set(req.snapshot.recalled)):
+            was, now = req.snapshot.recalled.get(key), recalled.get(key)
+            if was != now:
+                diff[f"{key} (stored state)"] = (
+                    f"saved {was[SAVED_AT]}" if was else None,
+                    f"saved {now[SAVED_AT]}" if now else None)
         if diff:
             return Refusal(Move.GO_STALE, "", "", diff)
+        live = live.model_copy(update={"recalled": recalled})
         try:  # the envelope as it is configured now, on the live state
             self.snaps.check_envelope(inst, req.actions, live)
         except Refused as exc:

@@ -76,6 +76,8 @@ class Written:
     read_error: str | None = None
     instrument_errors: list[str] = field(default_factory=list)
     safed: Safed | None = None
+    #: The state each save stored, read on the turn before it was sent ("slot 3" -> ...).
+    stored: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class Safety(Part):

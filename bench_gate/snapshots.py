@@ -15,6 +15,7 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
 from .instruments import AsyncLink
+from .memories import Memories, memory_of, mixes, predicted, stored_state
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
 from .scpi import (
@@ -126,11 +127,15 @@ class Snapshots(Part):
 
     def __init__(self, core: Core) -> None:
         super().__init__(core)
+        self.memories = Memories(core)
+
+    def every_field(self, inst: Instrument) -> list[tuple[int | None, str]]:
+        """Every field of every channel (not the measured ones): a whole stored state."""
+        return self._fields_of(inst.profile, set(inst.profile.channels) or {None})
 
     def fields(self, inst: Instrument, actions: list[Action]) -> list[tuple[int | None, str]]:
         """Every field the actions depend on; a channel's whole state, or the instrument's."""
         profile = inst.profile
-        state_fields = [f for f, spec in profile.fields.items() if not spec.measured]
         channels: set[int | None] = set()
         everything = False
         for a in actions:
@@ -143,6 +148,12 @@ class Snapshots(Part):
             channels.add(a.channel)
         if everything:
             channels = set(profile.channels) or {None}
+        return self._fields_of(profile, channels)
+
+    @staticmethod
+    def _fields_of(profile: Profile, channels: set[int | None]
+                   ) -> list[tuple[int | None, str]]:
+        state_fields = [f for f, spec in profile.fields.items() if not spec.measured]
         channels |= couplings.followers(profile, {c for c in channels if c is not None})
         out = [(ch, f) for ch in sorted(channels, key=lambda c: c or 0) for f in state_fields
                if profile.has_field(f, ch)]
@@ -206,9 +217,13 @@ class Snapshots(Part):
     def proposed(actions: list[Action], snap: Snapshot, profile: Profile | None = None
                  ) -> dict[str, str]:
         """The state ``actions`` leave from ``snap``; with ``profile``, the copies its
-        couplings make too (``couplings.follow``: tracking moves CH3 with CH2)."""
+        couplings make too (``couplings.follow``: tracking moves CH3 with CH2), and the
+        stored state a recall brings back as the gateway recorded it (``snap.recalled``)."""
         state = dict(snap.values)
         for a in actions:
+            memory = memory_of(profile, a.canonical) if profile is not None else None
+            if profile is not None and memory is not None and memory[1] in snap.recalled:
+                state = {**state, **predicted(profile, a.canonical, snap.recalled[memory[1]])}
             if a.field is not None and a.new is not None:
                 key = snapshot_key(a.channel, a.field)
                 before = state
@@ -232,6 +247,18 @@ class Snapshots(Part):
         if over:  # a value above its limit, energized or not
             raise Refused(-222, f"{envelope.summary(inst.profile, over)}; nothing was sent")
         profile = inst.profile
+        recalls = [(a.canonical, m[1]) for a in actions
+                   if (m := memory_of(profile, a.canonical)) is not None and m[0] == "recall"]
+        unknown = [(c, key) for c, key in recalls if key not in snap.recalled]
+        if unknown and limits:
+            raise Refused(-222, f"{unknown[0][0]} brings back a stored state ({unknown[0][1]}) "
+                          "the gateway did not see saved (saved at the front panel, by another "
+                          "program, on another instrument, or never), so the envelope cannot "
+                          "be judged before it runs; save the state through the gateway "
+                          "first, then recall it; nothing was sent")
+        for canonical, key in recalls:
+            if key in snap.recalled and limits:
+                self._judge_recall(inst, limits, actions, snap, canonical, key)
         # Levels stored for a trigger (a list's points, a triggered level) outside on an
         # energized channel: a command whose effect cannot be predicted may be the trigger
         # that applies them, its first point before any read-back. Other breaches found
@@ -252,6 +279,8 @@ class Snapshots(Part):
         named = {a.channel for a in actions if a.channel is not None and (
             (not a.unpredictable and a.effect in ("setpoint", "output", "protection"))
             or (a.new is not None and a.field in envelope.judged_modes(profile, a.channel)))}
+        if recalls:  # a recalled state sets every channel: each is judged on the record
+            named |= set(limits)
         if not named:
             return
         states = [self.proposed(actions[:done], snap, profile)
@@ -275,6 +304,29 @@ class Snapshots(Part):
                               f"{envelope.summary(profile, worse)}; nothing was sent (units run "
                               "in the order they are sent: make the state safe first)")
             before = {(b.channel, b.field): b for b in found}
+
+    def _judge_recall(self, inst: Instrument, limits: dict[int, Any], actions: list[Action],
+                      snap: Snapshot, canonical: str, key: str) -> None:
+        """A recall leaves the fields its profile says it restores as recorded, and may
+        leave any mix of the state before it and the record in the others (an instrument's
+        saved state is its own: IEEE 488.2 §10.29): each mix is judged on every channel."""
+        profile = inst.profile
+        at = next(i for i, a in enumerate(actions) if a.canonical == canonical)
+        sure, unsure = stored_state(profile, canonical, snap.recalled[key])
+        mixed = mixes(profile, {**self.proposed(actions[:at], snap, profile), **sure}, unsure)
+        if mixed is None:
+            raise Refused(-222, f"{canonical} brings back a state ({key}) too different from "
+                          "the live one to judge every mix of the two; switch the outputs "
+                          "off first; nothing was sent")
+        for state in mixed:
+            found = envelope.breaches(profile, limits, couplings.follow(profile, state),
+                                      set(limits))
+            if found:
+                raise Refused(-222, f"{canonical} may leave the instrument outside the "
+                              f"envelope: {envelope.summary(profile, found)} ({key} as the "
+                              "gateway recorded it, each field judged at its stored or its "
+                              "live value, since an instrument need not restore every field "
+                              "it stored); nothing was sent")
 
     @staticmethod
     def same_units(inst: Instrument, req: TakeoverRequest) -> Classification:

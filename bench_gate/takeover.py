@@ -89,6 +89,9 @@ class Requests(Part):
         if now is not None and now.status in (RunStatus.CLOSED, RunStatus.SUSPENDED):
             raise Refused(-203, f"the run is {now.status.value}: nothing more is held for it")
         snap, earlier = self._after_earlier(run, inst, live, supersedes)
+        recalled = self.snaps.memories.recalled(inst, (u.canonical for u in c.units), snap.idn)
+        if recalled:  # what a recall brings back, as recorded when it was saved
+            snap = snap.model_copy(update={"recalled": recalled})
         actions = self.snaps.actions(inst, c, snap)
         self.snaps.check_envelope(inst, actions, snap)
         energize = self.setpoints.energize_needs_setpoint(inst, actions, snap)

@@ -320,7 +320,27 @@ def _check_form(model: ProfileModel, command: CommandSpec, form: FormSpec) -> No
                        or form.expand):
         raise ProfileError(f"{command.header}: only a harmless command form, not "
                            "a query or an expansion, can be local")
+    _check_memory(model, command, form)
     _check_excitation(command, form)
+
+
+def _check_memory(model: ProfileModel, command: CommandSpec, form: FormSpec) -> None:
+    """A form that changes a stored state goes to the executor, which records what it
+    stores (never the harmless path, which sends at once); a recall names what it brings
+    back."""
+    if form.memory is None:
+        return
+    if form is command.query or form.effect is not Effect.STATE or form.expand:
+        raise ProfileError(f"{command.header}: memory is for a command form with effect "
+                           "state that does not expand")
+    if form.restores and (form.memory != "recall" or not set(form.restores) <= set(
+            model.fields)):
+        raise ProfileError(f"{command.header}: restores names fields a memory recall "
+                           "brings back")
+    if form.memory != "forget" and (not form.params or form.params[0].type not in (
+            "integer", "string")):
+        raise ProfileError(f"{command.header}: a memory {form.memory} names its slot or "
+                           "file in its first parameter (integer or string)")
 
 
 def _check_excitation(command: CommandSpec, form: FormSpec) -> None:

@@ -147,6 +147,16 @@ class FormSpec(BaseModel):
     #: INST[:SEL]), known only once it ran: read then (``addressing.query``) as the run's
     #: selection; a unit after it in the same message that names no channel is refused.
     reselects: bool | Literal["recalled"] = False
+    #: The instrument's stored states (IEEE 488.2 §10.29 ``*SAV``, §10.27 ``*RCL``; a
+    #: state file): ``save`` stores the present state under its first parameter (a slot,
+    #: a file name), ``recall`` brings one back, ``forget`` may change what any holds
+    #: (a file deleted, copied or moved). The gateway records the state it saw saved and
+    #: judges a recall on it before sending (bench_gate/memories.py).
+    memory: Literal["save", "recall", "forget"] | None = None
+    #: For a ``memory: recall``: the fields the instrument's manual says it brings back.
+    #: The gateway predicts them from its record; any other field the record holds is
+    #: judged at its stored and its live value both (memories.mixes).
+    restores: tuple[str, ...] = ()
 
 
 class CommandSpec(BaseModel):

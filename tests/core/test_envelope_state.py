@@ -85,14 +85,17 @@ async def test_energize_with_ovp_above_envelope_is_refused(
 async def test_recall_of_an_over_limit_state_needs_everything_and_is_made_safe(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
         front_panel: Any) -> None:
-    """A state saved from the front panel at 20 V with CH2 on, then ``*RST``. ``*RCL 3``
-    through the gateway: it cannot be predicted, so it needs every approval and its handoff
-    says so; after the grant, the read-back finds CH2 out of the envelope and switches it
-    off at once."""
+    """Slot 3 saved through the gateway, then again from the front panel at 20 V with CH2
+    on (the one change the gateway's record cannot see), then ``*RST``. ``*RCL 3``: it
+    needs every approval and its handoff never says nothing reaches the DUT; after the
+    grant, the read-back finds CH2 out of the envelope and switches it off at once."""
+    run = gateway.create_run(script, "script")
+    save = (await gateway.submit(run.id, "psu", "*SAV 3")).request
+    assert save is not None
+    assert (await grant_all(gateway, save.id, olga)).request.status is Status.EXECUTED
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)", "*SAV 3", "*RST"):
         front_panel.write(command)
     assert panel(front_panel, "OUTP? (@2)") == 0
-    run = gateway.create_run(script, "script")
     req = (await gateway.submit(run.id, "psu", "*RCL 3")).request
     assert req is not None
     assert req.required == [ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE,

@@ -267,10 +267,14 @@ async def test_dmm_answers_while_the_psu_lane_is_faulted(
 async def test_one_garbled_read_back_answer_never_stops_the_safe_action(
         faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal,
         front_panel: Any) -> None:
-    """``*RCL`` of a state with CH2 on at 20 V, and the read-back's answer to an unrelated
-    field is garbage: the read-back fails, yet every enveloped field is read again one by
-    one, CH2 is found outside and switched off at once."""
+    """``*RCL`` of a state with CH2 on at 20 V (saved through the gateway, then again at
+    the front panel), and the read-back's answer to an unrelated field is garbage: the
+    read-back fails, yet every enveloped field is read again one by one, CH2 is found
+    outside and switched off at once."""
     gw, link = faulty
+    save = await held(gw, script, "*SAV 4")
+    assert (await gw.grant(save.id, olga, ["setpoint", "output_enable", "state"],
+                           proposal_hash=save.proposal_hash)).request.status is Status.EXECUTED
     for command in ("VOLT 20,(@2)", "CURR 0.1,(@2)", "OUTP 1,(@2)", "*SAV 4", "*RST"):
         front_panel.write(command)
     req = await held(gw, script, "*RCL 4")

@@ -76,10 +76,14 @@ async def test_the_recall_and_the_enable_one_after_the_other_are_each_judged(
         gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
         sim: SimBenchThread, front_panel: Any) -> None:
     """The way that works: the recall alone, then the output enable, judged on the 20 V
-    the instrument now reads (-222)."""
-    front_panel.write("VOLT 20,(@2);:CURR 0.2,(@2);*SAV 1;:VOLT 3,(@2)")
-    assert front_panel.query("*OPC?") == "1"
+    the instrument now reads (-222). Slot 1 is saved through the gateway (20 V with CH2
+    off is no breach), so the recall is predicted and judged."""
+    front_panel.write("VOLT 20,(@2);:CURR 0.2,(@2)")
     run = gateway.create_run(script, "script", goal="power the DUT")
+    saved = await _everything(gateway, run.id, "psu", "*SAV 1", olga, pete)
+    assert saved.request.status.value == "executed", saved.request.outcome
+    front_panel.write("VOLT 3,(@2)")
+    assert front_panel.query("*OPC?") == "1"
     recalled = await _everything(gateway, run.id, "psu", "*RCL 1", olga, pete)
     assert recalled.request.status.value == "executed", recalled.request.outcome
     on = await _everything(gateway, run.id, "psu", ":OUTP ON,(@2)", olga, pete)

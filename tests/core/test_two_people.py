@@ -125,9 +125,13 @@ async def test_the_owner_refuses_at_execution_what_its_rules_forbid(
 async def test_one_person_cannot_give_every_approval_of_an_unpredictable_command(
         strict: Gateway, script: Principal, olga: Principal, pete: Principal,
         front_panel: Any) -> None:
-    for command in ("VOLT 5,(@1)", "CURR 0.5,(@1)", "OUTP 1,(@1)", "*SAV 3", "*RST"):
+    for command in ("VOLT 5,(@1)", "CURR 0.5,(@1)", "OUTP 1,(@1)"):
         front_panel.write(command)
     run = strict.create_run(script, "script")
+    save = await held(strict, run.id, "*SAV 3")  # recorded: a recall of it is judged
+    await give(strict, save, olga, "setpoint", "state")
+    await give(strict, save, pete, "output_enable")
+    front_panel.write("*RST")
     req = await held(strict, run.id, "*RCL 3")
     await refused(strict, req, olga, "second person", "setpoint", "output_enable", "state")
     await give(strict, req, olga, "setpoint", "state")

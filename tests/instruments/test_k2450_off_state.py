@@ -131,13 +131,21 @@ async def test_zero_over_a_limit_outside_is_made_safe_by_the_read_back(
         smu_sim: SimServedThread, how: str) -> None:
     """Set at the panel, or recalled by *RCL: a command whose effect the gateway cannot
     predict runs, the read-back finds the off output holding 0.5 A and the safe action
-    opens the relay. (A setpoint on it is refused before it is sent.)"""
+    opens the relay. (A setpoint on it is refused before it is sent.) The recalled slot
+    was saved through the gateway in a safe state, then again at the panel: the one change
+    the gateway's record of it cannot see."""
+    if how == "recall":
+        saving = asyncio.ensure_future(in_thread(smu.write, "*SAV 1"))
+        save = await next_pending(gateway)
+        await gateway.grant(save.id, olga, list(save.required),
+                            proposal_hash=save.proposal_hash)
+        await saving
     panel.write(":OUTP:VOLT:SMOD ZERO;:SOUR:VOLT:ILIM 0.5")
     message = ":SOUR:VOLT:RANG 20"
     if how == "panel":
         error = await _refused(smu, gateway, ":SOUR:VOLT 1")
         assert "(voltage source) ZERO keeps the current limit" in error
-    if how == "recall":
+    if how == "recall":  # saved through the gateway before, now again at the panel
         panel.write("*SAV 1;:OUTP:VOLT:SMOD NORM;:SOUR:VOLT:ILIM 0.01")
         message = "*RCL 1"
     assert isinstance(smu_sim.instrument, SimSmu)
