@@ -15,15 +15,18 @@ longer count". Each case checks CH1 on the simulator's own port.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench_gate.config import BenchConfig
 from bench_gate.errors import PermissionDenied
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Role, Status
+from bench_gate.store import SqliteStore
 
-from ..conftest import own_port
+from ..conftest import Clock, own_port
 
 OSCAR = Principal(name="oscar", role=Role.OPERATOR)
 
@@ -90,3 +93,32 @@ async def test_an_edit_back_to_an_earlier_value_revives_no_approval(
                                proposal_hash=back.request.proposal_hash)
     assert done.request.status is Status.EXECUTED, done.message
     assert ch1(sim) == ("1", 1.0)
+
+
+async def test_an_edited_proposal_survives_a_restart_and_runs_once(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, sim: Any) -> None:
+    """A guard for the revision in the hash: kept with the request, so an edited proposal
+    approved after a restart still matches its hash at the last recheck and runs."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script", goal="an edit, then a restart")
+        req = (await gw.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
+        assert req is not None
+        edited = await gw.grant(req.id, OSCAR, ["output_enable"], edits={"CH1.voltage": "2"},
+                                proposal_hash=req.proposal_hash)
+    finally:
+        await gw.close()
+        gw.store.close()
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        again = gw.get_request(req.id)
+        assert again.revision == 1 and again.proposal_hash == edited.request.proposal_hash
+        done = await gw.grant(req.id, olga, ["setpoint"], proposal_hash=again.proposal_hash)
+        assert done.request.status is Status.EXECUTED, done.message
+        assert ch1(sim) == ("1", 2.0)
+    finally:
+        await gw.close()
+        gw.store.close()
