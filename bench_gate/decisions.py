@@ -140,9 +140,9 @@ class Decisions(Part):
             if await self._uncovered(req):
                 gone_stale = self.requests.get(req.id)
                 return GrantResult(gone_stale, [], gone_stale.outcome or "")
-            self._check_approver(req, run, approver, wanted)
-            if edits:
+            if edits:  # first: the rules judge the approvals that stand after the edit
                 events.extend(self._apply_edits(req, edits, approver))
+            self._check_approver(req, run, approver, wanted)
             for kind in wanted:
                 if kind in req.approved_kinds():
                     continue
@@ -303,13 +303,17 @@ class Decisions(Part):
                 a.canonical = unit.canonical
                 a.new = render_value(unit.value) if unit.value is not None else None
                 a.words = describe(profile, a)
+        # A new revision: never an earlier proposal again, even with the same commands,
+        # so no approval this edit voids counts again after an edit back.
+        req.revision += 1
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                          req.snapshot)
+                                          req.snapshot, req.revision)
         self._reshow(req, profile, limits)
         return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
                       data={"by": who.name, "edits": edits, "old_commands": old_commands,
                             "new_commands": [a.canonical for a in req.actions],
                             "old_hash": old_hash, "new_hash": req.proposal_hash,
+                            "revision": req.revision,
                             # what the next approver is shown now, as takeover_requested
                             # keeps what the first one was
                             **{k: req.handoff[k] for k in EDITED_SHOWN}})]

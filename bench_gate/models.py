@@ -280,6 +280,9 @@ class TakeoverRequest(BaseModel):
     #: Runs when its requester resends the identical command before it expires, not at its
     #: last approval (the socket door's ``on_hold = "refuse"``).
     on_resend: bool = False
+    #: How many edits (approve with changes) made its proposal: part of its hash, so an
+    #: edit back to earlier values never revives the approvals an edit voided.
+    revision: int = 0
     version: int = 0
 
     def valid_approvals(self) -> list[Approval]:
@@ -306,12 +309,17 @@ class Event(BaseModel):
     hash: str = ""
 
 
-def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot) -> str:
+def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot,
+                  revision: int = 0) -> str:
     """sha256 over the instrument identity, the canonical commands and the snapshot shown,
-    with the stored states it recalls (a slot saved again since is another proposal)."""
+    with the stored states it recalls (a slot saved again since is another proposal) and,
+    once a request was edited, its revision: an edit back to earlier values is a new
+    proposal, so no approval an edit voided ever counts again."""
     shown: dict[str, Any] = {"instrument": instrument, "idn": snapshot.idn,
                              "commands": canonical, "snapshot": snapshot.values}
     if snapshot.recalled:
         shown["recalled"] = snapshot.recalled
+    if revision:  # absent before any edit: a request's first hash is what it always was
+        shown["revision"] = revision
     body = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()

@@ -196,7 +196,7 @@ class Rechecks(Part):
         """Invariant 3, checked again at the last moment: the approvals are bound to exactly
         this proposal (its commands and the snapshot shown), and none is missing."""
         expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                 req.snapshot)
+                                 req.snapshot, req.revision)
         if expected != req.proposal_hash:
             return "the proposal does not match its hash"
         if req.missing():

@@ -45,4 +45,5 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.include_router(_journal.router)
     app.include_router(_stop.router)
     app.include_router(_leases.router)
+    _problems.unmatched(app)  # last: what no route above took, under /v1
     return app

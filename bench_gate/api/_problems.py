@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from ..doorway import problem_of
 from ..errors import (
@@ -29,7 +30,7 @@ from ..errors import (
 from ..texts import redact
 from ._schemas import takeover_out
 
-__all__ = ["PROBLEM", "install", "problem"]
+__all__ = ["PROBLEM", "install", "problem", "unmatched"]
 
 PROBLEM = "application/problem+json"
 logger = logging.getLogger("bench_gate.api")
@@ -114,3 +115,29 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(Exception, _unexpected)
+
+
+#: Every method an HTTP client may ask with: the API's last route takes them all.
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def unmatched(app: FastAPI) -> None:
+    """The API's last route: a ``/v1`` path no route took is a problem, never the console's
+    HTML page (mounted at ``/`` after the API, it would take it): 405 with ``Allow`` when a
+    route has the path with other methods, else 404."""
+
+    async def _unmatched(request: Request) -> JSONResponse:
+        routes = app.router.routes
+        api = routes[:routes.index(mine)]  # the API's own: /mcp and the console come after
+        allowed = [method for method in _METHODS if method != request.method and any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in api)]
+        if allowed:
+            listed = ", ".join(allowed)
+            return problem(405, f"{request.url.path} takes {listed}, not {request.method}",
+                           headers={"Allow": listed})
+        return problem(404, f"no API route {request.url.path}: see /openapi.json")
+
+    app.add_api_route("/v1/{rest:path}", _unmatched, methods=_METHODS,
+                      include_in_schema=False)
+    mine = app.router.routes[-1]
