@@ -19,7 +19,7 @@ from ._lexer import CACHE_MAX_MESSAGE, ChannelList, CharData, Data, RawUnit, lex
 from ._patterns import canonical_header, canonical_with_suffix
 from ._profile import Profile, get_profile
 from ._schema import CommandSpec, Effect, FormSpec, ParamSpec, ProfileError
-from ._separators import check_data, check_rendering
+from ._separators import check_data, check_rendering, check_wire
 from .units import Classification, Unit, Value, render_param
 
 __all__ = ["classify", "classify_uncached", "is_read_only"]
@@ -105,6 +105,7 @@ class _Resolver(HeaderResolver):
             allow = form.separators_in_data
         for u in units:
             check_rendering(self, raw, u, allow)
+            check_wire(self, raw, u)
         return units
 
     def known(

@@ -124,6 +124,12 @@ class ParamReader:
             raise self.err(ScpiSyntaxError, -104, f"{spec.name} must be a number or a word", pos)
         if kind == "channels":  # ALL, NONE, a channel list or a channel's name (INST:COUP)
             if isinstance(datum, ChannelList):
+                if self.profile.addressing is not None:
+                    names = ", ".join(self.profile.channel_word(c)
+                                      for c in self.profile.channels)
+                    raise self.err(ScpiExecutionError, -224,
+                                   f"{spec.name}: this instrument takes no channel list; "
+                                   f"name its outputs ({names}), ALL or NONE", pos)
                 for ch in datum.channels:
                     self.check_channel(ch, pos)
                 return "(@" + ",".join(str(c) for c in datum.channels) + ")"

@@ -112,9 +112,9 @@ class Profile:
 
     def wire(self, canonical: str) -> tuple[str, ...] | None:
         """What reaches the instrument for one canonical text the gateway rendered: the
-        text itself; or, on a profile with ``addressing``, for a known header whose last
-        datum names one channel, the select command and the text without its list (sent
-        in that order on one lane turn). None: a list this instrument cannot be sent."""
+        text itself; or, on a profile with ``addressing``, for a ``channel: list`` form
+        whose last datum names one channel, the select command and the text without its
+        list (one lane turn). None: a list it cannot be sent, a parameter's data included."""
         spec = self.model.addressing
         if spec is None or "(@" not in canonical:
             return (canonical,)
@@ -125,7 +125,8 @@ class Profile:
         listed = units[0].params[-1] if len(units) == 1 and units[0].params else None
         if not isinstance(listed, ChannelList):
             return (canonical,)  # the list is inside string or block data
-        if len(listed.channels) != 1 or self.form_of(canonical) is None:
+        form = self.form_of(canonical)
+        if len(listed.channels) != 1 or form is None or form.channel != "list":
             return None
         bare = canonical[: listed.pos].rstrip().rstrip(",").rstrip()
         if spec.select is None:  # the instrument's one channel

@@ -5,13 +5,13 @@ that is anything but exactly one unit.
 
 from __future__ import annotations
 
-from ._errors import ScpiError, ScpiSyntaxError
-from ._lexer import Block, QuotedString, RawUnit, lex
+from ._errors import ScpiError, ScpiExecutionError, ScpiSyntaxError
+from ._lexer import Block, ChannelList, QuotedString, RawUnit, lex
 from ._params import ParamReader
 from ._schema import FormSpec
 from .units import Unit
 
-__all__ = ["LINE_BREAKERS", "UNIT_BREAKERS", "check_data", "check_rendering"]
+__all__ = ["LINE_BREAKERS", "UNIT_BREAKERS", "check_data", "check_rendering", "check_wire"]
 
 #: What a naive instrument parser splits a message at, or ends it at, whatever surrounds it:
 #: ';' between units (IEEE 488.2 §7.4.1), LF and CR as terminators, NUL in C firmware. The
@@ -58,3 +58,22 @@ def check_rendering(reader: ParamReader, raw: RawUnit, unit: Unit, allow_semicol
     if not one:  # a renderer bug; the text is not echoed, it may hold what a client sent
         raise reader.err(ScpiSyntaxError, -100, f"the canonical rendering of {unit.header} "
                          "would not reach an instrument as exactly one unit", raw.start)
+
+
+def check_wire(reader: ParamReader, raw: RawUnit, unit: Unit) -> None:
+    """On an instrument that addresses its outputs by selection (``Profile.wire``), the only
+    channel list a unit may carry is the one the gateway renders for a ``channel: list``
+    form, sent as the select command. Any other (a parameter's data, an unknown header's
+    list) cannot reach the instrument as rendered: refused now, never held and then sent
+    without it, or not at all, once approved."""
+    profile = reader.profile
+    if profile.addressing is None or "(@" not in unit.canonical:
+        return
+    texts = profile.wire(unit.canonical)
+    if texts is not None and not any(isinstance(d, ChannelList)
+                                     for text in texts for u in lex(text) for d in u.params):
+        return
+    listed = next((d for d in raw.params if isinstance(d, ChannelList)), None)
+    raise reader.err(ScpiExecutionError, -224, f"{unit.header}: this instrument addresses "
+                     "its outputs by selection and takes no channel list here; select the "
+                     "output first", listed.pos if listed is not None else raw.start)

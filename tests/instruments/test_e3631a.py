@@ -27,7 +27,7 @@ from bench_gate.scpi import Effect, classify, command_examples, get_profile, lex
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
 from tests.doors.proxy.test_drivers import _read_properties
-from tests.doors.proxy.test_proxy import in_thread, next_pending
+from tests.doors.proxy.test_proxy import POLL, POLLS, in_thread, next_pending
 
 PROFILE = "e3631a"
 NO_ERROR = '0,"No error"'
@@ -303,6 +303,49 @@ async def test_a_channel_list_the_e3631a_does_not_take_is_refused(
     error = await in_thread(script)
     assert error.startswith("-108,"), error
     assert not gateway.list_requests()
+
+
+async def _held_or_answered(gateway: Gateway, task: Any) -> Any:
+    """The request a message is held as, or None once the script has its answer (bounded)."""
+    for _ in range(POLLS):
+        pending = gateway.list_requests(status=Status.PENDING)
+        if pending:
+            return gateway.get_request(pending[0].id)
+        if task.done():
+            return None
+        await asyncio.sleep(POLL)
+    raise AssertionError("neither held nor answered")
+
+
+@pytest.mark.parametrize("message", ["INST:COUP (@2)", "INST:COUP (@1,2)",
+                                     "inst:couple:trigger (@1:3)", ":INST:COUP ( @ 3 )"])
+async def test_a_channel_list_given_as_data_is_refused_never_sent_without_it(
+        message: str, supply: Any, gateway: Gateway, olga: Principal, panel: Any) -> None:
+    """INSTrument:COUPle takes ALL, NONE or the outputs' names (P6V,P25V) on the E3631A,
+    which takes no channel lists. ``INST:COUP (@2)`` was held; approved, the supply got
+    ``INST:NSEL 2`` and a bare ``INST:COUP``: the gateway stripped the list as if it were its
+    own addressing list, so what reached the instrument was not the text approved (and
+    ``(@1,2)`` was held, then could not be sent at all). Refused at once (-224), nothing
+    held, nothing sent."""
+    def script() -> str:
+        supply.write(message)
+        return str(supply.query("SYST:ERR?"))
+
+    task = asyncio.ensure_future(in_thread(script))
+    held = await _held_or_answered(gateway, task)
+    if held is not None:
+        result = await gateway.grant(held.id, olga, list(held.required),
+                                     proposal_hash=held.proposal_hash)
+        await task
+        receipt = result.request.receipt
+        pytest.fail(f"{message!r} was held as {[a.canonical for a in held.actions]} and, "
+                    f"approved, ended {result.request.status.value}: the supply got "
+                    f"{receipt.sent if receipt else []}")
+    error = await task
+    assert error.startswith("-224,") and "channel list" in error, error
+    assert not gateway.list_requests()
+    assert panel.query("INST:COUP?") == "NONE"
+    assert panel.query("SYST:ERR?").lstrip("+") == NO_ERROR
 
 
 async def test_pymeasure_keysight_e3631a_reads_every_property(
