@@ -217,3 +217,19 @@ def test_a_stored_state_is_named_by_its_first_parameter_as_rendered(canonical: s
                     "MMEM:STOR:STAT": "save", "MMEM:DEL": "forget"}[canonical.split(" ")[0]]
     if role != "forget":
         assert canonical.endswith(key.split(" ", 1)[1])
+
+
+async def test_a_command_that_may_change_stored_states_forgets_every_record(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
+    """``MMEM:DEL`` (``memory: forget``) may remove or rewrite what a slot holds: after it,
+    a recall of a slot recorded before is refused, as one never saved would be."""
+    run = gateway.create_run(script, "script")
+    assert (await _run_through(gateway, run.id, "*SAV 8", olga)).status is Status.EXECUTED
+    held = (await gateway.submit(run.id, "psu", "*RCL 8")).request
+    assert held is not None and held.status is Status.PENDING
+    await _run_through(gateway, run.id, 'MMEM:DEL "state8.sta"', olga)
+    result = await gateway.submit(run.id, "psu", "*RCL 8")
+    assert result.status == "refused" and result.code == -222, result
+    assert "did not see saved" in (result.reason or "")
+    late = (await grant_all(gateway, held.id, olga)).request  # shown before the delete
+    assert late.status is Status.STALE and late.superseded_by is None, late.outcome
