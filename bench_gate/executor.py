@@ -327,6 +327,10 @@ class Executor(Part):
             out.after, out.read_error = await self.safety.read_back(link, inst, readback,
                                                                     req.snapshot.idn)
             out.instrument_errors = await self.safety.drain_errors(link, inst)
+            if out.instrument_errors and out.stored:  # a save it may have refused: unknown
+                for key in out.stored:
+                    self.snaps.memories.before(inst, ("save", key))
+                out.stored.clear()
             out.safed = await self.safety.make_safe(link, inst, out.after)
             return out
 

@@ -293,3 +293,19 @@ async def test_one_garbled_read_back_answer_never_stops_the_safe_action(
     assert int(front_panel.query("OUTP? (@2)")) == 0, "the safe action ran"
     kinds = [e.type.value for e in gw.store.journal(done.run_id, limit=100)]
     assert "envelope_breach" in kinds
+
+
+async def test_a_save_the_instrument_answers_with_an_error_leaves_no_record(
+        faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal) -> None:
+    """``*SAV 2`` answered with an error in the instrument's queue: the slot may still hold
+    what it held before, so the gateway keeps no record of it, and ``*RCL 2`` is refused
+    before it is sent (bench_gate/memories.py)."""
+    gw, link = faulty
+    save = await held(gw, script, "*SAV 2")
+    link.arm(Fault.INSTRUMENT_ERROR, match="*SAV 2")
+    done = (await gw.grant(save.id, olga, ["setpoint", "output_enable", "state"],
+                           proposal_hash=save.proposal_hash)).request
+    assert done.receipt is not None and done.receipt.stored == {}, done.outcome
+    recall = await gw.submit(done.run_id, "psu", "*RCL 2")
+    assert recall.status == "refused" and recall.code == -222, recall
+    assert "did not see saved" in (recall.reason or "")

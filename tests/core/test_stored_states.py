@@ -233,3 +233,4 @@ async def test_a_command_that_may_change_stored_states_forgets_every_record(
     assert "did not see saved" in (result.reason or "")
     late = (await grant_all(gateway, held.id, olga)).request  # shown before the delete
     assert late.status is Status.STALE and late.superseded_by is None, late.outcome
+
