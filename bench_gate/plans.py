@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from datetime import datetime
 from decimal import Decimal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from .config import ChannelLimits
 from .couplings import follow
@@ -43,6 +44,14 @@ class PlanScope(BaseModel):
     output_enable: bool = False
     max_writes: int = Field(ge=1, le=100_000)
     timeout_minutes: int = Field(default=60, ge=1, le=1440)
+
+    @field_validator("channels")
+    @classmethod
+    def _distinct(cls, channels: list[int]) -> list[int]:
+        twice = sorted(c for c, n in Counter(channels).items() if n > 1)
+        if twice:  # the scope's words are a few short lines a person reads: each CH once
+            raise ValueError(f"channel {', '.join(map(str, twice))} is named more than once")
+        return channels
 
     @model_validator(mode="after")
     def _ordered(self) -> PlanScope:
