@@ -376,6 +376,25 @@ class PlanDesk(Part):
             assert req.plan_id is not None
             self.close(req.plan_id, PlanEvent.DENY)
 
+    def stand_down(self, names: list[str], who: Principal) -> set[str]:
+        """An emergency stop of ``names`` (this bench's) ends every plan on them, pending or
+        active: an approval in force, cancelled like an approved request, or it would run
+        on once the stop is cleared. Returns the runs whose plans ended."""
+        ended: set[str] = set()
+        for plan in map(Plan.model_validate, self.store.kv_list("plans")):
+            status = PLANS.target(plan.status, PlanEvent.REVOKE)
+            if status is None or not any(self._here(plan, name) for name in names):
+                continue
+            plan.status = status
+            plan.revoked_by = f"the emergency stop ({who.name})"
+            self._save(plan)
+            self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
+                                     data={"plan_id": plan.id, "by": plan.revoked_by})])
+            self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
+                                       status=plan.status.value)
+            ended.add(plan.run_id)
+        return ended
+
     def on_run_closed(self, run_id: str) -> None:
         """A closed run's standing approval ends with it."""
         for plan in self.plans_of(run_id):

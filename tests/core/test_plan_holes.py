@@ -3,12 +3,15 @@ simulated bench."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bench_gate.errors import InvalidInput
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Status
-from tests.core.test_plans import SWEEP_SCOPE
+from bench_gate.models import EventType, Principal, Status
+from bench_gate.plans import PlanStatus
+from tests.core.test_plans import SWEEP_SCOPE, active_plan, journal
 
 
 @pytest.mark.parametrize("channels", [[1, 1], [1, 2, 1], [2] * 40])
@@ -24,3 +27,46 @@ async def test_a_scope_names_each_channel_once(gateway: Gateway, script: Princip
     assert "more than once" in refused.value.message
     assert gateway.list_plans(run.id) == []
     assert gateway.list_requests(status=Status.PENDING) == []
+
+
+async def test_an_emergency_stop_ends_the_standing_plans_on_what_it_stopped(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """Someone pressed STOP because something looked wrong. It cancelled every approved
+    request and suspended the runs that had one, but a run's live plan (an approval in
+    force, like an approved request) stayed active: once the stop was cleared, the plan
+    switched CH1 back on without a click. A stop now ends every plan on the instruments it
+    stopped, and suspends their runs, as it does the runs whose requests it cancelled."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    for message in ("CURR 0.5,(@1)", "VOLT 0.5,(@1)", "OUTP ON,(@1)"):
+        assert (await gateway.submit(run.id, "psu", message)).status == "executed", message
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+
+    stopped = await gateway.emergency_stop(olga, "test")
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    assert run.id in stopped["suspended"]
+    plan = gateway.get_plan(plan_id)
+    assert plan.status is PlanStatus.REVOKED
+    assert plan.revoked_by is not None and "emergency stop" in plan.revoked_by
+    assert any(e.get("plan_id") == plan_id
+               for e in journal(gateway, run.id, EventType.PLAN_REVOKED))
+
+    gateway.clear_stop(olga)
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status == "refused" and "suspended" in (again.reason or "")
+    gateway.release(run.id, pete)
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status == "pending", again.reason  # a person decides: no plan covers it
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+
+
+async def test_a_stop_of_one_instrument_leaves_plans_elsewhere(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal) -> None:
+    """Only the plans on the instruments stopped end: STOP on the meter ends no plan of
+    the supply."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    await gateway.emergency_stop(olga, "test", "dmm")
+    assert gateway.get_plan(plan_id).status is PlanStatus.ACTIVE
+    assert (await gateway.submit(run.id, "psu", "VOLT 0.5,(@1)")).status == "executed"
