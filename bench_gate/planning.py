@@ -118,14 +118,20 @@ class PlanDesk(Part):
         if gone and plan.status is PlanStatus.ACTIVE:
             # An approval given with a token revoked since no longer counts (invariant 3):
             # the plan ends, and its next write waits for a person.
-            plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
-            plan.revoked_by = f"the gateway: token {', '.join(sorted(gone))} was revoked"
-            self._save(plan)
-            self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
-                                     data={"plan_id": plan.id, "by": plan.revoked_by,
-                                           "tokens": sorted(gone)})])
-            self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
-                                       status=plan.status.value)
+            self._end(plan, f"the gateway: token {', '.join(sorted(gone))} was revoked",
+                      tokens=sorted(gone))
+
+    def _end(self, plan: Plan, by: str, request_id: str | None = None,
+             **data: Any) -> None:
+        """Revoke ``plan`` (pending or active) by ``by``: saved, journaled, told live."""
+        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
+        plan.revoked_by = by
+        self._save(plan)
+        self.store.append([Event(run_id=plan.run_id, request_id=request_id,
+                                 type=EventType.PLAN_REVOKED,
+                                 data={"plan_id": plan.id, "by": by, **data})])
+        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
+                                   status=plan.status.value)
 
     def _kept_without(self, plan: Plan) -> set[str]:
         """A plan activated before plans kept their tokens: the tokens its approvers held
@@ -253,12 +259,7 @@ class PlanDesk(Part):
                 self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
                                    {"by": operator.name, "reason": "plan revoked"},
                                    outcome="cancelled: the plan was revoked")
-        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
-        plan.revoked_by = operator.name
-        self._save(plan)
-        self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
-                                 data={"plan_id": plan.id, "by": operator.name})])
-        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id, status=plan.status.value)
+        self._end(plan, operator.name)
         return plan
 
     async def try_plan(self, run: Run, inst: Instrument, message: str, c: Classification,
@@ -371,10 +372,16 @@ class PlanDesk(Part):
 
     def on_move(self, req: TakeoverRequest, dst: Status) -> None:
         """A plan request that ends any way but executed (denied, expired, cancelled,
-        failed, stale) never starts its plan."""
+        failed, stale) never starts its plan. A step that ends failed or ambiguous (a
+        person must check the instrument) ends its plan: nothing more runs unlooked-at."""
         if dst in TERMINAL and dst is not Status.EXECUTED and is_plan_request(req):
             assert req.plan_id is not None
             self.close(req.plan_id, PlanEvent.DENY)
+        elif dst in (Status.FAILED, Status.AMBIGUOUS) and req.plan_id is not None and \
+                req.handoff.get("auto_step"):
+            plan = self.get(req.plan_id)
+            if PLANS.target(plan.status, PlanEvent.REVOKE) is not None:
+                self._end(plan, f"the gateway: its step {req.id} ended {dst.value}", req.id)
 
     def stand_down(self, names: list[str], who: Principal) -> set[str]:
         """An emergency stop of ``names`` (this bench's) ends every plan on them, pending or
@@ -382,17 +389,10 @@ class PlanDesk(Part):
         on once the stop is cleared. Returns the runs whose plans ended."""
         ended: set[str] = set()
         for plan in map(Plan.model_validate, self.store.kv_list("plans")):
-            status = PLANS.target(plan.status, PlanEvent.REVOKE)
-            if status is None or not any(self._here(plan, name) for name in names):
-                continue
-            plan.status = status
-            plan.revoked_by = f"the emergency stop ({who.name})"
-            self._save(plan)
-            self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
-                                     data={"plan_id": plan.id, "by": plan.revoked_by})])
-            self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
-                                       status=plan.status.value)
-            ended.add(plan.run_id)
+            if PLANS.target(plan.status, PlanEvent.REVOKE) is not None and \
+                    any(self._here(plan, name) for name in names):
+                self._end(plan, f"the emergency stop ({who.name})")
+                ended.add(plan.run_id)
         return ended
 
     def on_run_closed(self, run_id: str) -> None:

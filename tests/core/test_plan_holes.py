@@ -3,15 +3,22 @@ simulated bench."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench_gate.config import BenchConfig
 from bench_gate.errors import InvalidInput
 from bench_gate.gateway import Gateway
+from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.plans import PlanStatus
+from bench_gate.store import SqliteStore
+from tests.conftest import Clock
 from tests.core.test_plans import SWEEP_SCOPE, active_plan, journal
+from tests.faults import Fault, FaultLink
 
 
 @pytest.mark.parametrize("channels", [[1, 1], [1, 2, 1], [2] * 40])
@@ -70,3 +77,32 @@ async def test_a_stop_of_one_instrument_leaves_plans_elsewhere(
     await gateway.emergency_stop(olga, "test", "dmm")
     assert gateway.get_plan(plan_id).status is PlanStatus.ACTIVE
     assert (await gateway.submit(run.id, "psu", "VOLT 0.5,(@1)")).status == "executed"
+
+
+async def test_a_step_a_person_must_check_ends_its_plan(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    """A plan step the instrument answered with an error is ``ambiguous``: "a person must
+    check the instrument". The plan went on regardless, and the run's next step ran
+    without anyone having looked. A step that ends failed or ambiguous now ends its plan:
+    what follows waits for a person."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = FaultLink(PyvisaLink(psu), "psu")
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script", goal="sweep")
+        plan_id = await active_plan(gw, run.id, olga, pete)
+        link.arm(Fault.INSTRUMENT_ERROR, match="VOLT 0.5")
+        step = await gw.submit(run.id, "psu", "VOLT 0.5,(@1)")
+        assert step.request is not None and step.request.status is Status.AMBIGUOUS
+        plan = gw.get_plan(plan_id)
+        assert plan.status is PlanStatus.REVOKED, plan
+        assert plan.revoked_by is not None and step.request.id in plan.revoked_by
+        after = await gw.submit(run.id, "psu", "VOLT 1,(@1)")
+        assert after.status == "pending", after.reason
+        assert Decimal(front_panel.query("VOLT? (@1)")) == Decimal("0.5")
+    finally:
+        await gw.close()
+        gw.store.close()
