@@ -3,6 +3,7 @@ simulated bench."""
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -106,3 +107,34 @@ async def test_a_step_a_person_must_check_ends_its_plan(
     finally:
         await gw.close()
         gw.store.close()
+
+
+async def test_a_breach_the_gateway_made_safe_ends_the_plans_over_it(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """CH1 on inside its plan; someone at the panel puts its current limit at 1.5 A
+    (envelope 1 A); the envelope watch switches it off. Back at 0.5 A, the plan switched
+    it on again without a
+    click, though nobody had looked at why the bench needed the safe action. The plans
+    over a channel the gateway made safe now end; a person decides what comes next."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    for message in ("CURR 0.5,(@1)", "VOLT 0.5,(@1)", "OUTP ON,(@1)"):
+        assert (await gateway.submit(run.id, "psu", message)).status == "executed", message
+    other = gateway.create_run(script, "script", goal="CH2")  # a plan over CH2 only
+    other_plan = await active_plan(gateway, other.id, olga, pete, {
+        **SWEEP_SCOPE, "channels": [2]})
+    front_panel.write("CURR 1.5,(@1)")
+    for _ in range(300):  # the watch looks every policy.watch_seconds
+        if front_panel.query("OUTP? (@1)").strip() == "0":
+            break
+        await asyncio.sleep(0.05)
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    front_panel.write("CURR 0.5,(@1)")
+    plan = gateway.get_plan(plan_id)
+    assert plan.status is PlanStatus.REVOKED, plan
+    assert plan.revoked_by is not None and "made safe" in plan.revoked_by
+    assert gateway.get_plan(other_plan).status is PlanStatus.ACTIVE
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status == "pending", again.reason
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
