@@ -6,6 +6,7 @@ value; no text of any tool error carries a token (``texts.redact``)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -18,6 +19,8 @@ from ._backend import ToolFailure
 from ._results import Problem
 
 __all__ = ["GateServer", "problem"]
+
+logger = logging.getLogger(__name__)
 
 
 def problem(exc: ToolFailure) -> CallToolResult:
@@ -50,8 +53,12 @@ class GateServer(MCPServer):
                         context: Context[Any, Any] | None = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)
-        except UnexpectedToolError:
-            raise  # a crash: the SDK logs it and tells the agent no more than the tool's name
+        except UnexpectedToolError as exc:  # a crash: its text stays in the server's log
+            logger.error("tool %r crashed", name, exc_info=exc.__cause__ or exc)
+            return problem(ToolFailure(
+                "internal_error", f"{name} failed inside bench-gate (a bug, in the server's "
+                "log); what it did is not known here: check with get_state or "
+                "wait_for_decision before going on"))
         except ToolError as exc:
             known = [t.name for t in await self.list_tools()]
             return problem(refusal(redact(name) or name, known, exc))
