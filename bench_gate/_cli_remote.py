@@ -17,7 +17,7 @@ import httpx
 
 from ._cli_common import CliError, client_for, echo, print_json, table, until
 from ._cli_show import said
-from .client import ApiError, Client
+from .client import ApiError, Client, segment
 from .doorway import exit_code, follow_remote
 from .texts import visible
 
@@ -291,7 +291,7 @@ def questions(args: argparse.Namespace) -> int:
 
 def answer(args: argparse.Namespace) -> int:
     with client_for(args) as c:
-        q = c.request("GET", f"/v1/questions/{args.question}")
+        q = c.request("GET", f"/v1/questions/{segment(args.question)}")
         if len(args.answers) != len(q["questions"]):
             raise CliError(f"{q['id']} has {len(q['questions'])} question(s): give one answer "
                            f"each, in order, not {len(args.answers)}")
@@ -299,7 +299,7 @@ def answer(args: argparse.Namespace) -> int:
         for item, given in zip(q["questions"], args.answers, strict=True):
             labels = {o["label"].casefold() for o in item["options"]}
             answers.append({"choice": given} if given.casefold() in labels else {"text": given})
-        done = c.request("POST", f"/v1/questions/{args.question}/answer",
+        done = c.request("POST", f"/v1/questions/{segment(args.question)}/answer",
                          json={"answers": answers, "notes": args.notes or ""})
     if args.json:
         return print_json(done)

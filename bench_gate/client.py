@@ -14,12 +14,20 @@ import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from .doorway import UNDECIDED, follow_remote
 
-__all__ = ["ApiError", "Client", "Outcome", "ProposalChangedError"]
+__all__ = ["ApiError", "Client", "Outcome", "ProposalChangedError", "segment"]
+
+
+def segment(value: object) -> str:
+    """``value`` as exactly one segment of an API path: every reserved character escaped,
+    dots too, so an id someone typed is never a path (``..``), a query (``?``) or a
+    fragment (``#``): ``/v1/takeover/../runs`` would be ``GET /v1/runs``."""
+    return quote(str(value), safe="").replace(".", "%2E")
 
 MAX_WAIT_PER_CALL = 60.0
 
@@ -119,7 +127,7 @@ class Client:
         rid = run_id or self.run_id
         if rid is None:
             raise ApiError(0, "no run: call run() first or pass run_id")
-        return rid
+        return segment(rid)
 
     # --------------------------------------------------------------- requesters
     def run(self, kind: str = "script", goal: str | None = None, *,
@@ -203,7 +211,7 @@ class Client:
         """One request with its handoff; ``request_id`` may be a unique prefix of an id (the
         answer's ``id`` is the full one). ``wait`` long-polls for a decision."""
         params = {"wait": min(wait, MAX_WAIT_PER_CALL)} if wait > 0 else {}
-        result: dict[str, Any] = self.request("GET", f"/v1/takeover/{request_id}",
+        result: dict[str, Any] = self.request("GET", f"/v1/takeover/{segment(request_id)}",
                                               params=params)
         return result
 
@@ -287,8 +295,8 @@ class Client:
                                 "proposalHash": proposal_hash}
         if edits:
             body["edits"] = edits
-        result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/grant", json=body)
+        path = f"/v1/runs/{segment(tk['runId'])}/takeover/{segment(tk['id'])}"
+        result: dict[str, Any] = self.request("POST", f"{path}/grant", json=body)
         return result
 
     def deny(self, request_id: str, notes: str, *, proposal_hash: str) -> dict[str, Any]:
@@ -296,13 +304,13 @@ class Client:
         A proposal that is no longer current raises ProposalChangedError."""
         tk = self.get(request_id)
         body = {"notes": notes, "proposalHash": proposal_hash}
-        result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{tk['runId']}/takeover/{tk['id']}/deny", json=body)
+        path = f"/v1/runs/{segment(tk['runId'])}/takeover/{segment(tk['id'])}"
+        result: dict[str, Any] = self.request("POST", f"{path}/deny", json=body)
         return result
 
     def take_over(self, run_id: str, reason: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{run_id}/takeover/request", json={"reason": reason})
+            "POST", f"/v1/runs/{segment(run_id)}/takeover/request", json={"reason": reason})
         return result
 
     def emergency_stop(self, instrument: str | None = None) -> dict[str, Any]:
@@ -318,11 +326,11 @@ class Client:
         return list(result["cleared"])
 
     def release(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("POST", f"/v1/runs/{run_id}/release")
+        result: dict[str, Any] = self.request("POST", f"/v1/runs/{segment(run_id)}/release")
         return result
 
     def revoke_plan(self, run_id: str, plan_id: str) -> dict[str, Any]:
         """End a plan now (operators); the run's next write is held."""
         result: dict[str, Any] = self.request(
-            "POST", f"/v1/runs/{run_id}/plans/{plan_id}/revoke")
+            "POST", f"/v1/runs/{segment(run_id)}/plans/{segment(plan_id)}/revoke")
         return result

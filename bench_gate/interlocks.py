@@ -3,7 +3,8 @@ once, through every door, needing no approval (safe actions never wait).
 
 It applies each instrument's profile safe action to every channel, jumping the lane's
 queue (a write in progress stops before its next unit); cancels every pending and approved
-request on those instruments; suspends the active runs that had them; and journals who
+request on those instruments and ends every standing plan on them; suspends the active
+runs that had them; and journals who
 pressed it, through which door, and what each instrument read back afterwards. Until an
 operator clears it, every write to a stopped instrument is refused (-203), across a
 restart too (the stop is kept in the store).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .approvals import require_operator
@@ -38,6 +40,10 @@ class Interlocks(Part):
         super().__init__(core)
         self.requests = requests
         self.runs = runs
+        #: Told of each stop (the instruments stopped, who stopped them) after what waited
+        #: is cancelled; each returns the runs whose approvals in force it ended (a plan),
+        #: suspended with the runs whose requests were cancelled.
+        self.on_stop: list[Callable[[list[str], Principal], set[str]]] = []
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -107,7 +113,8 @@ class Interlocks(Part):
             inst.lane.halted = False
 
     def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
-        """Cancel what waits on the stopped instruments; suspend the runs that asked."""
+        """Cancel what waits on the stopped instruments, end the plans on them; suspend the
+        runs that asked."""
         cancelled: list[str] = []
         runs: set[str] = set()
         for name in names:
@@ -122,6 +129,8 @@ class Interlocks(Part):
                                                   "nothing was written"):
                         cancelled.append(req.id)
                         runs.add(req.run_id)
+        for hook in self.on_stop:  # standing approvals: a plan would run on after a clear
+            runs |= hook(names, who)
         suspended = []
         for run_id in sorted(runs):
             run = self.store.get_run(run_id)

@@ -42,6 +42,7 @@ from .plans import (
     covers,
     is_plan_request,
     number_problem,
+    outside_bench,
     scope_words,
 )
 from .runs import Runs
@@ -118,14 +119,20 @@ class PlanDesk(Part):
         if gone and plan.status is PlanStatus.ACTIVE:
             # An approval given with a token revoked since no longer counts (invariant 3):
             # the plan ends, and its next write waits for a person.
-            plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
-            plan.revoked_by = f"the gateway: token {', '.join(sorted(gone))} was revoked"
-            self._save(plan)
-            self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
-                                     data={"plan_id": plan.id, "by": plan.revoked_by,
-                                           "tokens": sorted(gone)})])
-            self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
-                                       status=plan.status.value)
+            self._end(plan, f"the gateway: token {', '.join(sorted(gone))} was revoked",
+                      tokens=sorted(gone))
+
+    def _end(self, plan: Plan, by: str, request_id: str | None = None,
+             **data: Any) -> None:
+        """Revoke ``plan`` (pending or active) by ``by``: saved, journaled, told live."""
+        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
+        plan.revoked_by = by
+        self._save(plan)
+        self.store.append([Event(run_id=plan.run_id, request_id=request_id,
+                                 type=EventType.PLAN_REVOKED,
+                                 data={"plan_id": plan.id, "by": by, **data})])
+        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
+                                   status=plan.status.value)
 
     def _kept_without(self, plan: Plan) -> set[str]:
         """A plan activated before plans kept their tokens: the tokens its approvers held
@@ -161,29 +168,9 @@ class PlanDesk(Part):
             raise InvalidInput(f"plan scope: {odd[1]}", field=odd[0])
         inst = self.core.instrument(scope.instrument)
         limits = self.config.envelope.get(scope.instrument, {})
-        for ch in scope.channels:
-            if ch not in inst.profile.channels:
-                raise InvalidInput(f"plan scope: {scope.instrument} has no channel {ch}",
-                                   field="channels")
-            lacks = [f for f in ("voltage", "current") if not inst.profile.has_field(f, ch)]
-            if lacks:  # a fixed output (the SPD3303X's CH3): the scope's range bounds nothing
-                raise InvalidInput(
-                    f"plan scope: {scope.instrument} CH{ch} has no {' or '.join(lacks)} "
-                    "setpoint, so a plan's range cannot bound it", field="channels")
-            bounds = limits.get(ch)
-            hard_v = inst.profile.range_of("voltage", ch)
-            hard_i = inst.profile.range_of("current", ch)
-            vmax = bounds.voltage if bounds is not None and bounds.voltage is not None else (
-                hard_v[1] if hard_v else None)
-            imax = bounds.current if bounds is not None and bounds.current is not None else (
-                hard_i[1] if hard_i else None)
-            farthest = max(scope.voltage, key=abs)  # a limit bounds the magnitude
-            if vmax is not None and abs(farthest) > vmax:
-                raise InvalidInput(f"plan scope: CH{ch} voltage up to {farthest} V is "
-                                   f"above the bench limit of {vmax} V", field="voltage")
-            if imax is not None and scope.current_max > imax:
-                raise InvalidInput(f"plan scope: CH{ch} current {scope.current_max} A is above "
-                                   f"the bench limit of {imax} A", field="current_max")
+        outside = outside_bench(scope, inst.profile, limits)
+        if outside is not None:
+            raise InvalidInput(f"plan scope: {outside[1]}", field=outside[0])
         snap = await self.snaps.snapshot(inst, [(ch, f) for ch in scope.channels
                                                 for f, spec in inst.profile.fields.items()
                                                 if not spec.measured
@@ -253,12 +240,7 @@ class PlanDesk(Part):
                 self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
                                    {"by": operator.name, "reason": "plan revoked"},
                                    outcome="cancelled: the plan was revoked")
-        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
-        plan.revoked_by = operator.name
-        self._save(plan)
-        self.store.append([Event(run_id=plan.run_id, type=EventType.PLAN_REVOKED,
-                                 data={"plan_id": plan.id, "by": operator.name})])
-        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id, status=plan.status.value)
+        self._end(plan, operator.name)
         return plan
 
     async def try_plan(self, run: Run, inst: Instrument, message: str, c: Classification,
@@ -371,10 +353,40 @@ class PlanDesk(Part):
 
     def on_move(self, req: TakeoverRequest, dst: Status) -> None:
         """A plan request that ends any way but executed (denied, expired, cancelled,
-        failed, stale) never starts its plan."""
+        failed, stale) never starts its plan. A step that ends failed or ambiguous (a
+        person must check the instrument) ends its plan: nothing more runs unlooked-at."""
         if dst in TERMINAL and dst is not Status.EXECUTED and is_plan_request(req):
             assert req.plan_id is not None
             self.close(req.plan_id, PlanEvent.DENY)
+        elif dst in (Status.FAILED, Status.AMBIGUOUS) and req.plan_id is not None and \
+                req.handoff.get("auto_step"):
+            plan = self.get(req.plan_id)
+            if PLANS.target(plan.status, PlanEvent.REVOKE) is not None:
+                self._end(plan, f"the gateway: its step {req.id} ended {dst.value}", req.id)
+
+    def stand_down(self, names: list[str], who: Principal) -> set[str]:
+        """An emergency stop of ``names`` (this bench's) ends every plan on them, pending or
+        active: an approval in force, cancelled like an approved request, or it would run
+        on once the stop is cleared. Returns the runs whose plans ended."""
+        return {plan.run_id for name in names
+                for plan in self._end_over(name, None, f"the emergency stop ({who.name})")}
+
+    def made_safe(self, instrument: str, channels: list[int]) -> None:
+        """The gateway gave ``channels`` the safe action (a breach read back, or found by
+        the envelope watch): the plans over them end, and a person looks before more runs."""
+        chs = ", ".join(f"CH{c}" for c in channels)
+        self._end_over(instrument, set(channels),
+                       f"the gateway: {instrument} {chs} made safe (an envelope breach)")
+
+    def _end_over(self, instrument: str, channels: set[int] | None, by: str) -> list[Plan]:
+        """End every plan not over yet on this bench's ``instrument`` (on ``channels``)."""
+        ended = [plan for plan in map(Plan.model_validate, self.store.kv_list("plans"))
+                 if PLANS.target(plan.status, PlanEvent.REVOKE) is not None
+                 and self._here(plan, instrument)
+                 and (channels is None or channels & set(plan.scope.channels))]
+        for plan in ended:
+            self._end(plan, by)
+        return ended
 
     def on_run_closed(self, run_id: str) -> None:
         """A closed run's standing approval ends with it."""

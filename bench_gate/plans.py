@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from datetime import datetime
 from decimal import Decimal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from .config import ChannelLimits
 from .couplings import follow
@@ -23,7 +24,7 @@ from .scpi import Effect, Profile, Unit, format_number
 from .states import PlanStatus
 
 __all__ = ["DIGITS", "LARGEST", "PLACES", "Plan", "PlanScope", "PlanStatus", "covers",
-           "is_plan_request", "number_problem", "scope_words", "within"]
+           "is_plan_request", "number_problem", "outside_bench", "scope_words", "within"]
 
 #: A plan's numbers are volts and amperes a person reads: at most this many decimal places,
 #: and below ``LARGEST``. ``1e-999999999`` was a 30-byte body that the scope's words wrote
@@ -43,6 +44,14 @@ class PlanScope(BaseModel):
     output_enable: bool = False
     max_writes: int = Field(ge=1, le=100_000)
     timeout_minutes: int = Field(default=60, ge=1, le=1440)
+
+    @field_validator("channels")
+    @classmethod
+    def _distinct(cls, channels: list[int]) -> list[int]:
+        twice = sorted(c for c, n in Counter(channels).items() if n > 1)
+        if twice:  # the scope's words are a few short lines a person reads: each CH once
+            raise ValueError(f"channel {', '.join(map(str, twice))} is named more than once")
+        return channels
 
     @model_validator(mode="after")
     def _ordered(self) -> PlanScope:
@@ -75,6 +84,35 @@ def number_problem(scope: PlanScope) -> tuple[str, str] | None:
             shown = str(value) if len(str(value)) <= 40 else str(value)[:40] + "..."
             return name, (f"{name} {shown} is not a bench number: at most {PLACES} decimal "
                           f"places, below {LARGEST}")
+    return None
+
+
+def outside_bench(scope: PlanScope, profile: Profile, limits: dict[int, ChannelLimits]
+                  ) -> tuple[str, str] | None:
+    """(field, why) for the first part of ``scope`` this bench does not allow: a channel
+    it lacks, one with no voltage or current setpoint, a range above the envelope (or the
+    instrument's range where the envelope says nothing); else None."""
+    for ch in scope.channels:
+        if ch not in profile.channels:
+            return "channels", f"{scope.instrument} has no channel {ch}"
+        lacks = [f for f in ("voltage", "current") if not profile.has_field(f, ch)]
+        if lacks:  # a fixed output (the SPD3303X's CH3): the scope's range bounds nothing
+            return "channels", (f"{scope.instrument} CH{ch} has no {' or '.join(lacks)} "
+                                "setpoint, so a plan's range cannot bound it")
+        bounds = limits.get(ch)
+        hard_v = profile.range_of("voltage", ch)
+        hard_i = profile.range_of("current", ch)
+        vmax = bounds.voltage if bounds is not None and bounds.voltage is not None else (
+            hard_v[1] if hard_v else None)
+        imax = bounds.current if bounds is not None and bounds.current is not None else (
+            hard_i[1] if hard_i else None)
+        farthest = max(scope.voltage, key=abs)  # a limit bounds the magnitude
+        if vmax is not None and abs(farthest) > vmax:
+            return "voltage", (f"CH{ch} voltage up to {farthest} V is above the bench "
+                               f"limit of {vmax} V")
+        if imax is not None and scope.current_max > imax:
+            return "current_max", (f"CH{ch} current {scope.current_max} A is above the "
+                                   f"bench limit of {imax} A")
     return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import envelope
@@ -84,6 +85,9 @@ class Safety(Part):
     def __init__(self, core: Core, snaps: Snapshots) -> None:
         super().__init__(core)
         self.snaps = snaps
+        #: Told (instrument, channels) each time a breach gets the safe action, before it
+        #: is sent: the standing plans over those channels end (planning.py).
+        self.on_safed: list[Callable[[str, list[int]], None]] = []
 
     async def read_back(self, link: AsyncLink, inst: Instrument,
                         fields: list[tuple[int | None, str]], idn: str
@@ -151,6 +155,8 @@ class Safety(Part):
             return None
         channels = sorted({b.channel for b in found})
         safed = Safed(found, envelope.safe_commands(inst.profile, channels))
+        for hook in self.on_safed:
+            hook(inst.config.name, channels)
         try:
             for command in safed.sent:
                 await link.write(command)

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..texts import redact
 from ._results import Answers, InstrumentInfo, InstrumentState, WriteOutcome
 
 __all__ = ["Bench", "ToolFailure"]
 
 
 class ToolFailure(Exception):
-    """A clean tool error: its kind, the reason, and the SCPI error number if any."""
+    """A clean tool error: its kind, the reason, and the SCPI error number if any. Its
+    words never carry a token, whatever argument brought one (``texts.redact``)."""
 
     def __init__(self, error: str, reason: str, scpi_code: int | None = None,
                  hint: str | None = None) -> None:
         self.error = error
-        self.reason = reason
+        self.reason = redact(reason) or reason
         self.scpi_code = scpi_code
-        self.hint = hint
-        super().__init__(reason)
+        self.hint = redact(hint)
+        super().__init__(self.reason)
 
 
 class Bench(Protocol):

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..client import ApiError, Client
+from ..client import ApiError, Client, segment
 from ..doorway import UNDECIDED, tool_kind
 from ._backend import ToolFailure
 from ._results import Answers, InstrumentInfo, InstrumentState, Pending, WriteOutcome
@@ -72,7 +72,8 @@ class HttpBench:
         return str(run["id"])
 
     async def heartbeat(self, run_id: str) -> None:
-        await self._call(lambda: self.client.request("POST", f"/v1/runs/{run_id}/heartbeat"))
+        await self._call(lambda: self.client.request(
+            "POST", f"/v1/runs/{segment(run_id)}/heartbeat"))
 
     async def close_run(self, run_id: str, reason: str | None = None) -> None:
         """Close the run: its undecided requests are cancelled, and it no longer counts
@@ -80,7 +81,7 @@ class HttpBench:
         body = {"reason": reason} if reason else None
         with contextlib.suppress(ToolFailure):
             await self._call(lambda: self.client.request(
-                "POST", f"/v1/runs/{run_id}/close", json=body))
+                "POST", f"/v1/runs/{segment(run_id)}/close", json=body))
 
     async def emergency_stop(self, instrument: str | None) -> dict[str, Any]:
         body = {"instrument": instrument} if instrument else {}
@@ -97,7 +98,7 @@ class HttpBench:
 
     async def state(self, instrument: str) -> InstrumentState:
         body = await self._call(lambda: self.client.request(
-            "GET", f"/v1/instruments/{instrument}/state"))
+            "GET", f"/v1/instruments/{segment(instrument)}/state"))
         return InstrumentState.model_validate(body)
 
     async def submit(self, run_id: str, instrument: str, command: str, *,
@@ -125,7 +126,7 @@ class HttpBench:
         if scope.get("max_step") is not None:
             body["maxStep"] = str(scope["max_step"])
         result = await self._call(lambda: self.client.request(
-            "POST", f"/v1/runs/{run_id}/plans", json=body))
+            "POST", f"/v1/runs/{segment(run_id)}/plans", json=body))
         return outcome_of(result["takeover"])
 
     async def ask(self, run_id: str, questions: list[dict[str, Any]],
@@ -136,7 +137,7 @@ class HttpBench:
         if timeout_minutes is not None:
             body["timeoutMinutes"] = timeout_minutes
         q = await self._call(lambda: self.client.request(
-            "POST", f"/v1/runs/{run_id}/questions", json=body))
+            "POST", f"/v1/runs/{segment(run_id)}/questions", json=body))
         return answers_of(q)
 
     async def wait_answer(self, question_id: str, timeout: float) -> Answers:
@@ -145,7 +146,7 @@ class HttpBench:
             while True:
                 left = max(0.0, deadline - time.monotonic())
                 q: dict[str, Any] = self.client.request(
-                    "GET", f"/v1/questions/{question_id}",
+                    "GET", f"/v1/questions/{segment(question_id)}",
                     params={"wait": min(left, LONG_POLL)} if left > 0 else {})
                 if q["status"] != "open" or time.monotonic() >= deadline:
                     return q

@@ -24,12 +24,12 @@ from ..errors import InvalidInput
 from ..scpi import ScpiError, classify, is_read_only
 from ..wire import wire
 from ._backend import Bench, ToolFailure
+from ._failures import GateServer, problem
 from ._results import (
     Answers,
     GoalSet,
     Instruments,
     InstrumentState,
-    Problem,
     QueryResult,
     Stopped,
     WriteOutcome,
@@ -117,22 +117,13 @@ def _result(model: BaseModel, text: str) -> CallToolResult:
                           structured_content=wire(model.model_dump(mode="json", by_alias=True)))
 
 
-def _problem(exc: ToolFailure) -> CallToolResult:
-    code = f" (SCPI {exc.scpi_code})" if exc.scpi_code is not None else ""
-    text = f"{exc.error}{code}: {exc.reason}" + (f" [next: {exc.hint}]" if exc.hint else "")
-    problem = Problem(error=exc.error, reason=exc.reason, scpi_code=exc.scpi_code, hint=exc.hint)
-    return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=problem.model_dump(mode="json", by_alias=True),
-                          is_error=True)
-
-
 def _guard(fn: Callable[P, Awaitable[CallToolResult]]) -> Callable[P, Awaitable[CallToolResult]]:
     @functools.wraps(fn)
     async def tool(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:
         try:
             return await fn(*args, **kwargs)
         except ToolFailure as exc:
-            return _problem(exc)
+            return problem(exc)
     return tool
 
 
@@ -196,7 +187,7 @@ def _free_text(rationale: str, *, confidence: bool = False, step_id: str | None 
 
 def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPServer:
     """The MCP server; ``session_for(ctx)`` gives the calling session."""
-    server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, version="0.1.0",
+    server: MCPServer = GateServer(name, instructions=INSTRUCTIONS, version="0.1.0",
                                   log_level="WARNING")
 
     @server.tool(annotations=ASK, title="Set the run's goal")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import GatewayError
 from ..states import Outcome
+from ..texts import redact
 from . import _gate as gate
 
 if TYPE_CHECKING:
@@ -63,7 +64,9 @@ class ErrorQueue:
             self.items[-1] = gate.error_text(-350, "Queue overflow")
 
     async def push(self, run_id: str | None, code: int, reason: str) -> None:
-        """Queue one gateway error, after whatever the instrument already holds."""
+        """Queue one gateway error, after whatever the instrument already holds. Its text
+        never repeats a token, whatever part of a message brought one (``texts.redact``)."""
+        reason = redact(reason) or reason
         await self._drain_instrument(run_id)
         if len(self.items) >= ERROR_QUEUE_DEPTH:
             self.items.pop()
