@@ -39,6 +39,9 @@ class Leases(Part):
         self._failing: dict[str, list[str]] = {}
         #: Told each time a run's own client is heard from (its heartbeat term, terms.py).
         self.heard: Callable[[str], None] = lambda run_id: None
+        #: Told (instrument, channels) before a lost client's outputs get the safe action:
+        #: the standing plans over them end (planning.py), as after a breach made safe.
+        self.on_safed: list[Callable[[str, list[int]], None]] = []
 
     def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
         """After an executed write: the channels it switched on that read back on."""
@@ -105,6 +108,8 @@ class Leases(Part):
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
         if policy.on_client_lost == "safe" and name in self.core.instruments:
+            for hook in self.on_safed:
+                hook(name, channels)
             data.update(await self._make_safe(name, channels))
             if data["errors"]:
                 # Not shown off (a write that failed, an output that still reads on): the

@@ -371,12 +371,13 @@ class PlanDesk(Part):
         return {plan.run_id for name in names
                 for plan in self._end_over(name, None, f"the emergency stop ({who.name})")}
 
-    def made_safe(self, instrument: str, channels: list[int]) -> None:
-        """The gateway gave ``channels`` the safe action (a breach read back, or found by
-        the envelope watch): the plans over them end, and a person looks before more runs."""
+    def made_safe(self, instrument: str, channels: list[int],
+                  why: str = "an envelope breach") -> None:
+        """The gateway gave ``channels`` the safe action (a breach read back or found by the
+        watch, a lost client's lease): the plans over them end; a person looks first."""
         chs = ", ".join(f"CH{c}" for c in channels)
-        self._end_over(instrument, set(channels),
-                       f"the gateway: {instrument} {chs} made safe (an envelope breach)")
+        self._end_over(instrument, set(channels), f"the gateway: {instrument} {chs} made safe "
+                       f"({why})")
 
     def _end_over(self, instrument: str, channels: set[int] | None, by: str) -> list[Plan]:
         """End every plan not over yet on this bench's ``instrument`` (on ``channels``)."""

@@ -138,3 +138,30 @@ async def test_a_breach_the_gateway_made_safe_ends_the_plans_over_it(
     again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
     assert again.status == "pending", again.reason
     assert front_panel.query("OUTP? (@1)").strip() == "0"
+
+
+async def test_a_lost_clients_outputs_switched_off_end_the_plans_over_them(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """CH1 on inside its plan; the client goes silent past ``lease_seconds`` and the
+    gateway switches CH1 off (``on_client_lost = "safe"``): someone may now be at the DUT.
+    The client came back and its plan switched CH1 on again without a click. A lost
+    lease's safe action now ends the plans over those channels, as a breach's does."""
+    gateway.config.policy.lease_seconds = 1.0
+    gateway.config.policy.on_client_lost = "safe"
+    run = gateway.create_run(script, "script", goal="sweep")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    for message in ("CURR 0.5,(@1)", "VOLT 0.5,(@1)", "OUTP ON,(@1)"):
+        assert (await gateway.submit(run.id, "psu", message)).status == "executed", message
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+    for _ in range(100):  # the sweeper looks every 0.5 s
+        if front_panel.query("OUTP? (@1)").strip() == "0" and not gateway.leases():
+            break
+        await asyncio.sleep(0.05)
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    plan = gateway.get_plan(plan_id)
+    assert plan.status is PlanStatus.REVOKED, plan
+    assert plan.revoked_by is not None and "lease" in plan.revoked_by
+    back = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")  # the client is back
+    assert back.status == "pending", back.reason
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
