@@ -214,7 +214,7 @@ class Snapshots(Part):
         for i, u in enumerate(c.units):
             old = None
             if snap is not None and u.field is not None:
-                old = snap.values.get(snapshot_key(u.channel, u.field))
+                old = snap.values.get(_keys(inst.profile, u.channel, u.field)[0])
             action = Action(
                 index=i, source=u.source, text=u.text, effect=u.effect.value, channel=u.channel,
                 field=u.field, old=old,

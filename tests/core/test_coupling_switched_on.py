@@ -63,6 +63,8 @@ async def test_tracking_switched_on_is_judged_before_it_is_sent(
     # Inside, it runs: CH2 at 4 V, tracking on, CH3 follows to 4 V.
     inside = await _everything(gateway, run.id, "psu", "VOLT 4,(@2);:OUTP:TRAC ON", olga, pete)
     assert inside.request.status is Status.EXECUTED, inside.request.outcome
+    assert inside.request.actions[-1].words == (
+        "CH3 tracks CH2 OFF → ON (CH3 follows CH2's voltage setpoint)")
     with own_port(sim.psu_resource_name, panel=True) as panel:
         assert Decimal(panel.query("VOLT? (@3)")) == 4 and panel.query("OUTP? (@3)") == "1"
 
