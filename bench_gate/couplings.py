@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from .scpi import Profile, format_number
 from .scpi.units import magnitude
 
-__all__ = ["carried", "follow", "followers", "joined"]
+__all__ = ["carried", "follow", "followers", "joined", "switched_on"]
 
 
 def _key(channel: int, field: str) -> str:
@@ -48,6 +48,27 @@ def follow(profile: Profile, state: dict[str, str], changed: str | None = None
                 for target in targets:  # "-ch3.voltage": the opposite sign (E3631A)
                     out[target.removeprefix("-")] = (_negate(out[source])
                                                      if target.startswith("-") else out[source])
+    return out
+
+
+def switched_on(profile: Profile, state: Mapping[str, str], name: str) -> dict[str, str]:
+    """``state`` once coupling ``name`` comes on: every copy it makes at once (E36300 guide,
+    OUTPut:TRACk: CH3 takes CH2's voltage setpoint). Where it copies both ways (the DP832's
+    CH1 and CH2, the E3631A's ±25 V), which one the other takes is the instrument's: each
+    such field is judged at the farther of its own value and the one it may take."""
+    out = dict(state)
+    copies = profile.fields[name].copies
+    for source, targets in copies.items():
+        if source not in state:
+            continue
+        for target in targets:
+            key = target.removeprefix("-")
+            value = _negate(state[source]) if target.startswith("-") else state[source]
+            if key in copies:  # a source too: it may keep its own value
+                here, there = magnitude(out.get(key)), magnitude(value)
+                if here is not None and there is not None and here >= there:
+                    continue
+            out[key] = value
     return out
 
 

@@ -68,14 +68,16 @@ def present_words(profile: Profile | None, needed: list[dict[str, Any]] | None) 
 def describe(profile: Profile, action: Action) -> str:
     """One action in words: ``CH1 voltage setpoint 3.300 V → 12.000 V``."""
     where = f"CH{action.channel} " if action.channel is not None else ""
-    if action.field is not None and action.field in profile.fields:
-        label = profile.fields[action.field].label
-        if action.new is None:
-            return f"{where}{label}: {action.canonical}"
-        return (f"{where}{label} {show_value(profile, action.field, action.old)} → "
-                f"{show_value(profile, action.field, action.new)}")
     command = _command_of(profile, action.canonical)
     note = f" ({command.note})" if command is not None and command.note else ""
+    if action.field is not None and action.field in profile.fields:
+        # A field's command keeps its note: what the approver must know (the 2450's remote
+        # sense moves where the source regulates; the words are all they are shown).
+        label = profile.fields[action.field].label
+        if action.new is None:
+            return f"{where}{label}: {action.canonical}{note}"
+        return (f"{where}{label} {show_value(profile, action.field, action.old)} → "
+                f"{show_value(profile, action.field, action.new)}{note}")
     if action.effect == "unknown":
         return f"{action.canonical}: a command the gateway does not know{note}"
     if action.effect == "excites":

@@ -115,6 +115,18 @@ def _stored(profile: Profile, actions: list[Action], state: dict[str, str]
     return couplings.carried(profile, out)
 
 
+def _keys(profile: Profile | None, channel: int | None, field: str) -> list[str]:
+    """Where a unit that sets ``field`` lands in a snapshot: its channel's key; for a form
+    that reaches every channel (``channel: all``: the E36312A's ``OUTP:TRAC``, a coupling
+    read on CH2 alone), each channel that has the field."""
+    if channel is None and profile is not None and field in profile.fields:
+        found = [snapshot_key(ch, field) for ch in profile.channels
+                 if profile.has_field(field, ch)]
+        if found:
+            return found
+    return [snapshot_key(channel, field)]
+
+
 def unverifiable(actions: list[Action]) -> list[str]:
     """The commands whose effect no read-back can confirm (``*RST``, unknown commands...)."""
     return [a.canonical for a in actions
@@ -202,7 +214,7 @@ class Snapshots(Part):
         for i, u in enumerate(c.units):
             old = None
             if snap is not None and u.field is not None:
-                old = snap.values.get(snapshot_key(u.channel, u.field))
+                old = snap.values.get(_keys(inst.profile, u.channel, u.field)[0])
             action = Action(
                 index=i, source=u.source, text=u.text, effect=u.effect.value, channel=u.channel,
                 field=u.field, old=old,
@@ -225,11 +237,20 @@ class Snapshots(Part):
             if profile is not None and memory is not None and memory[1] in snap.recalled:
                 state = {**state, **predicted(profile, a.canonical, snap.recalled[memory[1]])}
             if a.field is not None and a.new is not None:
-                key = snapshot_key(a.channel, a.field)
                 before = state
-                state = {**state, key: a.new}
-                if profile is not None:
-                    state = _stored_follow(profile, before, couplings.follow(profile, state, key))
+                keys = _keys(profile, a.channel, a.field)
+                state = {**state, **dict.fromkeys(keys, a.new)}
+                spec = profile.fields.get(a.field) if profile is not None else None
+                if profile is not None and spec is not None and spec.copies:
+                    # A coupling switched on copies what it joins at once (E36300 guide,
+                    # OUTPut:TRACk: CH3 takes CH2's setpoint), never only at the read-back.
+                    if a.new not in ("0", "OFF", "False"):
+                        state = _stored_follow(profile, before, couplings.switched_on(
+                            profile, state, a.field))
+                elif profile is not None:
+                    for key in keys:
+                        state = _stored_follow(profile, before,
+                                               couplings.follow(profile, state, key))
         return state
 
     def check_envelope(self, inst: Instrument, actions: list[Action], snap: Snapshot) -> None:
@@ -279,6 +300,12 @@ class Snapshots(Part):
         named = {a.channel for a in actions if a.channel is not None and (
             (not a.unpredictable and a.effect in ("setpoint", "output", "protection"))
             or (a.new is not None and a.field in envelope.judged_modes(profile, a.channel)))}
+        # A coupling the write switches is judged on every channel it joins, before it is
+        # sent: its copies come at once, never only at the read-back after it.
+        switched = [a.field for a in actions if a.new is not None and a.field is not None
+                    and a.field in profile.fields and profile.fields[a.field].copies]
+        for fld in switched:
+            named |= couplings.joined(profile, fld) & set(limits)
         if recalls:  # a recalled state sets every channel: each is judged on the record
             named |= set(limits)
         if not named:

@@ -41,7 +41,9 @@ async def test_turning_it_off_is_held_shown_and_refused_on_a_live_channel(
     assert req is not None
     assert set(req.required) == {ApprovalKind.SETPOINT, ApprovalKind.OUTPUT_ENABLE,
                                  ApprovalKind.STATE}
-    assert req.actions[0].words == "CH1 over-voltage protection ON → OFF"
+    assert req.actions[0].words == (
+        "CH1 over-voltage protection ON → OFF (turns over-voltage protection on or off: "
+        "off, the OVP level trips nothing)")
     assert req.handoff["snapshot"]["ch1.ovp_enabled"] == "1"
     # On: turning it off, or energizing with it off at the panel, leaves the ovp limit
     # bounding nothing: refused before anything is sent.

@@ -48,7 +48,8 @@ def _modes(panel: Any) -> tuple[str, str, str]:
 # ------------------------------------------------------------------ the envelope's rule
 
 _STATE = {"ch1.output": "0", "ch1.voltage": "50", "ch1.current": "0.5",
-          "ch1.current_level": "0.5", "ch1.vlim": "50"}
+          "ch1.current_level": "0.5", "ch1.vlim": "50", "ch1.rsense_volt": "0",
+          "ch1.rsense_curr": "0", "ch1.rsense_res": "0"}
 
 
 @given(st.sampled_from(["HIMP", "HIMPEDANCE", "NORM", "normal", "ZERO", "zero", "GUAR",

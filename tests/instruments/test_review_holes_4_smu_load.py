@@ -68,7 +68,9 @@ async def test_the_2450s_remote_sense_never_passes_unattended(
     Manual, [:SENSe[1]]:<function>:RSENse: in 4-wire "the voltage source increases the
     voltage until the sensed voltage is the same as the programmed amplitude", so with only
     the force leads on the DUT it drove 21 V into it (the simulator's terminals). Remote sense
-    now needs every approval, and the handoff says why."""
+    needs every approval, and the handoff says why; on an energized output it is refused
+    before it is sent (tests/instruments/test_envelope_sense.py: with every approval it
+    still drove 21 V, every level read back inside)."""
     run = gateway.create_run(script, "script", goal="4-wire voltage readings")
     done = await _everything(gateway, run.id, "smu",
                              ":SOUR:FUNC VOLT;:SOUR:CURR:VLIM 5;:SOUR:VOLT:ILIM 0.1;"
@@ -79,13 +81,18 @@ async def test_the_2450s_remote_sense_never_passes_unattended(
         await gateway.submit(run.id, "smu", f':SENS:FUNC "{function}"')
     assert _smu_terminals(smu_sim) == pytest.approx((3.0, 0.003))
     result = await gateway.submit(run.id, "smu", f":SENS:{function}:RSEN ON")
+    assert result.status == "refused" and result.code == -222, result
+    assert "remote sense" in result.reason, result.reason
+    off = await gateway.submit(run.id, "smu", ":OUTP OFF")
+    assert off.status != "refused", off
+    await asyncio.sleep(0)
+    result = await gateway.submit(run.id, "smu", f":SENS:{function}:RSEN ON")
     assert result.status == "pending", f"remote sense passed unattended: {result}"
     assert result.request is not None and len(result.request.required) == 3
     told = json.dumps(result.request.handoff)
     assert "force voltage" in told, told  # what the approver is told
     with own_port(smu_sim.resource_name) as res:
         assert res.query(f":SENS:{function}:RSEN?") == "0"
-    assert _smu_terminals(smu_sim) == pytest.approx((3.0, 0.003))
 
 
 def test_the_simulated_2450_regulates_at_its_sense_terminals(smu_sim: SimServedThread) -> None:
