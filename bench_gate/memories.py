@@ -12,7 +12,11 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
 - a recall (``memory: recall``) on an instrument with envelope limits is judged on that
   record like any proposed state: outside the envelope, it is refused (-222) and never
   sent. A slot with no record (saved at the front panel, by another program, on another
-  instrument, or never) is refused too: nothing could judge it before it runs;
+  instrument, or never) is refused too: nothing could judge it before it runs. A state
+  loaded from a file is always refused: which file a name means is the instrument's to
+  decide (:func:`trusted`), so a file save keeps no record;
+- a recall after a save or forget in the same message is refused (-221, policy.decide):
+  it would be judged on the record from before the message;
 - a command that may change what any stored state holds (``memory: forget``: a file
   deleted, copied or moved) drops every record of the instrument; a slot save drops the
   file records and a file save the slot ones, since an instrument may keep one as the other.
@@ -34,7 +38,8 @@ from .scpi import Profile
 from .scpi.units import magnitude
 
 __all__ = ["META", "MIXES", "SAVED_AT", "TABLE", "Memories", "memory_of", "mixes",
-           "predicted", "stored_state"]
+           "predicted", "stored_state",
+           "trusted"]
 
 TABLE = "memories"
 #: Keys of a recalled record that are about it, not the state it holds.
@@ -122,6 +127,16 @@ def mixes(profile: Profile, live: dict[str, str], record: dict[str, str]
     return ({**state, **dict(choice)} for choice in itertools.product(*pairs))
 
 
+def trusted(key: str) -> bool:
+    """Whether a record kept under ``key`` can say what a later recall of it brings back: a
+    numbered slot's, yes; a file's, never. The instrument resolves a file name against its
+    own current folder (``MMEM:CDIR``, set back by ``*RST`` and changed at the panel), its
+    drive and its naming rules (case, spaces, ``./``, ``..``): two spellings may name one
+    file, and one spelling two files, so a record under the name as written may be of
+    another file than the one the recall loads."""
+    return key.startswith("slot ")
+
+
 class Memories(Part):
     """The records of stored states, in the store's ``memories`` table."""
 
@@ -138,7 +153,7 @@ class Memories(Part):
         out: dict[str, dict[str, str]] = {}
         for canonical in canonicals:
             memory = memory_of(inst.profile, canonical)
-            if memory is None or memory[0] != "recall":
+            if memory is None or memory[0] != "recall" or not trusted(memory[1]):
                 continue
             record = self.store.kv_get(TABLE, self._prefix(inst) + memory[1])
             if record is not None and record.get("idn") == idn:
@@ -161,7 +176,10 @@ class Memories(Part):
                 self.store.kv_delete(TABLE, name)
 
     def record(self, inst: Instrument, key: str, state: Snapshot, request_id: str) -> None:
-        """The state a save sent just now stored, as read on its lane turn before it."""
+        """The state a save sent just now stored, as read on its lane turn before it (a
+        file's, never: :func:`trusted`)."""
+        if not trusted(key):
+            return
         self.store.kv_put(TABLE, self._prefix(inst) + key, {
             "idn": state.idn, "state": state.values, "request": request_id,
             "saved_at": self.clock().isoformat()})

@@ -15,7 +15,7 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
 from .instruments import AsyncLink
-from .memories import Memories, memory_of, mixes, predicted, stored_state
+from .memories import Memories, memory_of, mixes, predicted, stored_state, trusted
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
 from .scpi import (
@@ -250,6 +250,14 @@ class Snapshots(Part):
         recalls = [(a.canonical, m[1]) for a in actions
                    if (m := memory_of(profile, a.canonical)) is not None and m[0] == "recall"]
         unknown = [(c, key) for c, key in recalls if key not in snap.recalled]
+        files = [(c, key) for c, key in unknown if not trusted(key)]
+        if files and limits:
+            raise Refused(-222, f"{files[0][0]} loads a stored state from a file "
+                          f"({files[0][1]}); the instrument decides which file a name means "
+                          "(its current folder, drive, case), so no record can say what it "
+                          "holds and the envelope cannot be judged before it runs; save and "
+                          "recall a numbered slot through the gateway instead (*SAV, *RCL); "
+                          "nothing was sent")
         if unknown and limits:
             raise Refused(-222, f"{unknown[0][0]} brings back a stored state ({unknown[0][1]}) "
                           "the gateway did not see saved (saved at the front panel, by another "

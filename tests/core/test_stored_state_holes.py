@@ -8,6 +8,10 @@ the same message changes what the slot holds by the time the recall runs. With C
 on at 20 V after switching it off. Now a recall after a save or forget in one message is
 refused (-221) at every door: the recall goes in a message of its own, judged on the record
 the save made.
+
+Hole 2: a file's record under another spelling of the same file (case, path, drive,
+spaces, the folder changed): see its test. The simulated supply keeps state files
+(sim_instruments/_files.py) as the Keysight guides describe their names.
 """
 
 from __future__ import annotations
@@ -123,3 +127,38 @@ def test_no_profile_lets_a_recall_follow_a_save_or_forget(name: str) -> None:
             decision = decide(c, {}, PolicyConfig())
             assert decision.verdict is Verdict.REFUSE and decision.code == -221, (
                 name, message, decision)
+
+
+@pytest.mark.parametrize(("again", "before_recall"), [
+    ('"A.STA"', None),             # another case
+    ('"./a.sta"', None),           # with a path
+    ('" a.sta "', None),           # with spaces around
+    ('"INT:/a.sta"', None),        # with its drive
+    ('"sub/a.sta"', 'MMEM:CDIR "sub"'),  # the folder changed since
+])
+async def test_a_file_is_never_recalled_on_a_record_under_another_name(
+        gateway: Gateway, script: Principal, olga: Principal, sim: SimBenchThread,
+        front_panel: Any, again: str, before_recall: str | None) -> None:
+    """Hole 2: a file's record was kept under its name as written, but the instrument
+    resolves a name against its own folder (``MMEM:CDIR``, reset by ``*RST``), drive and
+    naming rules. ``a.sta`` recorded with CH2 off, then the same file saved as
+    ``A.STA`` (or ``./a.sta``, ...) with CH2 on at 20 V from the panel: the recall of
+    ``a.sta`` was judged on the first record and, with every approval, put CH2 on at
+    20 V. A state loaded from a file is now never judged on a record: refused (-222)."""
+    run = gateway.create_run(script, "script")
+    first = await _approved(gateway, run.id, 'MMEM:STOR:STAT "a.sta"', olga)
+    assert first.status is Status.EXECUTED, first
+    for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
+        front_panel.write(command)
+    assert front_panel.query("*OPC?") == "1"
+    await _approved(gateway, run.id, f"MMEM:STOR:STAT {again}", olga)
+    assert front_panel.query("OUTP? (@2)") == "0", "the save's read-back made CH2 safe"
+    if before_recall is not None:
+        assert (await gateway.submit(run.id, "psu", before_recall)).status == "executed"
+    seen = _watch_ch2(sim)
+    done = await _approved(gateway, run.id, 'MMEM:LOAD:STAT "a.sta"', olga)
+    assert getattr(done, "status", None) == "refused" and done.code == -222, done
+    assert "file" in done.reason and "*SAV" in done.reason
+    assert all(out == 0 for out, _ in seen), seen
+    with own_port(sim.psu_resource_name) as port:
+        assert port.query("OUTP? (@2)") == "0"
