@@ -315,7 +315,8 @@ class Executor(Part):
                     else:
                         await link.write(a.canonical)
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
-                    if saving is not None and memory is not None:
+                    if saving is not None and memory is not None and \
+                            await self._still(link, inst, saving):
                         self.snaps.memories.record(inst, memory[1], saving, req.id)
                         out.stored[memory[1]] = saving.values
             except (InstrumentError, Refused) as exc:
@@ -369,6 +370,13 @@ class Executor(Part):
         if memory[0] != "save":
             return None
         return await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
+
+    async def _still(self, link: AsyncLink, inst: Instrument, saving: Snapshot) -> bool:
+        """Whether the state a save stored is the one read before it: read again at once.
+        A change in between (at the front panel, by another program) may be in the slot
+        or not: the slot is then unknown, and no record is kept."""
+        again = await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
+        return again.idn == saving.idn and again.values == saving.values
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""

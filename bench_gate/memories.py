@@ -8,7 +8,8 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
 - a save through the gateway (``memory: save``) reads every field of every channel on its
   lane turn just before it is sent, and records that state under its slot or file. The
   old record is dropped before the save is sent: a crash between the two leaves the slot
-  unknown, never stale;
+  unknown, never stale. The state is read again right after the save: a change in
+  between (the panel) may or may not be in the slot, so it keeps no record;
 - a recall (``memory: recall``) on an instrument with envelope limits is judged on that
   record like any proposed state: outside the envelope, it is refused (-222) and never
   sent. A slot with no record (saved at the front panel, by another program, on another

@@ -12,6 +12,9 @@ the save made.
 Hole 2: a file's record under another spelling of the same file (case, path, drive,
 spaces, the folder changed): see its test. The simulated supply keeps state files
 (sim_instruments/_files.py) as the Keysight guides describe their names.
+
+Hole 3: the state changed at the panel between the gateway's read and the save: see its
+test.
 """
 
 from __future__ import annotations
@@ -160,5 +163,37 @@ async def test_a_file_is_never_recalled_on_a_record_under_another_name(
     assert getattr(done, "status", None) == "refused" and done.code == -222, done
     assert "file" in done.reason and "*SAV" in done.reason
     assert all(out == 0 for out, _ in seen), seen
+    with own_port(sim.psu_resource_name) as port:
+        assert port.query("OUTP? (@2)") == "0"
+
+
+async def test_a_state_changed_at_the_panel_while_it_was_saved_leaves_no_record(
+        gateway: Gateway, script: Principal, olga: Principal, sim: SimBenchThread) -> None:
+    """Hole 3: the state changed at the front panel between the gateway's read and the
+    save. The record said CH2 off; the slot held CH2 on at 20 V; ``*RCL 3`` was judged on
+    the record and, with every approval, put CH2 on at 20 V. The state is read again right
+    after the save: a change means the slot is unknown, and the recall is refused."""
+    psu = sim.psu
+    perform = psu.perform
+
+    def panel_first(canonical: str, query: bool) -> str | None:
+        if canonical == "*SAV 3":  # someone at the panel, just before the save lands
+            for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
+                perform(command, False)
+            answer = perform(canonical, query)
+            perform("OUTP 0,(@2)", False)  # and off again before the read-back
+            return answer
+        return perform(canonical, query)
+
+    psu.perform = panel_first  # type: ignore[method-assign]
+    run = gateway.create_run(script, "script")
+    saved = await _approved(gateway, run.id, "*SAV 3", olga)
+    psu.perform = perform  # type: ignore[method-assign]
+    seen = _watch_ch2(sim)
+    done = await _approved(gateway, run.id, "*RCL 3", olga)
+    assert getattr(done, "status", None) == "refused" and done.code == -222, done
+    assert "did not see saved" in done.reason
+    assert all(out == 0 for out, _ in seen), seen
+    assert "slot 3" not in saved.receipt.stored, saved.receipt.stored
     with own_port(sim.psu_resource_name) as port:
         assert port.query("OUTP? (@2)") == "0"
