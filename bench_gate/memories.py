@@ -25,7 +25,8 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
 A slot saved again at the front panel after the gateway recorded it is the one change the
 record cannot see: the read-back after the recall finds it and makes it safe, as it does
 for anything done at the panel. Records are kept in the store per bench and instrument
-(every gateway on a shared store sees them), with the ``*IDN?`` they were saved on.
+(every gateway on a shared store sees them), with the ``*IDN?`` they were saved on; a save
+or forget drops the records of every name whose instrument answered the same ``*IDN?``.
 """
 
 from __future__ import annotations
@@ -163,17 +164,23 @@ class Memories(Part):
                                   **{str(k): str(v) for k, v in record["state"].items()}}
         return out
 
-    def before(self, inst: Instrument, memory: tuple[str, str]) -> None:
-        """Drop what a save or forget about to be sent makes unknown (a recall, nothing)."""
+    def before(self, inst: Instrument, memory: tuple[str, str], idn: str) -> None:
+        """Drop what a save or forget about to be sent to the instrument that answers
+        ``idn`` makes unknown (a recall, nothing): under its own name and under any other
+        name, on any bench, whose record was saved on an instrument answering the same
+        ``*IDN?`` (the same instrument reached twice: its slots are its own, not a name's)."""
         role, key = memory
         if role == "recall":
             return
         prefix = self._prefix(inst)
         other = "file " if key.startswith("slot ") else "slot "
-        for name, _ in self.store.kv_items(TABLE):
-            if name.startswith(prefix) and (
-                    role == "forget" or name == prefix + key
-                    or name.removeprefix(prefix).startswith(other)):
+        for name, record in self.store.kv_items(TABLE):
+            if not (name.startswith(prefix) or record.get("idn") == idn):
+                continue
+            # A slot's name has no "/" (a file's record is never trusted: :func:`trusted`).
+            slot = name.removeprefix(prefix) if name.startswith(prefix) else \
+                name.rsplit("/", 1)[-1]
+            if role == "forget" or slot == key or slot.startswith(other):
                 self.store.kv_delete(TABLE, name)
 
     def record(self, inst: Instrument, key: str, state: Snapshot, request_id: str) -> None:
