@@ -20,7 +20,9 @@ import pytest
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
+from bench_gate.store import open_store
 from sim_instruments import SimBenchThread, SimServedThread
+from tests import pg
 from tests.conftest import own_port, served_bench
 from tests.core.test_envelope_state import grant_all
 
@@ -69,3 +71,41 @@ async def test_a_save_under_another_name_drops_the_record(
     with own_port(smu_sim.resource_name, panel=True) as panel:
         assert panel.query(":OUTP?") == "0"
         assert Decimal(panel.query(":SOUR:VOLT?")) == 20
+
+
+pg_cluster = pg.pg_cluster
+
+
+async def test_a_save_from_another_bench_on_the_store_drops_the_record(
+        pg_cluster: pg.PgCluster, smu_sim: SimServedThread, script: Principal,
+        olga: Principal) -> None:
+    """The same slot from two benches sharing a PostgreSQL store (each its own gateway,
+    both reaching the one SMU): the save through bench B drops bench A's record."""
+    url = pg_cluster.new_database()
+    with SimBenchThread() as sim_a, SimBenchThread() as sim_b:
+        gws = []
+        for bench, sim in (("bench-a", sim_a), ("bench-b", sim_b)):
+            cfg = served_bench(sim, "smu", smu_sim, "k2450", {1: LIMITS})
+            for ic in cfg.instruments:
+                ic.socket_port = 0
+            cfg.bench = bench
+            gw = Gateway(cfg, open_store(url))
+            await gw.start()
+            gws.append(gw)
+        a, b = gws
+        try:
+            run_a, run_b = a.create_run(script, "script"), b.create_run(script, "script")
+            assert (await _approved(a, run_a.id, "smu", "*SAV 1", olga)).status \
+                is Status.EXECUTED
+            with own_port(smu_sim.resource_name, panel=True) as panel:
+                panel.write(":SOUR:FUNC VOLT;:SOUR:VOLT 20;:OUTP ON")
+            again = await _approved(b, run_b.id, "smu", "*SAV 1", olga)
+            assert again.receipt.stored["slot 1"]["ch1.voltage"] == "20.0"
+            done = await _approved(a, run_a.id, "smu", "*RCL 1", olga)
+            assert getattr(done, "status", None) == "refused" and done.code == -222, done
+            with own_port(smu_sim.resource_name, panel=True) as panel:
+                assert panel.query(":OUTP?") == "0"
+        finally:
+            for gw in gws:
+                await gw.close()
+                gw.store.close()
