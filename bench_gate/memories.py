@@ -17,7 +17,9 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
   loaded from a file is always refused: which file a name means is the instrument's to
   decide (:func:`trusted`), so a file save keeps no record;
 - a recall after a save or forget in the same message is refused (-221, policy.decide):
-  it would be judged on the record from before the message;
+  it would be judged on the record from before the message; so is one after another unit
+  that may replace every channel's state (a recall, ``*RST``): what it does not restore
+  would be judged on a state no snapshot read;
 - a command that may change what any stored state holds (``memory: forget``: a file
   deleted, copied or moved) drops every record of the instrument; a slot save drops the
   file records and a file save the slot ones, since an instrument may keep one as the other.

@@ -147,6 +147,14 @@ def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyCo
                 f"{stored.canonical}, which may change what it holds, so the state it brings "
                 "back cannot be judged before it runs; send the recall in a message of its "
                 "own, after it"))
+        if form is not None and form.memory == "recall" and replaced is not None:
+            # Fields a recall does not restore keep what the unit before it left, which no
+            # snapshot read: its mixes of live and stored values would be judged on a guess.
+            return Decision(Verdict.REFUSE, code=-221, reason=(
+                f"settings conflict: {unit.canonical} would bring back a stored state after "
+                f"{replaced.canonical}, which may set every channel's levels and outputs to "
+                "values no snapshot has read, so what the recall leaves cannot be judged "
+                "before it runs; send the recall in a message of its own, after it"))
         if stored is None and form is not None and form.memory in ("save", "forget"):
             stored = unit
         if replaced is None and replaces_state(unit, profile):

@@ -97,6 +97,7 @@ async def test_the_save_and_the_recall_one_after_the_other_are_each_judged(
     assert (await _approved(gateway, run.id, "*SAV 3", olga)).status is Status.EXECUTED
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
         front_panel.write(command)
+    assert front_panel.query("*OPC?") == "1"
     saved = await _approved(gateway, run.id, "*SAV 3", olga)
     assert saved.receipt.stored["slot 3"]["ch2.voltage"] == "20.0"
     assert front_panel.query("OUTP? (@2)") == "0", "the save's read-back made CH2 safe"

@@ -99,6 +99,7 @@ async def test_a_save_from_another_bench_on_the_store_drops_the_record(
                 is Status.EXECUTED
             with own_port(smu_sim.resource_name, panel=True) as panel:
                 panel.write(":SOUR:FUNC VOLT;:SOUR:VOLT 20;:OUTP ON")
+                assert panel.query(":OUTP?") == "1"
             again = await _approved(b, run_b.id, "smu", "*SAV 1", olga)
             assert again.receipt.stored["slot 1"]["ch1.voltage"] == "20.0"
             done = await _approved(a, run_a.id, "smu", "*RCL 1", olga)
