@@ -19,6 +19,7 @@ test.
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from typing import Any
 
@@ -198,3 +199,16 @@ async def test_a_state_changed_at_the_panel_while_it_was_saved_leaves_no_record(
     assert "slot 3" not in saved.receipt.stored, saved.receipt.stored
     with own_port(sim.psu_resource_name) as port:
         assert port.query("OUTP? (@2)") == "0"
+
+
+async def test_the_socket_door_refuses_a_recall_after_a_save_in_its_message(
+        gateway: Gateway, open_client: Any, front_panel: Any) -> None:
+    """The same rule through pyvisa on the socket door: the script reads -221 in its error
+    queue, and nothing reached the supply."""
+    psu = open_client("psu")
+    await asyncio.to_thread(psu.write, "*SAV 3;:OUTP 0,(@2);*RCL 3")
+    error = await asyncio.to_thread(psu.query, "SYST:ERR?")
+    assert error.startswith("-221,"), error
+    assert "message of its own" in error
+    assert gateway.list_requests() == []
+    assert front_panel.query("OUTP? (@2)") == "0"
