@@ -326,11 +326,19 @@ class Snapshots(Part):
             raise Refused(-222, f"{canonical} brings back a state ({key}) too different from "
                           "the live one to judge every mix of the two; switch the outputs "
                           "off first; nothing was sent")
-        for state in mixed:
-            found = envelope.breaches(profile, limits, couplings.follow(profile, state),
-                                      set(limits))
+        rest = actions[at + 1:]
+        after = f"{canonical} and the units after it" if rest else canonical
+        for mix in mixed:
+            # The units after it run on whatever the recall left: each state they pass
+            # through, from each mix.
+            states = [mix]
+            for a in rest:
+                states.append(self.proposed([a], snap.model_copy(
+                    update={"values": states[-1], "recalled": {}}), profile))
+            found = next((b for state in states if (b := envelope.breaches(
+                profile, limits, couplings.follow(profile, state), set(limits)))), [])
             if found:
-                raise Refused(-222, f"{canonical} may leave the instrument outside the "
+                raise Refused(-222, f"{after} may leave the instrument outside the "
                               f"envelope: {envelope.summary(profile, found)} ({key} as the "
                               "gateway recorded it, each field judged at its stored or its "
                               "live value, since an instrument need not restore every field "

@@ -8,6 +8,9 @@ level comes back at 20 V), but ``*RCL 1;*RCL 2`` was held for approval: the outp
 off after ``*RCL 1``, which need not restore it. A recall after a unit that may replace
 every channel's state (a recall, ``*RST``, an unknown header) in the same message is now
 refused (-221), like an output enable after one.
+
+Hole 6: the units after a recall were judged on the record as if restored whole: see its
+test. Each state they pass through is now judged from every mix the recall may leave.
 """
 
 from __future__ import annotations
@@ -64,3 +67,30 @@ async def test_a_recall_after_another_in_one_message_is_refused(
         assert "message of its own" in (result.reason or "")
         assert gateway.list_requests(status=Status.PENDING) == []
         assert panel.query("OUTP? CH2") == "ON" and float(panel.query(":SOUR2:VOLT?")) == 1
+
+
+async def test_a_unit_after_a_recall_is_judged_on_what_the_recall_may_not_restore(
+        gateway: Gateway, script: Principal, olga: Principal,
+        supply_sim: SimServedThread) -> None:
+    """Hole 6: the units after a recall were judged on the record as if the recall had
+    restored every field. CH1 and CH2 tracking, CH2 on at 1 V (envelope 6 V); slot 1
+    recorded with tracking off and CH2 off. ``:SOUR1:VOLT 10`` alone is refused (CH2
+    follows to 10 V while on); ``*RCL 1;:SOUR1:VOLT 10`` was held, judged with tracking
+    off, though the DP832 need not restore it. Each unit after a recall is now judged on
+    every mix of the live state and the record the recall may leave."""
+    run = gateway.create_run(script, "script")
+    with own_port(supply_sim.resource_name) as panel:
+        panel.write(":SOUR1:CURR 0.2;:SOUR2:CURR 0.2")
+        assert panel.query("*OPC?") == "1"
+        assert (await _saved(gateway, run.id, "*SAV 1", olga)).status is Status.EXECUTED
+        panel.write(":SOUR1:VOLT 1;:SOUR2:VOLT 1;:OUTP:TRAC CH1,ON;:OUTP CH2,ON")
+        assert panel.query("OUTP? CH2") == "ON"
+        alone = await gateway.submit(run.id, "dp832", ":SOUR1:VOLT 10")
+        assert alone.status == "refused" and alone.code == -222, alone
+        result: Any = await gateway.submit(run.id, "dp832", "*RCL 1;:SOUR1:VOLT 10")
+        if result.status == "pending":  # every approval: what the supply then does
+            result = (await grant_all(gateway, result.request.id, olga)).request
+        assert getattr(result, "status", None) == "refused" and result.code == -222, result
+        assert "CH2 voltage setpoint is 10.0 V" in (result.reason or ""), result.reason
+        assert gateway.list_requests(status=Status.PENDING) == []
+        assert float(panel.query(":SOUR2:VOLT?")) == 1
