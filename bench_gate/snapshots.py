@@ -29,7 +29,7 @@ from .scpi import (
 )
 from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
-__all__ = ["Snapshots", "normalize", "unverifiable"]
+__all__ = ["JUDGED_STATES", "Snapshots", "normalize", "unverifiable"]
 
 
 def normalize(profile: Profile, fld: str, raw: str, where: str = "",
@@ -120,6 +120,11 @@ def unverifiable(actions: list[Action]) -> list[str]:
     return [a.canonical for a in actions
             if a.effect not in ("read", "select", "harmless", "measure-config")
             and (a.field is None or a.new is None)]
+
+
+#: The most states a recall's mixes and the units after it make (memories.MIXES mixes,
+#: each through every unit after the recall); more is refused, never judged for seconds.
+JUDGED_STATES = 16384
 
 
 class Snapshots(Part):
@@ -328,7 +333,12 @@ class Snapshots(Part):
                           "off first; nothing was sent")
         rest = actions[at + 1:]
         after = f"{canonical} and the units after it" if rest else canonical
-        for mix in mixed:
+        every = list(mixed)
+        if len(every) * (len(rest) + 1) > JUDGED_STATES:
+            raise Refused(-222, f"{canonical} is followed by too many units to judge each "
+                          "state they pass through from every state the recall may leave; "
+                          "send them in a message of their own; nothing was sent")
+        for mix in every:
             # The units after it run on whatever the recall left: each state they pass
             # through, from each mix.
             states = [mix]
