@@ -15,6 +15,7 @@ test. Each state they pass through is now judged from every mix the recall may l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
+from bench_gate.snapshots import JUDGED_STATES
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
 from tests.core.test_envelope_state import grant_all
@@ -94,3 +96,25 @@ async def test_a_unit_after_a_recall_is_judged_on_what_the_recall_may_not_restor
         assert "CH2 voltage setpoint is 10.0 V" in (result.reason or ""), result.reason
         assert gateway.list_requests(status=Status.PENDING) == []
         assert float(panel.query(":SOUR2:VOLT?")) == 1
+
+
+async def test_too_many_units_after_a_recall_to_judge_are_refused_at_once(
+        gateway: Gateway, script: Principal, olga: Principal,
+        supply_sim: SimServedThread) -> None:
+    """32 mixes (three outputs and two tracking switches differ from the record) through
+    520 units: more states than JUDGED_STATES, refused (-222) in well under a second of
+    judging, never weighed for seconds on the event loop."""
+    run = gateway.create_run(script, "script")
+    with own_port(supply_sim.resource_name) as panel:
+        panel.write(":SOUR1:CURR 0.2;:SOUR2:CURR 0.2;:SOUR3:CURR 0.2")
+        assert panel.query("*OPC?") == "1"
+        assert (await _saved(gateway, run.id, "*SAV 1", olga)).status is Status.EXECUTED
+        panel.write(":OUTP CH1,ON;:OUTP CH2,ON;:OUTP CH3,ON;:OUTP:TRAC CH1,ON;:OUTP:TRAC CH2,ON")
+        assert panel.query("OUTP? CH3") == "ON"
+    message = "*RCL 1" + ";:SOUR1:VOLT 1" * 520
+    assert 32 * 521 > JUDGED_STATES
+    started = time.perf_counter()
+    result = await gateway.submit(run.id, "dp832", message)
+    assert time.perf_counter() - started < 5
+    assert result.status == "refused" and result.code == -222, result
+    assert "too many units" in (result.reason or "")
