@@ -307,7 +307,8 @@ class Executor(Part):
                             "select" if a.effect == "select" else "local"]))
                         continue
                     memory = memory_of(profile, a.canonical)
-                    saving = await self._before_memory(link, inst, memory)
+                    saving = await self._before_memory(link, inst, memory,
+                                                       req.snapshot.idn)
                     lines.extend(on_the_wire(profile, a.canonical))
                     if a.canonical.split(" ")[0].endswith("?"):
                         out.answers[i] = await link.query(a.canonical,
@@ -315,7 +316,8 @@ class Executor(Part):
                     else:
                         await link.write(a.canonical)
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
-                    if saving is not None and memory is not None:
+                    if saving is not None and memory is not None and \
+                            await self._still(link, inst, saving):
                         self.snaps.memories.record(inst, memory[1], saving, req.id)
                         out.stored[memory[1]] = saving.values
             except (InstrumentError, Refused) as exc:
@@ -329,7 +331,7 @@ class Executor(Part):
             out.instrument_errors = await self.safety.drain_errors(link, inst)
             if out.instrument_errors and out.stored:  # a save it may have refused: unknown
                 for key in out.stored:
-                    self.snaps.memories.before(inst, ("save", key))
+                    self.snaps.memories.before(inst, ("save", key), req.snapshot.idn)
                 out.stored.clear()
             out.safed = await self.safety.make_safe(link, inst, out.after)
             return out
@@ -359,16 +361,23 @@ class Executor(Part):
 
 
     async def _before_memory(self, link: AsyncLink, inst: Instrument,
-                             memory: tuple[str, str] | None) -> Snapshot | None:
+                             memory: tuple[str, str] | None, idn: str) -> Snapshot | None:
         """Before a unit that changes a stored state is sent: drop the records it makes
         unknown (a crash after the send leaves them unknown, never stale) and, for a save,
         read the whole state it stores, on this turn (bench_gate/memories.py)."""
         if memory is None or memory[0] == "recall":
             return None
-        self.snaps.memories.before(inst, memory)
+        self.snaps.memories.before(inst, memory, idn)
         if memory[0] != "save":
             return None
         return await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
+
+    async def _still(self, link: AsyncLink, inst: Instrument, saving: Snapshot) -> bool:
+        """Whether the state a save stored is the one read before it: read again at once.
+        A change in between (at the front panel, by another program) may be in the slot
+        or not: the slot is then unknown, and no record is kept."""
+        again = await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
+        return again.idn == saving.idn and again.values == saving.values
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""

@@ -8,11 +8,18 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
 - a save through the gateway (``memory: save``) reads every field of every channel on its
   lane turn just before it is sent, and records that state under its slot or file. The
   old record is dropped before the save is sent: a crash between the two leaves the slot
-  unknown, never stale;
+  unknown, never stale. The state is read again right after the save: a change in
+  between (the panel) may or may not be in the slot, so it keeps no record;
 - a recall (``memory: recall``) on an instrument with envelope limits is judged on that
   record like any proposed state: outside the envelope, it is refused (-222) and never
   sent. A slot with no record (saved at the front panel, by another program, on another
-  instrument, or never) is refused too: nothing could judge it before it runs;
+  instrument, or never) is refused too: nothing could judge it before it runs. A state
+  loaded from a file is always refused: which file a name means is the instrument's to
+  decide (:func:`trusted`), so a file save keeps no record;
+- a recall after a save or forget in the same message is refused (-221, policy.decide):
+  it would be judged on the record from before the message; so is one after another unit
+  that may replace every channel's state (a recall, ``*RST``): what it does not restore
+  would be judged on a state no snapshot read;
 - a command that may change what any stored state holds (``memory: forget``: a file
   deleted, copied or moved) drops every record of the instrument; a slot save drops the
   file records and a file save the slot ones, since an instrument may keep one as the other.
@@ -20,7 +27,8 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
 A slot saved again at the front panel after the gateway recorded it is the one change the
 record cannot see: the read-back after the recall finds it and makes it safe, as it does
 for anything done at the panel. Records are kept in the store per bench and instrument
-(every gateway on a shared store sees them), with the ``*IDN?`` they were saved on.
+(every gateway on a shared store sees them), with the ``*IDN?`` they were saved on; a save
+or forget drops the records of every name whose instrument answered the same ``*IDN?``.
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from .scpi import Profile
 from .scpi.units import magnitude
 
 __all__ = ["META", "MIXES", "SAVED_AT", "TABLE", "Memories", "memory_of", "mixes",
-           "predicted", "stored_state"]
+           "predicted", "stored_state",
+           "trusted"]
 
 TABLE = "memories"
 #: Keys of a recalled record that are about it, not the state it holds.
@@ -122,6 +131,16 @@ def mixes(profile: Profile, live: dict[str, str], record: dict[str, str]
     return ({**state, **dict(choice)} for choice in itertools.product(*pairs))
 
 
+def trusted(key: str) -> bool:
+    """Whether a record kept under ``key`` can say what a later recall of it brings back: a
+    numbered slot's, yes; a file's, never. The instrument resolves a file name against its
+    own current folder (``MMEM:CDIR``, set back by ``*RST`` and changed at the panel), its
+    drive and its naming rules (case, spaces, ``./``, ``..``): two spellings may name one
+    file, and one spelling two files, so a record under the name as written may be of
+    another file than the one the recall loads."""
+    return key.startswith("slot ")
+
+
 class Memories(Part):
     """The records of stored states, in the store's ``memories`` table."""
 
@@ -138,7 +157,7 @@ class Memories(Part):
         out: dict[str, dict[str, str]] = {}
         for canonical in canonicals:
             memory = memory_of(inst.profile, canonical)
-            if memory is None or memory[0] != "recall":
+            if memory is None or memory[0] != "recall" or not trusted(memory[1]):
                 continue
             record = self.store.kv_get(TABLE, self._prefix(inst) + memory[1])
             if record is not None and record.get("idn") == idn:
@@ -147,21 +166,30 @@ class Memories(Part):
                                   **{str(k): str(v) for k, v in record["state"].items()}}
         return out
 
-    def before(self, inst: Instrument, memory: tuple[str, str]) -> None:
-        """Drop what a save or forget about to be sent makes unknown (a recall, nothing)."""
+    def before(self, inst: Instrument, memory: tuple[str, str], idn: str) -> None:
+        """Drop what a save or forget about to be sent to the instrument that answers
+        ``idn`` makes unknown (a recall, nothing): under its own name and under any other
+        name, on any bench, whose record was saved on an instrument answering the same
+        ``*IDN?`` (the same instrument reached twice: its slots are its own, not a name's)."""
         role, key = memory
         if role == "recall":
             return
         prefix = self._prefix(inst)
         other = "file " if key.startswith("slot ") else "slot "
-        for name, _ in self.store.kv_items(TABLE):
-            if name.startswith(prefix) and (
-                    role == "forget" or name == prefix + key
-                    or name.removeprefix(prefix).startswith(other)):
+        for name, record in self.store.kv_items(TABLE):
+            if not (name.startswith(prefix) or record.get("idn") == idn):
+                continue
+            # A slot's name has no "/" (a file's record is never trusted: :func:`trusted`).
+            slot = name.removeprefix(prefix) if name.startswith(prefix) else \
+                name.rsplit("/", 1)[-1]
+            if role == "forget" or slot == key or slot.startswith(other):
                 self.store.kv_delete(TABLE, name)
 
     def record(self, inst: Instrument, key: str, state: Snapshot, request_id: str) -> None:
-        """The state a save sent just now stored, as read on its lane turn before it."""
+        """The state a save sent just now stored, as read on its lane turn before it (a
+        file's, never: :func:`trusted`)."""
+        if not trusted(key):
+            return
         self.store.kv_put(TABLE, self._prefix(inst) + key, {
             "idn": state.idn, "state": state.values, "request": request_id,
             "saved_at": self.clock().isoformat()})

@@ -125,6 +125,7 @@ def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyCo
     blind = False
     profile = get_profile(c.profile)
     replaced: Unit | None = None
+    stored: Unit | None = None  # a unit that saves or may rewrite a stored state
     for unit in c.units:
         if unit.effect is Effect.FORBIDDEN:
             return Decision(Verdict.REFUSE, code=-203,
@@ -137,6 +138,25 @@ def decide(c: Classification, limits: dict[int, ChannelLimits], policy: PolicyCo
                 f"{replaced.canonical}, which may set every channel's levels and outputs to "
                 "values no snapshot has read, so the envelope cannot be judged before it "
                 "runs; send the output on in a message of its own, after it"))
+        form = profile.form_of(unit.canonical) if unit.writes else None
+        if form is not None and form.memory == "recall" and stored is not None:
+            # A recall is judged on the record of what its slot held before this message;
+            # a save or forget before it in the message may change what the slot holds.
+            return Decision(Verdict.REFUSE, code=-221, reason=(
+                f"settings conflict: {unit.canonical} would bring back a stored state after "
+                f"{stored.canonical}, which may change what it holds, so the state it brings "
+                "back cannot be judged before it runs; send the recall in a message of its "
+                "own, after it"))
+        if form is not None and form.memory == "recall" and replaced is not None:
+            # Fields a recall does not restore keep what the unit before it left, which no
+            # snapshot read: its mixes of live and stored values would be judged on a guess.
+            return Decision(Verdict.REFUSE, code=-221, reason=(
+                f"settings conflict: {unit.canonical} would bring back a stored state after "
+                f"{replaced.canonical}, which may set every channel's levels and outputs to "
+                "values no snapshot has read, so what the recall leaves cannot be judged "
+                "before it runs; send the recall in a message of its own, after it"))
+        if stored is None and form is not None and form.memory in ("save", "forget"):
+            stored = unit
         if replaced is None and replaces_state(unit, profile):
             replaced = unit
         breach = envelope_breach(unit, limits, profile)

@@ -15,7 +15,7 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
 from .instruments import AsyncLink
-from .memories import Memories, memory_of, mixes, predicted, stored_state
+from .memories import Memories, memory_of, mixes, predicted, stored_state, trusted
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
 from .scpi import (
@@ -29,7 +29,7 @@ from .scpi import (
 )
 from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
-__all__ = ["Snapshots", "normalize", "unverifiable"]
+__all__ = ["JUDGED_STATES", "Snapshots", "normalize", "unverifiable"]
 
 
 def normalize(profile: Profile, fld: str, raw: str, where: str = "",
@@ -132,6 +132,11 @@ def unverifiable(actions: list[Action]) -> list[str]:
     return [a.canonical for a in actions
             if a.effect not in ("read", "select", "harmless", "measure-config")
             and (a.field is None or a.new is None)]
+
+
+#: The most states a recall's mixes and the units after it make (memories.MIXES mixes,
+#: each through every unit after the recall); more is refused, never judged for seconds.
+JUDGED_STATES = 16384
 
 
 class Snapshots(Part):
@@ -271,6 +276,14 @@ class Snapshots(Part):
         recalls = [(a.canonical, m[1]) for a in actions
                    if (m := memory_of(profile, a.canonical)) is not None and m[0] == "recall"]
         unknown = [(c, key) for c, key in recalls if key not in snap.recalled]
+        files = [(c, key) for c, key in unknown if not trusted(key)]
+        if files and limits:
+            raise Refused(-222, f"{files[0][0]} loads a stored state from a file "
+                          f"({files[0][1]}); the instrument decides which file a name means "
+                          "(its current folder, drive, case), so no record can say what it "
+                          "holds and the envelope cannot be judged before it runs; save and "
+                          "recall a numbered slot through the gateway instead (*SAV, *RCL); "
+                          "nothing was sent")
         if unknown and limits:
             raise Refused(-222, f"{unknown[0][0]} brings back a stored state ({unknown[0][1]}) "
                           "the gateway did not see saved (saved at the front panel, by another "
@@ -345,11 +358,24 @@ class Snapshots(Part):
             raise Refused(-222, f"{canonical} brings back a state ({key}) too different from "
                           "the live one to judge every mix of the two; switch the outputs "
                           "off first; nothing was sent")
-        for state in mixed:
-            found = envelope.breaches(profile, limits, couplings.follow(profile, state),
-                                      set(limits))
+        rest = actions[at + 1:]
+        after = f"{canonical} and the units after it" if rest else canonical
+        every = list(mixed)
+        if len(every) * (len(rest) + 1) > JUDGED_STATES:
+            raise Refused(-222, f"{canonical} is followed by too many units to judge each "
+                          "state they pass through from every state the recall may leave; "
+                          "send them in a message of their own; nothing was sent")
+        for mix in every:
+            # The units after it run on whatever the recall left: each state they pass
+            # through, from each mix.
+            states = [mix]
+            for a in rest:
+                states.append(self.proposed([a], snap.model_copy(
+                    update={"values": states[-1], "recalled": {}}), profile))
+            found = next((b for state in states if (b := envelope.breaches(
+                profile, limits, couplings.follow(profile, state), set(limits)))), [])
             if found:
-                raise Refused(-222, f"{canonical} may leave the instrument outside the "
+                raise Refused(-222, f"{after} may leave the instrument outside the "
                               f"envelope: {envelope.summary(profile, found)} ({key} as the "
                               "gateway recorded it, each field judged at its stored or its "
                               "live value, since an instrument need not restore every field "

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyvisa.resources import MessageBasedResource
 
+from ._files import StateFiles
 from ._model import SimInstrument
 from ._resources import PSU_PROFILE, PSU_RESOURCE
 
@@ -69,6 +70,8 @@ class SimPsu(SimInstrument):
         super().__init__(resource, definition)
         # The memory of *SAV lives here: pyvisa-sim cannot copy one property to another.
         self._slots: dict[int, dict[str, int | float | str]] = {}
+        #: MMEM:STOR:STAT / MMEM:LOAD:STAT keep the same fields in state files.
+        self.state_files = StateFiles()
         #: A list running per channel: the voltage of its present point, and its timer.
         self._list_level: dict[int, float] = {}
         self._list_timer: dict[int, threading.Timer] = {}
@@ -178,6 +181,8 @@ class SimPsu(SimInstrument):
         elif canonical == "*RST":
             for ch in list(self._list_timer):
                 self._stop_list(ch)
+            self.state_files.folder = ()
+        self._file_link(canonical)
         if m := _NSEL.fullmatch(canonical):
             self._set("selected_name", f"CH{m[1]}")
         elif m := _SEL.fullmatch(canonical):
@@ -197,6 +202,22 @@ class SimPsu(SimInstrument):
                 prop = self._props[name]
                 self._set(name, saved[name] if saved else prop.parse(prop.default))
         self._settle()
+
+    def _file_link(self, canonical: str) -> None:
+        """MMEM:CDIR, MMEM:STOR:STAT and MMEM:LOAD:STAT on the state files (_files.py)."""
+        name = StateFiles.argument(canonical)
+        files = self.state_files
+        if name is None:
+            return
+        if canonical.startswith("MMEM:CDIR "):
+            files.folder = files.resolve(name)
+        elif canonical.startswith("MMEM:STOR:STAT "):
+            files.files[files.resolve(name)] = {n: self._get(n) for n in self._saved_names()}
+        elif canonical.startswith("MMEM:LOAD:STAT "):
+            saved = files.files.get(files.resolve(name))
+            for n in self._saved_names():  # as *RCL: a file never saved, the defaults
+                prop = self._props[n]
+                self._set(n, saved[n] if saved else prop.parse(prop.default))
 
     def _saved_names(self) -> list[str]:
         return [f"ch{ch}_{field}" for ch in self.channels for field in self.saved_fields]
