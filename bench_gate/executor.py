@@ -317,9 +317,9 @@ class Executor(Part):
                         await link.write(a.canonical)
                     inst.ran(a.canonical)  # a reading's timeout follows what it set
                     if saving is not None and memory is not None and \
-                            await self._still(link, inst, saving):
-                        self.snaps.memories.record(inst, memory[1], saving, req.id)
-                        out.stored[memory[1]] = saving.values
+                            await self._still(link, inst, saving) and \
+                            self.snaps.memories.record(inst, memory[1], saving, req.id):
+                        out.stored[memory[1]] = saving.values  # the receipt: what was kept
             except (InstrumentError, Refused) as exc:
                 out.error = exc.message
             if recalls and (now_selected := await read_selection(link, inst)) is not None:

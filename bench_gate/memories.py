@@ -185,11 +185,12 @@ class Memories(Part):
             if role == "forget" or slot == key or slot.startswith(other):
                 self.store.kv_delete(TABLE, name)
 
-    def record(self, inst: Instrument, key: str, state: Snapshot, request_id: str) -> None:
-        """The state a save sent just now stored, as read on its lane turn before it (a
-        file's, never: :func:`trusted`)."""
+    def record(self, inst: Instrument, key: str, state: Snapshot, request_id: str) -> bool:
+        """Keep the state a save sent just now stored, as read on its lane turn before it
+        (a file's, never: :func:`trusted`). Whether it was kept."""
         if not trusted(key):
-            return
+            return False
         self.store.kv_put(TABLE, self._prefix(inst) + key, {
             "idn": state.idn, "state": state.values, "request": request_id,
             "saved_at": self.clock().isoformat()})
+        return True

@@ -153,6 +153,7 @@ async def test_a_file_is_never_recalled_on_a_record_under_another_name(
     run = gateway.create_run(script, "script")
     first = await _approved(gateway, run.id, 'MMEM:STOR:STAT "a.sta"', olga)
     assert first.status is Status.EXECUTED, first
+    assert first.receipt.stored == {}, "a file's state is never kept, nor said to be"
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
         front_panel.write(command)
     assert front_panel.query("*OPC?") == "1"

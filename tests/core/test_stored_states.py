@@ -34,12 +34,19 @@ async def _run_through(gw: Gateway, run_id: str, message: str, who: Principal) -
     return (await grant_all(gw, req.id, who)).request
 
 
+def at_panel(front_panel: Any, command: str) -> None:
+    """``command`` at the front panel, taken by the supply before the gateway reads next
+    (``*OPC?`` on the same connection: the panel's and the gateway's are two sockets)."""
+    front_panel.write(command)
+    assert front_panel.query("*OPC?").strip() == "1"
+
+
 async def test_a_slot_saved_at_the_front_panel_is_refused_before_anything_is_sent(
         gateway: Gateway, script: Principal, front_panel: Any) -> None:
     """20 V on CH2 with its output on, saved at the panel, then ``*RST``: ``*RCL 3``
     through the gateway is refused at once (-222), never held, and CH2 stays off."""
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)", "*SAV 3", "*RST"):
-        front_panel.write(command)
+        at_panel(front_panel, command)
     run = gateway.create_run(script, "script")
     for spelling in ("*RCL 3", "*rcl 3", "*RCL 3;:CURR 0.1,(@1)"):
         result = await gateway.submit(run.id, "psu", spelling)
@@ -60,7 +67,7 @@ async def test_a_state_saved_through_the_gateway_comes_back_as_shown(
     assert saved.status is Status.EXECUTED, saved.outcome
     assert saved.receipt.stored["slot 3"]["ch1.voltage"] == "5.0"
     assert saved.receipt.stored["slot 3"]["ch1.output"] == "1"
-    front_panel.write("*RST")
+    at_panel(front_panel, "*RST")
     assert panel(front_panel, "OUTP? (@1)") == 0
     req = (await gateway.submit(run.id, "psu", "*RCL 3")).request
     assert req is not None and req.status is Status.PENDING
@@ -79,12 +86,12 @@ async def test_a_state_recorded_outside_the_envelope_is_never_recalled(
     stores it (its read-back then switches CH2 off). The record says what the slot holds,
     so ``*RCL 2`` is refused before it is sent."""
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
-        front_panel.write(command)
+        at_panel(front_panel, command)
     run = gateway.create_run(script, "script")
     saved = await _run_through(gateway, run.id, "*SAV 2", olga)
     assert saved.receipt.stored["slot 2"]["ch2.voltage"] == "20.0"
     assert panel(front_panel, "OUTP? (@2)") == 0, "the save's read-back made CH2 safe"
-    front_panel.write("*RST")
+    at_panel(front_panel, "*RST")
     result = await gateway.submit(run.id, "psu", "*RCL 2")
     assert result.status == "refused" and result.code == -222, result
     assert "CH2 voltage setpoint is 20.0 V" in (result.reason or "")
@@ -99,7 +106,7 @@ async def test_a_slot_saved_again_at_the_panel_is_still_made_safe_by_the_read_ba
     run = gateway.create_run(script, "script")
     assert (await _run_through(gateway, run.id, "*SAV 4", olga)).status is Status.EXECUTED
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)", "*SAV 4", "*RST"):
-        front_panel.write(command)
+        at_panel(front_panel, command)
     done = await _run_through(gateway, run.id, "*RCL 4", olga)
     assert done.status is Status.AMBIGUOUS, done.outcome
     assert "CH2 voltage setpoint is 20.0 V" in (done.outcome or "")
@@ -119,7 +126,7 @@ async def test_a_slot_saved_again_through_the_gateway_sends_the_recall_back_for_
     assert (await _run_through(gateway, run.id, "VOLT 2,(@1);:CURR 0.2,(@1);:OUTP ON,(@1)",
                                olga)).status is Status.EXECUTED
     assert (await _run_through(gateway, run.id, "*SAV 5", olga)).status is Status.EXECUTED
-    front_panel.write("OUTP 0,(@1)")
+    at_panel(front_panel, "OUTP 0,(@1)")
     stale = (await grant_all(gateway, recall.id, olga)).request
     assert stale.status is Status.STALE, stale.outcome
     assert stale.superseded_by is not None
@@ -167,18 +174,18 @@ async def test_a_field_the_recall_may_not_restore_is_judged_at_its_live_value_to
     gateway.config.envelope["psu"][1] = ChannelLimits(voltage=Decimal(6), current=Decimal(1),
                                                       ovp=Decimal("6.2"))
     for command in ("VOLT 5,(@1)", "CURR 0.5,(@1)", "VOLT:PROT 6,(@1)", "OUTP 1,(@1)"):
-        front_panel.write(command)
+        at_panel(front_panel, command)
     run = gateway.create_run(script, "script")
     saved = await _run_through(gateway, run.id, "*SAV 7", olga)
     assert saved.status is Status.EXECUTED, saved.outcome
     assert saved.receipt.stored["slot 7"]["ch1.ovp_enabled"] == "1"
-    front_panel.write("OUTP 0,(@1);:VOLT:PROT:STAT 0,(@1)")
+    at_panel(front_panel, "OUTP 0,(@1);:VOLT:PROT:STAT 0,(@1)")
     result = await gateway.submit(run.id, "psu", "*RCL 7")
     assert result.status == "refused" and result.code == -222, result
     assert "may leave the instrument outside" in (result.reason or "")
     assert "over-voltage protection" in (result.reason or "")
     assert panel(front_panel, "OUTP? (@1)") == 0
-    front_panel.write("VOLT:PROT:STAT 1,(@1)")
+    at_panel(front_panel, "VOLT:PROT:STAT 1,(@1)")
     done = await _run_through(gateway, run.id, "*RCL 7", olga)
     assert done.status is Status.EXECUTED, done.outcome
     assert panel(front_panel, "OUTP? (@1)") == 1 and energized_outside(front_panel) == []
