@@ -15,11 +15,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["RE_TOKEN", "TOKEN_PREFIX", "hidden", "redact", "visible"]
+__all__ = ["RE_TOKEN", "RE_TOKEN_START", "TOKEN_PREFIX", "hidden", "redact", "visible"]
 
 #: What a bench-gate token looks like (``bg_`` and at least 16 URL-safe characters).
 TOKEN_PREFIX = "bg_"
 RE_TOKEN = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]{16,}")
+
+
+#: A token's prefix and whatever follows it, in any case: a SCPI error quotes a word clipped
+#: to 12 characters (or cut at a '-'), too short for RE_TOKEN, and those are secret ones.
+RE_TOKEN_START = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_-]*", re.IGNORECASE)
 
 
 def redact(text: str | None) -> str | None:

@@ -12,6 +12,7 @@ exceptions tree (``bench_gate.errors``)::
 from __future__ import annotations
 
 from ..errors import Refused
+from ..texts import RE_TOKEN_START, TOKEN_PREFIX
 
 __all__ = [
     "ERROR_NAMES",
@@ -65,6 +66,9 @@ class ScpiError(Refused):
 
     def __init__(self, code: int, detail: str, source: str = "", pos: int | None = None) -> None:
         self.name = ERROR_NAMES.get(code, "Error")
+        # A token pasted into a message: none of its characters comes back (no SCPI word
+        # of a shipped profile holds "bg_").
+        detail = RE_TOKEN_START.sub(TOKEN_PREFIX + "…(withheld)", detail)
         self.detail = detail
         self.source = source
         self.pos = pos

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import string
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench_gate.scpi import (
     MAX_MESSAGE_LENGTH,
@@ -17,6 +20,7 @@ from bench_gate.scpi import (
     ScpiError,
     ScpiExecutionError,
     ScpiSyntaxError,
+    classify,
     lex,
 )
 
@@ -389,3 +393,20 @@ def test_error_carries_code_name_message_source_and_position() -> None:
     assert err.pos == 7
     assert "at column 8" in err.message
     assert str(err).startswith('-101,"Invalid character; ')
+
+
+@settings(max_examples=200, deadline=None)
+@given(secret=st.text(alphabet=string.ascii_letters + string.digits + "_-", min_size=16,
+                      max_size=43),
+       where=st.sampled_from(["VOLT {}", "{}", "VOLT 1,{}", "OUTP {};*IDN?", "VOLT:{} 1",
+                              "*IDN? {}", "VOLT ab{}", "{}?"]))
+def test_an_error_never_shows_a_character_of_a_pasted_token(secret: str, where: str) -> None:
+    """A token pasted where a word goes: an error quoted up to 12 characters of a word (or
+    the word up to a '-'), too few for the journal's redaction to know a token by, and
+    those were its first secret characters ('bg_M4DMstreY'...). Now none is shown."""
+    message = where.format("bg_" + secret)
+    try:
+        classify(message, "e36312a")
+    except ScpiError as exc:
+        text = str(exc)
+        assert "bg_" + secret[:1] not in text and "BG_" + secret[:1].upper() not in text, text
