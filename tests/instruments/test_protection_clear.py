@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
+from bench_gate.profile_check import Level, check_profile
 from bench_gate.scpi import available_profiles, get_profile
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port, served_bench
@@ -133,3 +135,20 @@ def test_every_shipped_clear_of_a_latched_protection_says_it_revives() -> None:
             if clears and form is not None and not getattr(form, "revives", False):
                 missing.append(f"{name}: {command.header}")
     assert not missing, missing
+
+
+def test_profile_check_finds_a_clear_that_does_not_revive(tmp_path: Path) -> None:
+    """The E36312A's profile without ``revives``: ``bench-gate profile check`` names both
+    clears, as errors."""
+    assert check_profile("e36312a").ok and check_profile("dp832").ok
+    text = (Path(__file__).parents[2] / "bench_gate/profiles/e36312a.yaml").read_text(
+        encoding="utf-8")
+    assert text.count(", revives: true}") == 2
+    text = text.replace(", revives: true}", "}").replace("name: e36312a", "name: e36312a-x")
+    path = tmp_path / "e36312a-x.yaml"
+    path.write_text(text, encoding="utf-8")
+    report = check_profile(str(path))
+    flagged = sorted(f.header for f in report.findings
+                     if f.level is Level.ERROR and "revives" in f.message)
+    assert flagged == ["OUTPut:PROTection:CLEar", "[SOURce:]VOLTage:PROTection:CLEar"]
+    assert not report.ok
