@@ -9,20 +9,20 @@ triggers the profile's safe action at once. Pure functions: no I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
 from .config import ChannelLimits
-from .couplings import joined
+from .couplings import follow, followers, joined
 from .models import Action
 from .scpi import Profile, classify, format_number
 from .scpi.units import magnitude
 
 __all__ = ["SETPOINT_KEYS", "Breach", "action_breaches", "bounded", "breaches",
            "enveloped_fields", "guards", "in_force", "judged_modes", "live_words",
-           "magnitude", "modes", "no_worse", "off_modes", "readable_fields", "safe_commands",
-           "safe_fields", "setpoint_fields", "summary", "unbounded"]
+           "magnitude", "modes", "no_worse", "off_modes", "readable_fields", "revived",
+           "safe_commands", "safe_fields", "setpoint_fields", "summary", "unbounded"]
 
 
 #: The envelope keys a channel's setpoint is made of (an approved setpoint remembers them).
@@ -277,6 +277,34 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
                    for read_on, field in modes(profile, channel)
                    if _unbounded_mode(profile, field, raw := state.get(_key(read_on, field))))
     return out
+
+
+def revived(profile: Profile, limits: dict[int, ChannelLimits], actions: list[Action],
+            state_after: Callable[[int], dict[str, str]]) -> tuple[str, list[Breach]]:
+    """A protection clear (``revives``) brings its channel's output back to the state it
+    was in before the trip, at whatever levels the channel holds then: judged as on from
+    the clear to the end of the message (until a unit sets the output itself), whatever
+    the output reads now. ``state_after(n)``: the state after the first n actions. The
+    first such clear that leaves a breach, with the breaches; ("", []) when none does."""
+    safe = profile.safe_action
+    if safe is None or not limits:
+        return "", []
+    for at, a in enumerate(actions):
+        form = profile.form_of(a.canonical) if a.canonical else None
+        if form is None or not form.revives:
+            continue
+        channels = ({a.channel} if a.channel is not None else set(limits)) & set(limits)
+        for done in range(at + 1, len(actions) + 1):
+            state = dict(state_after(done))
+            for ch in channels:
+                if not any(b.channel == ch and b.field == safe.field
+                           for b in actions[at + 1:done]):
+                    state[_key(ch, safe.field)] = "1"
+            judged = channels | followers(profile, channels)
+            found = breaches(profile, limits, follow(profile, state), judged)
+            if found:
+                return a.canonical, found
+    return "", []
 
 
 def action_breaches(profile: Profile, limits: dict[int, ChannelLimits],

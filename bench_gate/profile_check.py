@@ -68,6 +68,9 @@ EXCITING = re.compile(r"^(CONF|MEAS)(:SCAL)?:(RES|FRES|CONT|DIOD|CAP)$")
 #: buffer's trigger (DMM6500 :TRACe:TRIGger), any acquire (<function>:RELative:ACQuire,
 #: CALCulate:...:ACQuire), any ONCE (AZERo:ONCE) and auto-zero (its ONCE takes a reading).
 MEASURING_QUERY = re.compile(r"^(READ|MEAS)$|(^|:)ACQ$")
+#: A command that clears a latched protection (``OUTP:PROT:CLE``, ``VOLT:PROT:CLE``, the
+#: DP832's ``OUTP:OVP:CLE``): it may switch the output back on.
+CLEARING = re.compile(r"(PROT|OVP|OCP)(:\w+)*:CLE$")
 MEASURING_SET = re.compile(r"^(\*TRG|INIT(:IMM)?|TRIG(:IMM)?|TRAC:TRIG)$"
                            r"|(^|:)(ACQ|ONCE|ZERO:AUTO)$")
 
@@ -85,6 +88,7 @@ def check_profile(path: str) -> Report:
     _check_forms(profile, report)
     _check_kind(profile, report)
     _check_envelope(profile, report)
+    _check_clears(profile, report)
     _check_link(profile, report)
     if not profile.model.identity:
         report.add(Level.WARNING, "", "no identity: the start of the instrument's *IDN? "
@@ -214,6 +218,22 @@ def _check_link(profile: Profile, report: Report) -> None:
         if inside is not None:
             report.add(Level.ERROR, header, f"under forbidden_under {inside}: a mandatory "
                        "command would be refused")
+
+
+def _check_clears(profile: Profile, report: Report) -> None:
+    """A protection clear brings the output back as it was before the trip (Keysight,
+    OUTPut:PROTection:CLEar), at the levels the channel holds then: a supply's clear that
+    does not say ``revives`` would be judged on the channel as it reads, off."""
+    if profile.kind not in ("supply", "load", "smu"):
+        return
+    for command in profile.model.commands:
+        form = command.set
+        if form is None or form.effect is Effect.FORBIDDEN or form.revives:
+            continue
+        if CLEARING.search(form.canonical or canonical_header(command)):
+            report.add(Level.ERROR, command.header, "clears a protection trip, which may "
+                       "switch the output back on, but is not revives: true: the gateway "
+                       "would judge the channel as it reads now, off")
 
 
 def _check_envelope(profile: Profile, report: Report) -> None:

@@ -308,6 +308,13 @@ class Snapshots(Part):
                           "predicted and may apply them, so it is not sent while they are "
                           "stored (store levels inside, or switch the channel off); "
                           "nothing was sent")
+        clear, revived = envelope.revived(profile, limits, actions, lambda done: self.proposed(
+            actions[:done], snap, profile))
+        if revived:
+            raise Refused(-222, f"{clear} clears a protection trip, which switches the output "
+                          "back on as it was before the trip, at the levels it holds now: "
+                          f"{envelope.summary(profile, revived)}; nothing was sent (set the "
+                          "levels inside first)")
         # A mode the write sets is judged like a setpoint: an output-off state that keeps an
         # off output's limit in force, a protection turned off (envelope.judged_modes).
         named = {a.channel for a in actions if a.channel is not None and (

@@ -39,7 +39,13 @@ class SimPsu(SimInstrument):
     While an output is on, the channel regulates to its voltage setpoint unless the load
     would draw more than the current limit (then it limits current). A measured voltage above
     the OVP level trips the channel, while its protection is on (``VOLT:PROT:STAT``, on after
-    *RST): output off until ``VOLT:PROT:CLE`` and ``OUTP ON``.
+    *RST): its output reads off while tripped. Clearing the trip (``OUTP:PROT:CLE``,
+    ``VOLT:PROT:CLE``) restores the output to the state it was in before the fault, at
+    whatever levels the channel holds then (Keysight's wording for OUTPut:PROTection:CLEar:
+    "The output is restored to the state it was in before the fault condition occurred",
+    N6900/N7900 Operating and Service Guide, and E3632A/E3633A User's Guides,
+    VOLTage:PROTection:CLEar; the E36300 is taken to do the same, unverified on a unit).
+    ``OUTP 0`` while tripped leaves it off after the clear; ``*RST`` and ``*RCL`` forget.
     ``OUTP 0`` waits the channel's ``OUTP:DEL:FALL`` before the output goes off, as the
     Keysight supplies' turn-off sequencing does (N6700 guide, OUTPut:DELay:FALL: "affects
     on-to-off transitions including changes in the OUTPut:STATe").
@@ -75,6 +81,8 @@ class SimPsu(SimInstrument):
         #: A list running per channel: the voltage of its present point, and its timer.
         self._list_level: dict[int, float] = {}
         self._list_timer: dict[int, threading.Timer] = {}
+        #: Channels a protection trip switched off while on: a clear switches them back on.
+        self._restore: set[int] = set()
 
     def close(self) -> None:
         for ch in list(self._list_timer):
@@ -182,6 +190,7 @@ class SimPsu(SimInstrument):
             for ch in list(self._list_timer):
                 self._stop_list(ch)
             self.state_files.folder = ()
+            self._restore.clear()
         self._file_link(canonical)
         if m := _NSEL.fullmatch(canonical):
             self._set("selected_name", f"CH{m[1]}")
@@ -189,6 +198,11 @@ class SimPsu(SimInstrument):
             self._set("selected", int(m[1]))
         elif m := _CLEAR_TRIP.fullmatch(canonical):
             self._set(f"ch{m[1]}_ovp_tripped", 0)
+            if int(m[1]) in self._restore:  # back to the state before the fault
+                self._restore.discard(int(m[1]))
+                self._set(f"ch{m[1]}_output", 1)
+        elif m := _OFF.fullmatch(canonical):
+            self._restore.discard(int(m[1]))
         elif canonical == "OUTP:TRAC 1" or (
                 _VOLT.fullmatch(canonical) is not None and int(self._get("set_outp_trac"))):
             # E36300 guide, OUTPut:TRACk: CH3 follows CH2's voltage setpoint while on.
@@ -196,6 +210,7 @@ class SimPsu(SimInstrument):
         elif m := _SAV.fullmatch(canonical):
             self._slots[int(m[1])] = {name: self._get(name) for name in self._saved_names()}
         elif m := _RCL.fullmatch(canonical):
+            self._restore.clear()
             saved = self._slots.get(int(m[1]))
             for name in self._saved_names():
                 # A slot never saved holds the power-on defaults.
@@ -230,6 +245,7 @@ class SimPsu(SimInstrument):
             volts = amps = 0.0
             if on and self._get(p + "ovp_tripped"):
                 self._set(p + "output", 0)
+                self._restore.add(ch)
                 on = False
             if on:
                 load = float(self._get(p + "load"))
@@ -240,6 +256,7 @@ class SimPsu(SimInstrument):
                 if volts > float(self._get(p + "ovp")) and self._get(p + "ovp_enabled"):
                     self._set(p + "ovp_tripped", 1)
                     self._set(p + "output", 0)
+                    self._restore.add(ch)
                     volts = amps = 0.0
             self._set(p + "measured_voltage", volts)
             self._set(p + "measured_current", amps)

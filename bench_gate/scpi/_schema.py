@@ -157,6 +157,11 @@ class FormSpec(BaseModel):
     #: The gateway predicts them from its record; any other field the record holds is
     #: judged at its stored and its live value both (memories.mixes).
     restores: tuple[str, ...] = ()
+    #: Clears a latched protection that switched the channel's output off: the output comes
+    #: back to the state it was in before the trip (Keysight, OUTPut:PROTection:CLEar),
+    #: at whatever levels the channel holds then. The gateway judges the channel as on
+    #: before it is sent, whatever its output reads now.
+    revives: bool = False
 
 
 class CommandSpec(BaseModel):
