@@ -18,6 +18,8 @@ into these at one boundary each, with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import re
+
 from .texts import redact
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "Refused",
     "StoreError",
     "TransitionError",
+    "shown_as_hash",
 ]
 
 
@@ -115,16 +118,31 @@ class TransitionError(GatewayError):
         super().__init__(text + (f" ({detail})" if detail else ""))
 
 
+#: What a proposal hash looks like (models.proposal_hash: sha256, hexadecimal).
+_HASH = re.compile(r"[0-9A-Fa-f]{1,128}")
+
+
+def shown_as_hash(value: str | None) -> bool:
+    """Whether a value a client sent as a proposal hash may be shown back to it: only a
+    hexadecimal one. Anything else (a token pasted into proposalHash or If-Match) is never
+    repeated, whole or clipped: a clip is too short for ``texts.redact`` to know."""
+    return value is not None and _HASH.fullmatch(value) is not None
+
+
 class ProposalChanged(TransitionError):
     """A grant or denial names a proposal hash that is not the request's current one: the
     approver decided on something else. Carries the current hash so a door can show it."""
 
     def __init__(self, request_id: str, status: str, event: str, seen: str, current: str
                  ) -> None:
-        self.seen = seen
+        #: What the decision named, as a door may show it back: a proposal hash, or ""
+        #: for anything else (a token pasted there is never echoed, not even clipped).
+        self.seen = seen if shown_as_hash(seen) else ""
         self.current = current
+        named = self.seen[:12] if self.seen else ("(none)" if not seen else
+                                                   "something that is not a proposal hash")
         super().__init__(request_id, status, event,
-                         f"you were shown proposal {seen[:12] or '(none)'}, the current one is "
+                         f"you were shown proposal {named}, the current one is "
                          f"{current[:12]}; review it again")
 
 

@@ -21,7 +21,8 @@ back: levels and outputs no snapshot can read beforehand, energized at once. So
   that may replace every channel's state (a recall, ``*RST``): what it does not restore
   would be judged on a state no snapshot read;
 - a command that may change what any stored state holds (``memory: forget``: a file
-  deleted, copied or moved) drops every record of the instrument; a slot save drops the
+  deleted, copied or moved; and any header the profile does not know, sent on a profile
+  that is not complete) drops every record of the instrument; a slot save drops the
   file records and a file save the slot ones, since an instrument may keep one as the other.
 
 A slot saved again at the front panel after the gateway recorded it is the one change the
@@ -74,7 +75,11 @@ def memory_of(profile: Profile, canonical: str) -> tuple[str, str] | None:
     """What a canonical unit does to the instrument's stored states: (``save``, ``recall``
     or ``forget``, the slot or file it names: ``slot 3``, ``file "a.sta"``), or None."""
     form = profile.form_of(canonical)
-    if form is None or form.memory is None:
+    if form is None:
+        # A header the profile does not know (held on a profile that is not complete) may
+        # store or delete any state: the DP832's :MEMory:STORe RSF,1 writes *SAV's slot 1.
+        return "forget", ""
+    if form.memory is None:
         return None
     if form.memory == "forget":
         return "forget", ""

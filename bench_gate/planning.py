@@ -124,13 +124,22 @@ class PlanDesk(Part):
 
     def _end(self, plan: Plan, by: str, request_id: str | None = None,
              **data: Any) -> None:
-        """Revoke ``plan`` (pending or active) by ``by``: saved, journaled, told live."""
+        """Revoke ``plan`` (pending or active) by ``by``: saved, journaled, told live. A
+        pending plan's request is cancelled with it: approved later, it would start and
+        then find no plan to activate (left ``executing`` for good)."""
+        pending = plan.status is PlanStatus.PENDING
         plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
         plan.revoked_by = by
         self._save(plan)
         self.store.append([Event(run_id=plan.run_id, request_id=request_id,
                                  type=EventType.PLAN_REVOKED,
                                  data={"plan_id": plan.id, "by": by, **data})])
+        if pending:
+            with contextlib.suppress(TransitionError, NotFound):  # decided meanwhile
+                req = self.requests.get(plan.request_id)
+                self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
+                                   {"by": by, "reason": "plan revoked"},
+                                   outcome=f"cancelled: the plan was revoked by {by}")
         self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
                                    status=plan.status.value)
 
@@ -234,12 +243,6 @@ class PlanDesk(Part):
     def revoke(self, plan_id: str, operator: Principal) -> Plan:
         require_operator(operator)
         plan = self.get(plan_id)
-        if plan.status is PlanStatus.PENDING:
-            with contextlib.suppress(TransitionError):
-                req = self.requests.get(plan.request_id)
-                self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
-                                   {"by": operator.name, "reason": "plan revoked"},
-                                   outcome="cancelled: the plan was revoked")
         self._end(plan, operator.name)
         return plan
 

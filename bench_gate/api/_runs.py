@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from ..doorway import UNDECIDED, answer, follow
 from ..doorway import submit as submit_message
+from ..errors import shown_as_hash
 from ..gateway import Gateway, RequestSort
 from ..models import Event, Role, Status
 from ..wire import wire
@@ -218,6 +219,10 @@ _DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _clip(named: str) -> str:
+    return named[:12] if shown_as_hash(named) else "(not a proposal hash)"
+
+
 def _shown_hash(tk_id: str, body_hash: str | None, if_match: str | None) -> str:
     """The proposal hash a decision names: ``proposalHash`` in the body or an ``If-Match``
     ETag (both may be given if they agree)."""
@@ -238,8 +243,10 @@ def _shown_hash(tk_id: str, body_hash: str | None, if_match: str | None) -> str:
                                      f"of GET /v1/takeover/{tk_id}")
         header = tag
     if body_hash is not None and header is not None and body_hash != header:
-        raise HTTPException(400, f"proposalHash {body_hash[:12]} and If-Match {header[:12]} "
-                                 "name different proposals; send one, the one you showed")
+        # Each shown only if it is a hash: a token pasted there is never echoed, even clipped.
+        raise HTTPException(400, f"proposalHash {_clip(body_hash)} and If-Match "
+                                 f"{_clip(header)} name different proposals; send one, the "
+                                 "one you showed")
     named = body_hash if body_hash is not None else header
     if named is None:
         raise HTTPException(428, "name the proposal you decide on: send proposalHash in the "

@@ -374,3 +374,37 @@ async def test_core_records_nothing_for_a_proposal_that_is_not_current(
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
     assert front_panel.query("OUTP? (@1)").strip() == "0"
     assert EventType.STEP_STARTED not in {e.type for e in before}
+
+
+def test_a_token_named_as_the_proposal_is_never_echoed(bench: Bench) -> None:
+    """An approver who pastes a token where the proposal hash goes (the body's proposalHash
+    or an If-Match header: the bearer token is on the clipboard) gets a 409 or 400 that
+    shows none of its characters. The 409 echoed it whole (seenProposalHash) and clipped to
+    12 characters in its reason ('bg_' and 9 secret ones: too short for the redaction), and
+    the 400 of a body and header that disagree clipped both to 12; nothing is approved."""
+    secret = bench.tokens["oscar"]
+    before = channel(bench, 2)
+    run, submitted = hold(bench, "VOLT 0.8,(@2)")
+    tk = submitted["id"]
+    grant = f"/v1/runs/{run}/takeover/{tk}/grant"
+    deny = f"/v1/runs/{run}/takeover/{tk}/deny"
+    with bench.http("olga") as h:
+        etag = h.get(f"/v1/takeover/{tk}").headers["etag"]
+        answers = [
+            h.post(grant, json={"approve": ["setpoint"], "proposalHash": secret}),
+            h.post(deny, json={"notes": "no", "proposalHash": secret}),
+            h.post(grant, json={"approve": ["setpoint"]}, headers={"If-Match": secret}),
+            h.post(grant, json={"approve": ["setpoint"]}, headers={"If-Match": f'"{secret}"'}),
+            h.post(grant, json={"approve": ["setpoint"], "proposalHash": secret},
+                   headers={"If-Match": etag}),
+            h.post(grant, json={"approve": ["setpoint"], "proposalHash": etag[1:-1]},
+                   headers={"If-Match": secret}),
+        ]
+    for r in answers:
+        assert r.status_code in (400, 409), r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        text = r.text
+        assert not any(secret[i:i + 4] in text for i in range(3, len(secret) - 3)), text
+    after = get(bench, tk)
+    assert after["status"] == "pending" and after["approvalsGiven"] == []
+    assert channel(bench, 2) == before

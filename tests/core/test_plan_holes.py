@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench_gate.config import BenchConfig
-from bench_gate.errors import InvalidInput
+from bench_gate.errors import InvalidInput, TransitionError
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal, Status
@@ -164,4 +164,35 @@ async def test_a_lost_clients_outputs_switched_off_end_the_plans_over_them(
     assert plan.revoked_by is not None and "lease" in plan.revoked_by
     back = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")  # the client is back
     assert back.status == "pending", back.reason
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+
+
+async def test_a_pending_plan_the_safe_action_ends_takes_its_request_with_it(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """A plan over CH1 asked for, not yet approved; the envelope watch switches CH1 off (a
+    breach set at the panel) and ends the plan. Its request stayed pending: the two
+    approvals given after it moved it to ``executing`` and then failed to activate the
+    ended plan (TransitionError), leaving a request executing forever (a restart then
+    reconciled it as a write). Ending a pending plan any way cancels its request, as an
+    operator's revoke does: nothing is left to approve, nothing activates."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    req = await gateway.request_plan(run.id, SWEEP_SCOPE, rationale="IV sweep of CH1")
+    assert req.plan_id is not None
+    front_panel.write("CURR 1.5,(@1);:VOLT 1,(@1);:OUTP ON,(@1)")
+    for _ in range(300):  # the watch looks every policy.watch_seconds
+        if front_panel.query("OUTP? (@1)").strip() == "0":
+            break
+        await asyncio.sleep(0.05)
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    front_panel.write("CURR 0.5,(@1)")
+    assert gateway.get_plan(req.plan_id).status is PlanStatus.REVOKED
+    assert gateway.get_request(req.id).status is Status.CANCELLED
+    for who, kind in ((olga, "setpoint"), (pete, "output_enable")):
+        with pytest.raises(TransitionError):
+            await gateway.grant(req.id, who, [kind], proposal_hash=req.proposal_hash)
+    assert gateway.get_request(req.id).status is Status.CANCELLED
+    assert gateway.get_plan(req.plan_id).status is PlanStatus.REVOKED
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status == "pending", again.reason
     assert front_panel.query("OUTP? (@1)").strip() == "0"

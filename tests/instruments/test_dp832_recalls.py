@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -118,3 +119,62 @@ async def test_too_many_units_after_a_recall_to_judge_are_refused_at_once(
     assert time.perf_counter() - started < 5
     assert result.status == "refused" and result.code == -222, result
     assert "too many units" in (result.reason or "")
+
+
+async def test_a_header_the_profile_does_not_know_drops_every_stored_state_record(
+        gateway: Gateway, script: Principal, olga: Principal,
+        supply_sim: SimServedThread) -> None:
+    """The DP832's profile is not complete: a header it does not list is held for every
+    approval and sent. ``:MEMory:STORe RSF,1`` is one (DP800 guide: it stores the present
+    state in location 1, the one ``*SAV 1`` writes); the simulator is made to keep slots
+    that way here. The record of slot 1 the gateway kept from ``*SAV 1`` stayed, so with the slot
+    rewritten at 20 V on and the bench limit since tightened to 6 V, ``*RCL 1`` was judged
+    on the old record (1 V, off) and, with every approval, put CH2 on at 20 V until the
+    read-back. A unit whose header the profile does not know now drops every record of the
+    instrument before it is sent (as a file deleted does): the recall is refused (-222)."""
+    psu = supply_sim.instrument
+    perform = psu.perform
+    seen: list[tuple[str, str, float]] = []
+    # The simulated DP832 keeps no slot's contents: here it keeps CH2's level and output in
+    # each location, as the DP800 guide's *SAV, :MEMory:STORe RSF,<n> and *RCL do.
+    slots: dict[str, tuple[str, str]] = {}
+
+    def as_the_dp832(canonical: str, query: bool) -> str | None:
+        if canonical in ("*SAV 1", "MEM:STOR RSF,1.0"):
+            slots["1"] = (str(perform("SOUR2:VOLT?", True)).strip(),
+                          str(perform("OUTP? CH2", True)).strip())
+        answer = perform(canonical, query)
+        if canonical == "*RCL 1" and "1" in slots:
+            perform(f"SOUR2:VOLT {slots['1'][0]}", False)
+            perform(f"OUTP CH2,{slots['1'][1]}", False)
+        if not query:
+            seen.append((canonical, str(perform("OUTP? CH2", True)).strip(),
+                         float(str(perform("SOUR2:VOLT?", True)))))
+        return answer
+
+    psu.perform = as_the_dp832  # type: ignore[method-assign]
+    limits = gateway.config.envelope["dp832"]
+    six = limits[2]
+    limits[2] = six.model_copy(update={"voltage": Decimal(25)})  # a looser bench, at first
+    run = gateway.create_run(script, "script")
+    with own_port(supply_sim.resource_name) as panel:
+        panel.write(":SOUR2:CURR 0.2;:SOUR2:VOLT 1")
+        assert panel.query("*OPC?") == "1"
+        assert (await _saved(gateway, run.id, "*SAV 1", olga)).status is Status.EXECUTED
+        panel.write(":SOUR2:VOLT 20;:OUTP CH2,ON")
+        assert panel.query("OUTP? CH2") == "ON"
+        stored: Any = await gateway.submit(run.id, "dp832", ":MEM:STOR RSF,1")
+        assert stored.status == "pending", stored
+        await grant_all(gateway, stored.request.id, olga)
+        assert slots["1"] == ("20.0", "ON") or float(slots["1"][0]) == 20, slots
+        panel.write(":OUTP CH2,OFF;:SOUR2:VOLT 1")
+        assert panel.query("OUTP? CH2") == "OFF"
+        limits[2] = six  # the bench limit tightened: 6 V
+        seen.clear()
+        result: Any = await gateway.submit(run.id, "dp832", "*RCL 1")
+        if result.status == "pending":  # every approval: what the supply then does
+            result = (await grant_all(gateway, result.request.id, olga)).request
+        outside = [s for s in seen if s[1] == "ON" and s[2] > 6]
+        assert not outside, f"CH2 on above its 6 V limit: {outside}, {result}"
+        assert getattr(result, "status", None) == "refused" and result.code == -222, result
+        assert panel.query("OUTP? CH2") == "OFF" and float(panel.query(":SOUR2:VOLT?")) == 1

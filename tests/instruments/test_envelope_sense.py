@@ -91,3 +91,28 @@ async def test_remote_sense_set_at_the_panel_is_made_safe_and_blocks_an_energize
     assert terminals(smu_sim) == (0.0, 0.0)
     with own_port(smu_sim.resource_name, panel=True) as panel:
         assert panel.query(":OUTP?") == "0"
+
+
+@pytest.mark.parametrize("message", [":VOLT:RSEN ON", ":SENS1:VOLT:RSEN ON",
+                                     ":sense1:voltage:dc:rsense 1", "CURR:RSEN 1",
+                                     ":SENS1:RES:RSEN ON"])
+async def test_remote_sense_in_the_manuals_other_spellings_is_judged_before_it_is_sent(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        smu_sim: SimServedThread, message: str) -> None:
+    """2450 Reference Manual, section 6, ``[:SENSe[1]]:<function>:RSENse``: the SENSe node is
+    optional and takes the suffix 1. The profile knew only ``SENSe:...:RSENse``, so
+    ``:VOLT:RSEN ON`` was a header it did not know, held for every approval and sent blind
+    (on a 2450, 4-wire on an energized output: the DUT at the range's top until the
+    read-back), and ``:SENS1:VOLT:RSEN ON`` was refused as a syntax error (-114). Each
+    spelling is now the remote-sense field, judged before it is sent: refused (-222)."""
+    run = gateway.create_run(script, "script", goal="4-wire readings")
+    done = await _everything(gateway, run.id, "smu", ON_AT_3V, olga, pete)
+    assert done.request.status.value == "executed", done.request.outcome
+    result = await _everything(gateway, run.id, "smu", message, olga, pete)
+    assert getattr(result, "status", None) == "refused" and result.code == -222, result
+    assert "remote sense" in result.reason, result.reason
+    with own_port(smu_sim.resource_name) as res:
+        for function in ("VOLT", "CURR", "RES"):
+            assert res.query(f":SENS:{function}:RSEN?") == "0"
+        assert res.query(":OUTP?") == "1"
+    assert terminals(smu_sim)[0] == pytest.approx(3.0)
