@@ -15,9 +15,10 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
 from .instruments import AsyncLink
-from .memories import Memories, memory_of, mixes, predicted, stored_state, trusted
+from .memories import Memories, memory_of, predicted
 from .models import Action, Snapshot, TakeoverRequest
 from .policy import approval_for, unpredictable
+from .recalls import JUDGED_STATES, judge_recalls
 from .scpi import (
     Classification,
     Profile,
@@ -134,9 +135,6 @@ def unverifiable(actions: list[Action]) -> list[str]:
             and (a.field is None or a.new is None)]
 
 
-#: The most states a recall's mixes and the units after it make (memories.MIXES mixes,
-#: each through every unit after the recall); more is refused, never judged for seconds.
-JUDGED_STATES = 16384
 
 
 class Snapshots(Part):
@@ -284,26 +282,7 @@ class Snapshots(Part):
         if over:  # a value above its limit, energized or not
             raise Refused(-222, f"{envelope.summary(inst.profile, over)}; nothing was sent")
         profile = inst.profile
-        recalls = [(a.canonical, m[1]) for a in actions
-                   if (m := memory_of(profile, a.canonical)) is not None and m[0] == "recall"]
-        unknown = [(c, key) for c, key in recalls if key not in snap.recalled]
-        files = [(c, key) for c, key in unknown if not trusted(key)]
-        if files and limits:
-            raise Refused(-222, f"{files[0][0]} loads a stored state from a file "
-                          f"({files[0][1]}); the instrument decides which file a name means "
-                          "(its current folder, drive, case), so no record can say what it "
-                          "holds and the envelope cannot be judged before it runs; save and "
-                          "recall a numbered slot through the gateway instead (*SAV, *RCL); "
-                          "nothing was sent")
-        if unknown and limits:
-            raise Refused(-222, f"{unknown[0][0]} brings back a stored state ({unknown[0][1]}) "
-                          "the gateway did not see saved (saved at the front panel, by another "
-                          "program, on another instrument, or never), so the envelope cannot "
-                          "be judged before it runs; save the state through the gateway "
-                          "first, then recall it; nothing was sent")
-        for canonical, key in recalls:
-            if key in snap.recalled and limits:
-                self._judge_recall(inst, limits, actions, snap, canonical, key)
+        recalls = judge_recalls(profile, limits, actions, snap, self.proposed)
         # Levels stored for a trigger (a list's points, a triggered level) outside on an
         # energized channel: a command whose effect cannot be predicted may be the trigger
         # that applies them, its first point before any read-back. Other breaches found
@@ -361,42 +340,6 @@ class Snapshots(Part):
                               f"{envelope.summary(profile, worse)}; nothing was sent (units run "
                               "in the order they are sent: make the state safe first)")
             before = {(b.channel, b.field): b for b in found}
-
-    def _judge_recall(self, inst: Instrument, limits: dict[int, Any], actions: list[Action],
-                      snap: Snapshot, canonical: str, key: str) -> None:
-        """A recall leaves the fields its profile says it restores as recorded, and may
-        leave any mix of the state before it and the record in the others (an instrument's
-        saved state is its own: IEEE 488.2 §10.29): each mix is judged on every channel."""
-        profile = inst.profile
-        at = next(i for i, a in enumerate(actions) if a.canonical == canonical)
-        sure, unsure = stored_state(profile, canonical, snap.recalled[key])
-        mixed = mixes(profile, {**self.proposed(actions[:at], snap, profile), **sure}, unsure)
-        if mixed is None:
-            raise Refused(-222, f"{canonical} brings back a state ({key}) too different from "
-                          "the live one to judge every mix of the two; switch the outputs "
-                          "off first; nothing was sent")
-        rest = actions[at + 1:]
-        after = f"{canonical} and the units after it" if rest else canonical
-        every = list(mixed)
-        if len(every) * (len(rest) + 1) > JUDGED_STATES:
-            raise Refused(-222, f"{canonical} is followed by too many units to judge each "
-                          "state they pass through from every state the recall may leave; "
-                          "send them in a message of their own; nothing was sent")
-        for mix in every:
-            # The units after it run on whatever the recall left: each state they pass
-            # through, from each mix.
-            states = [mix]
-            for a in rest:
-                states.append(self.proposed([a], snap.model_copy(
-                    update={"values": states[-1], "recalled": {}}), profile))
-            found = next((b for state in states if (b := envelope.breaches(
-                profile, limits, couplings.follow(profile, state), set(limits)))), [])
-            if found:
-                raise Refused(-222, f"{after} may leave the instrument outside the "
-                              f"envelope: {envelope.summary(profile, found)} ({key} as the "
-                              "gateway recorded it, each field judged at its stored or its "
-                              "live value, since an instrument need not restore every field "
-                              "it stored); nothing was sent")
 
     @staticmethod
     def same_units(inst: Instrument, req: TakeoverRequest) -> Classification:
