@@ -122,7 +122,7 @@ def setting_properties(profile: Profile) -> dict[str, dict[str, Any]]:
         channels: list[int | None] = [None]
         if cmd.channel in ("list", "suffix", "param") and profile.channels:
             channels = list(profile.channels)
-        elif command.suffixes:
+        elif command.suffixes and not cmd.canonical:  # a canonical of its own: one setting
             channels = list(command.suffixes)
         for ch in channels:
             if ch is not None and (cmd.channel == "suffix" or command.suffixes):

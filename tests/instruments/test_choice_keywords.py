@@ -2,7 +2,7 @@
 
 The short form of a choice was its upper-case letters alone, so the E36312A's trigger
 sources PIN1, PIN2 and PIN3 all went out as ``PIN`` (and ``PIN`` alone was taken for
-PIN1), its ``DISP:VIEW METER3`` as ``METER``, ``SYST:PON:STAT RCL0`` as ``RCL``, the
+PIN1), its ``DISP:VIEW METER3`` as ``METER`` (and ``SYST:PON:STAT RCL0``, now refused), the
 DMM6500's ``MOHM10`` as ``MOHM`` and the DP832's data lines D0 to D3 as ``D``: canonical
 SCPI that meant something else than the command judged, or nothing. The digits a keyword
 ends with are part of its short form, as a header node's fixed number is.
@@ -23,7 +23,6 @@ from tests.conftest import own_port
     ("e36312a", "TRIG:SOUR PIN2,(@1)", "TRIG:SOUR PIN2,(@1)"),
     ("e36312a", "TRIG:SOUR pin3,(@2)", "TRIG:SOUR PIN3,(@2)"),
     ("e36312a", "DISP:VIEW METER3", "DISP:VIEW METER3"),
-    ("e36312a", "SYST:PON:STAT RCL0", "SYST:PON:STAT RCL0"),
     ("e36312a", "TRIG:SOUR IMMEDIATE,(@1)", "TRIG:SOUR IMM,(@1)"),
     ("dmm6500", "VOLT:INP MOHM10", "VOLT:INP MOHM10"),
     ("dp832", "TRIG:IN D3,OFF", "TRIG:IN D3,OFF"),
