@@ -20,7 +20,7 @@ from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
-from .memories import memory_of
+from .memories import memory_of, trusted
 from .models import Event, EventType, Receipt, SentLine, Snapshot, Status, TakeoverRequest
 from .readback import judge_readback
 from .rechecks import Rechecks, Refusal
@@ -364,11 +364,12 @@ class Executor(Part):
                              memory: tuple[str, str] | None, idn: str) -> Snapshot | None:
         """Before a unit that changes a stored state is sent: drop the records it makes
         unknown (a crash after the send leaves them unknown, never stale) and, for a save,
-        read the whole state it stores, on this turn (bench_gate/memories.py)."""
+        read the whole state it stores, on this turn (bench_gate/memories.py); a file's is
+        never kept (``memories.trusted``), so it is not read."""
         if memory is None or memory[0] == "recall":
             return None
         self.snaps.memories.before(inst, memory, idn)
-        if memory[0] != "save":
+        if memory[0] != "save" or not trusted(memory[1]):
             return None
         return await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
 
