@@ -9,7 +9,7 @@ triggers the profile's safe action at once. Pure functions: no I/O here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -280,30 +280,34 @@ def breaches(profile: Profile, limits: dict[int, ChannelLimits], state: dict[str
 
 
 def revived(profile: Profile, limits: dict[int, ChannelLimits], actions: list[Action],
-            state_after: Callable[[int], dict[str, str]]) -> tuple[str, list[Breach]]:
+            states: list[dict[str, str]]) -> tuple[str, list[Breach]]:
     """A protection clear (``revives``) brings its channel's output back to the state it
     was in before the trip, at whatever levels the channel holds then: judged as on from
     the clear to the end of the message (until a unit sets the output itself), whatever
-    the output reads now. ``state_after(n)``: the state after the first n actions. The
-    first such clear that leaves a breach, with the breaches; ("", []) when none does."""
+    the output reads now. ``states``: the state after each action (one pass, linear in the
+    units: a message of clears is judged in one walk). The clear that revived a channel
+    found outside, with the breaches; ("", []) when none is."""
     safe = profile.safe_action
     if safe is None or not limits:
         return "", []
-    for at, a in enumerate(actions):
+    on: dict[int, str] = {}  # channel -> the clear that switched it back on
+    for a, after in zip(actions, states, strict=True):
         form = profile.form_of(a.canonical) if a.canonical else None
-        if form is None or not form.revives:
+        if form is not None and form.revives:
+            for ch in ({a.channel} if a.channel is not None else set(limits)) & set(limits):
+                on.setdefault(ch, a.canonical)
+        elif a.field == safe.field and a.channel in on:
+            del on[a.channel]  # the unit sets the output itself from here
+        if not on:
             continue
-        channels = ({a.channel} if a.channel is not None else set(limits)) & set(limits)
-        for done in range(at + 1, len(actions) + 1):
-            state = dict(state_after(done))
-            for ch in channels:
-                if not any(b.channel == ch and b.field == safe.field
-                           for b in actions[at + 1:done]):
-                    state[_key(ch, safe.field)] = "1"
-            judged = channels | followers(profile, channels)
-            found = breaches(profile, limits, follow(profile, state), judged)
-            if found:
-                return a.canonical, found
+        state = dict(after)
+        for ch in on:
+            state[_key(ch, safe.field)] = "1"
+        found = breaches(profile, limits, follow(profile, state),
+                         set(on) | followers(profile, set(on)))
+        if found:
+            return next((on[b.channel] for b in found if b.channel in on),
+                        next(iter(on.values()))), found
     return "", []
 
 

@@ -298,8 +298,8 @@ class Snapshots(Part):
                           "predicted and may apply them, so it is not sent while they are "
                           "stored (store levels inside, or switch the channel off); "
                           "nothing was sent")
-        clear, revived = envelope.revived(profile, limits, actions, lambda done: self.proposed(
-            actions[:done], snap, profile))
+        states = self.passed_through(actions, snap, profile)
+        clear, revived = envelope.revived(profile, limits, actions, states)
         if revived:
             raise Refused(-222, f"{clear} clears a protection trip, which switches the output "
                           "back on as it was before the trip, at the levels it holds now: "
@@ -320,7 +320,6 @@ class Snapshots(Part):
             named |= set(limits)
         if not named:
             return
-        states = self.passed_through(actions, snap, profile)
         # A coupling that is (or may come) on moves its followers too: judge them with it;
         # after a unit the gateway cannot predict (*RCL, OUTP:TRAC), any coupling may be on.
         seen = None if any(a.unpredictable for a in actions) else [snap.values, *states]
