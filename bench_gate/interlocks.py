@@ -7,7 +7,9 @@ request on those instruments and ends every standing plan on them; suspends the 
 runs that had them; and journals who
 pressed it, through which door, and what each instrument read back afterwards. Until an
 operator clears it, every write to a stopped instrument is refused (-203), across a
-restart too (the stop is kept in the store).
+restart too (the stop is kept in the store). A stop a crash cut off (recorded, but its safe
+action, stand-down or journal event not done) is finished by the restart, before anything
+else reaches the instrument (``finish_cut_off``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ __all__ = ["Interlocks"]
 
 #: The store's table of stopped instruments (so a restart stays stopped).
 STOPS = "stops"
+#: Stops recorded and not yet finished (safe action, stand-down, journal event): a record
+#: left here by a crash is a stop the restart must finish.
+STOPPING = "stops_unfinished"
 
 
 class Interlocks(Part):
@@ -73,27 +78,55 @@ class Interlocks(Part):
     async def stop(self, who: Principal, door: str, instrument: str | None = None
                    ) -> dict[str, Any]:
         """Make every channel of ``instrument`` (or of every instrument) safe at once."""
-        started = time.perf_counter()
         names = [self.core.instrument(instrument).config.name] if instrument else \
             list(self.core.instruments)
-        at = self.clock().isoformat()
+        return await self._stop(who, door, names, self.clock().isoformat())
+
+    async def _stop(self, who: Principal, door: str, names: list[str], at: str,
+                    resumed: bool = False) -> dict[str, Any]:
+        started = time.perf_counter()
         for name in names:  # first, so nothing new gets through while the stop runs
-            self.store.kv_put(STOPS, self.core.qualified(name),
-                              {"by": who.name, "door": door, "at": at})
+            record = {"by": who.name, "door": door, "at": at}
+            self.store.kv_put(STOPPING, self.core.qualified(name), record)
+            self.store.kv_put(STOPS, self.core.qualified(name), record)
             self.core.instruments[name].lane.halted = True
         results = await asyncio.gather(*[self._make_safe(self.core.instruments[n])
                                          for n in names])
         reached = {n: r for n, r in zip(names, results, strict=True)}
         seconds = time.perf_counter() - started
         cancelled, suspended = self._stand_down(names, who)
-        data = {"by": who.name, "door": door, "instruments": reached,
-                "cancelled": cancelled, "suspended": suspended,
-                "seconds": round(seconds, 4)}
+        data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
+                                "cancelled": cancelled, "suspended": suspended,
+                                "seconds": round(seconds, 4)}
+        if resumed:
+            data["resumed"] = (f"pressed at {at}, cut off by a crash before it was done; "
+                               "finished by the restart")
         self.store.append([Event(run_id=self._bench_run(), type=EventType.EMERGENCY_STOP,
                                  data=data)])
+        for name in names:
+            self.store.kv_delete(STOPPING, self.core.qualified(name))
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
+
+    async def finish_cut_off(self) -> list[dict[str, Any]]:
+        """At start, before anything else reaches an instrument: a stop of this bench that
+        a crash cut off (recorded first, so the store says stopped, but its safe action may
+        never have reached the instrument, what waited is not cancelled and nothing is
+        journaled) runs again from the start, in the name of who pressed it."""
+        cut: dict[tuple[str, str, str], list[str]] = {}
+        for key, record in self.store.kv_items(STOPPING):
+            bench, _, name = key.partition("/")
+            if bench != self.config.bench:
+                continue
+            if name not in self.core.instruments:  # no longer on this bench
+                self.store.kv_delete(STOPPING, key)
+                continue
+            group = (str(record.get("by", "")), str(record.get("door", "")),
+                     str(record.get("at", "")))
+            cut.setdefault(group, []).append(name)
+        return [await self._stop(Principal(name=by), door, names, at, resumed=True)
+                for (by, door, at), names in cut.items()]
 
     async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
         profile = inst.profile

@@ -1,0 +1,135 @@
+"""Crash points of the corridor the random kills of test_crash.py rarely hit, each one
+taken exactly: the store as a SIGKILL at that point leaves it (every committed
+transaction: a backup taken while the gateway is held there), a restart on that store,
+and the instrument's real state read on the simulator's own port."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from bench_gate.config import BenchConfig
+from bench_gate.errors import InstrumentError
+from bench_gate.federation import TABLE
+from bench_gate.gateway import Gateway
+from bench_gate.instruments import Link, PyvisaLink
+from bench_gate.models import EventType, Principal, Status
+from bench_gate.store import SqliteStore
+from tests.conftest import Clock
+
+
+class _Held:
+    """The supply's link: once armed, the first write that starts with ``prefix`` waits
+    there (the gateway caught at that point) and then fails, as a dead process would."""
+
+    def __init__(self, inner: Link, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix
+        self.writes: list[str] = []
+        self.armed = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write(self, command: str) -> None:
+        if self.armed and command.startswith(self.prefix):
+            self.armed = False
+            self.reached.set()
+            self.go.wait(10)
+            raise InstrumentError("the gateway died here")
+        self.writes.append(command)
+        self.inner.write(command)
+
+    def query(self, command: str, *args: Any) -> str:
+        return self.inner.query(command, *args)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _crashed_copy(db_path: Path, crashed: Path) -> None:
+    with closing(sqlite3.connect(db_path)) as src, closing(sqlite3.connect(crashed)) as dst:
+        src.backup(dst)  # what a SIGKILL now would leave
+
+
+def _forget_claim(path: Path, bench: str) -> None:
+    """The dead gateway's bench claim (its pid is this test's, so it would look alive)."""
+    left = SqliteStore(path)
+    try:
+        left.kv_delete(TABLE, bench)
+    finally:
+        left.close()
+
+
+async def test_an_emergency_stop_cut_off_by_a_crash_is_finished_by_the_restart(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The stop is recorded first (so nothing new gets through), then its safe action
+    runs, then what waited is cancelled and the stop journaled. A crash after the record
+    and before the safe action reached the supply left the store saying "stopped" with
+    CH1 still on at the panel's 3 V, no emergency_stop in the journal and a write still
+    pending. The restart finishes the stop: CH1 off on the simulator's own port, the
+    pending write cancelled, the stop journaled (once)."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    front_panel.write("VOLT 3,(@1)")
+    front_panel.write("OUTP ON,(@1)")
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+    link = _Held(PyvisaLink(psu), "OUTP:DEL:FALL")
+    crashed = tmp_path / "crashed.db"
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@2)")).request
+        assert req is not None and req.status is Status.PENDING
+        link.armed = True
+        stop = asyncio.create_task(gw.emergency_stop(olga, "test", "psu"))
+        assert await asyncio.to_thread(link.reached.wait, 10), "the safe action never ran"
+        _crashed_copy(db_path, crashed)
+        link.go.set()
+        await asyncio.wait_for(stop, 10)
+    finally:
+        link.go.set()
+        await gw.close()
+        gw.store.close()
+    # The crashed world: the safe action never reached the supply.
+    front_panel.write("VOLT 3,(@1)")
+    front_panel.write("OUTP ON,(@1)")
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+    _forget_claim(crashed, config.bench)
+    left = SqliteStore(crashed)
+    try:
+        assert any(k.endswith("/psu") for k, _ in left.kv_items("stops")), "recorded first"
+        assert left.get_request(req.id).status is Status.PENDING  # type: ignore[union-attr]
+    finally:
+        left.close()
+
+    gw = Gateway(config, SqliteStore(crashed), clock=clock)
+    await gw.start()
+    try:
+        assert front_panel.query("OUTP? (@1)").strip() == "0", "the stop's safe action ran"
+        after = gw.get_request(req.id)
+        assert after.status is Status.CANCELLED, after.outcome
+        stops = [e for e in gw.store.journal(f"bench:{config.bench}", limit=100)
+                 if e.type is EventType.EMERGENCY_STOP]
+        assert len(stops) == 1, stops
+        assert "psu" in gw.stopped()
+    finally:
+        await gw.close()
+        gw.store.close()
+    gw = Gateway(config, SqliteStore(crashed), clock=clock)  # and only once
+    await gw.start()
+    try:
+        stops = [e for e in gw.store.journal(f"bench:{config.bench}", limit=100)
+                 if e.type is EventType.EMERGENCY_STOP]
+        assert len(stops) == 1, stops
+    finally:
+        await gw.close()
+        gw.store.close()
