@@ -17,6 +17,7 @@ from bench_gate.errors import InstrumentError
 from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
+from bench_gate.leases import LEASES
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
@@ -130,6 +131,67 @@ async def test_an_emergency_stop_cut_off_by_a_crash_is_finished_by_the_restart(
         stops = [e for e in gw.store.journal(f"bench:{config.bench}", limit=100)
                  if e.type is EventType.EMERGENCY_STOP]
         assert len(stops) == 1, stops
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+class _CrashBeforeLease(SqliteStore):
+    """A store that, armed, copies itself as a SIGKILL would leave it just before the
+    lease on an output the write switched on is recorded."""
+
+    def __init__(self, path: Path, crashed: Path) -> None:
+        super().__init__(path)
+        self.path = path
+        self.crashed = crashed
+        self.armed = False
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        if self.armed and table == LEASES:
+            self.armed = False
+            _crashed_copy(self.path, self.crashed)
+        super().kv_put(table, key, data)
+
+
+async def test_an_output_switched_on_just_before_a_crash_is_still_leased(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """An executed write that switched CH1 on is concluded (executed, its receipt) and its
+    channel leased, so a lost client never leaves it on. A crash between the two left the
+    request executed and CH1 on with no lease: its HTTP client gone with the crash, CH1
+    stayed on after the restart for good. The lease is recorded before the outcome, so the
+    restart's lease runs out and switches CH1 off (the simulator's own port)."""
+    config.policy.lease_seconds = 1.5
+    config.policy.on_client_lost = "safe"
+    crashed = tmp_path / "crashed.db"
+    store = _CrashBeforeLease(db_path, crashed)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
+        assert req is not None
+        store.armed = True
+        done = (await gw.grant(req.id, olga, ["setpoint", "output_enable"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status is Status.EXECUTED, done.outcome
+        assert not store.armed, "the lease was recorded"
+    finally:
+        await gw.close()
+        store.close()
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+    _forget_claim(crashed, config.bench)
+
+    gw = Gateway(config, SqliteStore(crashed), clock=clock)
+    await gw.start()
+    try:
+        after = gw.get_request(req.id)
+        assert after.status is Status.EXECUTED, after.outcome  # never run again
+        for _ in range(100):  # the lease runs out (1.5 s) and the sweep makes CH1 safe
+            if front_panel.query("OUTP? (@1)").strip() == "0":
+                break
+            await asyncio.sleep(0.1)
+        assert front_panel.query("OUTP? (@1)").strip() == "0", "CH1 left on for nobody"
     finally:
         await gw.close()
         gw.store.close()
