@@ -128,6 +128,10 @@ class Store(Protocol):
     def journal(self, run_id: str, after: int = 0, limit: int = 100) -> list[Event]: ...
     def recent(self, run_id: str, limit: int = 40) -> list[Event]: ...
 
+    def request_events(self, request_id: str, type_: str, limit: int = 100) -> list[Event]:
+        """One request's events of one type in the store, oldest first."""
+        ...
+
     def journal_head(self) -> tuple[int, str]:
         """The chain's head: the seq and hash the next append continues (0 and 64 zeros
         before the first event)."""

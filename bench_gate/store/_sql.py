@@ -299,6 +299,11 @@ class SqlStore(abc.ABC):
         self.fold_reads()
         return [row_event(r) for r in self._read(q.RUN_EVENTS, (run_id, after, limit))]
 
+    def request_events(self, request_id: str, type_: str, limit: int = 100) -> list[Event]:
+        """``request_id``'s events of type ``type_`` in the store, oldest first (reads are
+        never a request's, so the read log is not folded first)."""
+        return [row_event(r) for r in self._read(q.REQUEST_EVENTS, (request_id, type_, limit))]
+
     def recent(self, run_id: str, limit: int = 40) -> list[Event]:
         """The run's last ``limit`` events, oldest first."""
         self.fold_reads()

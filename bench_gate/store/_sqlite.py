@@ -129,6 +129,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX requests_soonest ON requests (status, expires_at, id, listed);
     DROP INDEX requests_expiry;
     """,
+    # 7: a request's events by type (its approvals, each checked in the journal before the
+    # request runs: executor, rechecks.unjournaled).
+    """
+    CREATE INDEX journal_request ON journal (request_id, type, seq);
+    """,
 )
 
 

@@ -6,7 +6,10 @@ and the instrument's real state read on the simulator's own port."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import subprocess
+import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -195,3 +198,77 @@ async def test_an_output_switched_on_just_before_a_crash_is_still_leased(
     finally:
         await gw.close()
         gw.store.close()
+
+
+def _forge_approval(path: Path, request_id: str, model_id: str, *, status: str) -> None:
+    """Edit a request row while the gateway is stopped, as someone with the file would:
+    the approval another request was given, re-bound to this one's proposal hash."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        data = json.loads(con.execute("SELECT data FROM requests WHERE id = ?",
+                                      (request_id,)).fetchone()[0])
+        model = json.loads(con.execute("SELECT data FROM requests WHERE id = ?",
+                                       (model_id,)).fetchone()[0])
+        approval = dict(model["approvals"][0], proposal_hash=data["proposal_hash"])
+        data.update(approvals=[approval], status=status)
+        con.execute("UPDATE requests SET status = ?, data = ? WHERE id = ?",
+                    (status, json.dumps(data), request_id))
+    finally:
+        con.close()
+
+
+async def test_an_approval_written_into_the_store_behind_the_gateways_back_runs_nothing(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """``journal verify`` walks the journal's chain, not the requests table: with the
+    gateway stopped, one UPDATE of a pending request's row (status approved, an approval
+    copied from another request and re-bound to its proposal hash) left the chain intact,
+    and the restart executed the write (the supply read 2.5 V), with no approval in the
+    journal. An approval now counts only if its journaled event is there (and its row
+    intact): the restart fails it, nothing written; the same for a forged first approval
+    that a real second one would have completed."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        forged = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        both = (await gw.submit(run.id, "psu",
+                                "VOLT 1.5,(@2);:CURR 0.2,(@2);:OUTP ON,(@2)")).request
+        model = (await gw.submit(run.id, "psu", "VOLT 0.5,(@3)")).request
+        assert forged is not None and both is not None and model is not None
+        assert (await gw.grant(model.id, olga, ["setpoint"], proposal_hash=model.proposal_hash)
+                ).request.status is Status.EXECUTED
+    finally:
+        await gw.close()
+        gw.store.close()
+    _forget_claim(db_path, config.bench)
+    _forge_approval(db_path, forged.id, model.id, status="approved")
+    _forge_approval(db_path, both.id, model.id, status="pending")  # its setpoint, forged
+    verify = subprocess.run([sys.executable, "-m", "bench_gate.cli", "journal", "verify",
+                             "--db", str(db_path)], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert verify.returncode == 0, "the chain cannot see it: the gateway must"
+
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        after = gw.get_request(forged.id)
+        for _ in range(100):
+            if after.status is not Status.APPROVED:
+                break
+            await asyncio.sleep(0.05)
+            after = gw.get_request(forged.id)
+        assert after.status is Status.FAILED, after.outcome
+        assert "not in the journal" in (after.outcome or ""), after.outcome
+        pending = gw.get_request(both.id)
+        assert pending.status is Status.PENDING
+        done = (await gw.grant(both.id, olga, ["output_enable"],
+                               proposal_hash=pending.proposal_hash)).request
+        assert done.status is Status.FAILED, done.outcome
+        assert "not in the journal" in (done.outcome or ""), done.outcome
+    finally:
+        await gw.close()
+        gw.store.close()
+    assert float(front_panel.query("VOLT? (@1)")) == 0.0, "never written"
+    assert float(front_panel.query("VOLT? (@2)")) == 0.0
+    assert front_panel.query("OUTP? (@2)").strip() == "0"
