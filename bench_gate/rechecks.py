@@ -7,6 +7,7 @@ answers why not, or None; the executor records the answer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from . import envelope
 from .approvals import Grant, violation, withdrawn, withdrawn_words
@@ -227,6 +228,12 @@ class Rechecks(Part):
                           None if step and shown is None else str(shown)))
         missing = [a for a in wanted if (a.kind.value, a.by,
                                          None if step else a.proposal_hash) not in held]
+        if missing and self.store.segments():  # [journal] keep_days archived the oldest
+            first = self.store.chain(0, 1)  # the oldest event still in the store
+            since = datetime.fromisoformat(str(first[0][4])) if first else None
+            if since is not None and since.tzinfo is None:
+                since = since.replace(tzinfo=UTC)
+            missing = [a for a in missing if since is None or a.at >= since]
         if not missing:
             return None
         return ("its approval (" + ", ".join(f"{a.kind.value} by {a.by}" for a in missing)
