@@ -346,6 +346,14 @@ class SqlStore(abc.ABC):
     def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None:
         self._write(q.SETPOINT_PUT, (instrument, channel, json.dumps(data, default=str)))
 
+    #: The database's clock, in seconds since the epoch (each dialect has its own).
+    _clock_sql = ""
+
+    def clock_seconds(self) -> float:
+        """The database's clock: gateways on one store (several hosts on PostgreSQL) judge
+        each other's heartbeats by it, never by their own clocks, which may disagree."""
+        return float(self._read(self._clock_sql)[0][0])
+
     def kv_get(self, table: str, key: str) -> dict[str, Any] | None:
         return self._document(q.KV_GET, (table, key))
 

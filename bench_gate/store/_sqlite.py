@@ -153,6 +153,7 @@ class SqliteStore(SqlStore):
     """The store in one SQLite file (or ``:memory:``)."""
 
     _listed = q.LISTED_UTF8
+    _clock_sql = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
