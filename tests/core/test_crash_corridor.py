@@ -145,14 +145,14 @@ class _CrashBeforeLease(SqliteStore):
 
     def __init__(self, path: Path, crashed: Path) -> None:
         super().__init__(path)
-        self.path = path
+        self.file = path
         self.crashed = crashed
         self.armed = False
 
     def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
         if self.armed and table == LEASES:
             self.armed = False
-            _crashed_copy(self.path, self.crashed)
+            _crashed_copy(self.file, self.crashed)
         super().kv_put(table, key, data)
 
 
@@ -164,7 +164,7 @@ async def test_an_output_switched_on_just_before_a_crash_is_still_leased(
     request executed and CH1 on with no lease: its HTTP client gone with the crash, CH1
     stayed on after the restart for good. The lease is recorded before the outcome, so the
     restart's lease runs out and switches CH1 off (the simulator's own port)."""
-    config.policy.lease_seconds = 1.5
+    config.policy.lease_seconds = 600  # not before the crash
     config.policy.on_client_lost = "safe"
     crashed = tmp_path / "crashed.db"
     store = _CrashBeforeLease(db_path, crashed)
@@ -185,6 +185,7 @@ async def test_an_output_switched_on_just_before_a_crash_is_still_leased(
     assert front_panel.query("OUTP? (@1)").strip() == "1"
     _forget_claim(crashed, config.bench)
 
+    config.policy.lease_seconds = 1.5
     gw = Gateway(config, SqliteStore(crashed), clock=clock)
     await gw.start()
     try:
@@ -272,3 +273,58 @@ async def test_an_approval_written_into_the_store_behind_the_gateways_back_runs_
     assert float(front_panel.query("VOLT? (@1)")) == 0.0, "never written"
     assert float(front_panel.query("VOLT? (@2)")) == 0.0
     assert front_panel.query("OUTP? (@2)").strip() == "0"
+
+
+class _CrashAfterLeaseDropped(SqliteStore):
+    """A store that, armed, copies itself as a SIGKILL would leave it right after a lease
+    that ran out is deleted."""
+
+    def __init__(self, path: Path, crashed: Path) -> None:
+        super().__init__(path)
+        self.file = path
+        self.crashed = crashed
+        self.armed = False
+
+    def kv_delete(self, table: str, key: str) -> None:
+        super().kv_delete(table, key)
+        if self.armed and table == LEASES:
+            self.armed = False
+            _crashed_copy(self.file, self.crashed)
+
+
+async def test_a_lost_clients_safe_action_is_journaled_before_its_lease_goes(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """A lease that runs out switches its outputs off, deletes the lease, then journals
+    ``lease_expired``: a crash between the last two left CH1 switched off by the gateway
+    with no word of it in the journal, and no lease left to say it again. The event is
+    journaled first: the store as the crash leaves it holds it."""
+    config.policy.lease_seconds = 1.0
+    config.policy.on_client_lost = "safe"
+    crashed = tmp_path / "crashed.db"
+    store = _CrashAfterLeaseDropped(db_path, crashed)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 1,(@1);:OUTP ON,(@1)")).request
+        assert req is not None
+        store.armed = True
+        done = (await gw.grant(req.id, olga, ["setpoint", "output_enable"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status is Status.EXECUTED, done.outcome
+        for _ in range(100):
+            if not store.armed:
+                break
+            await asyncio.sleep(0.1)
+        assert not store.armed, "the lease never ran out"
+    finally:
+        await gw.close()
+        store.close()
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    left = SqliteStore(crashed)
+    try:
+        kinds = [e.type for e in left.journal(run.id, limit=1000)]
+        assert EventType.LEASE_EXPIRED in kinds, kinds
+    finally:
+        left.close()
