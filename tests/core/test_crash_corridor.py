@@ -328,3 +328,62 @@ async def test_a_lost_clients_safe_action_is_journaled_before_its_lease_goes(
         assert EventType.LEASE_EXPIRED in kinds, kinds
     finally:
         left.close()
+
+
+class _CrashAtActivation(SqliteStore):
+    """A store that, armed, copies itself as a SIGKILL would leave it right after a plan
+    is saved active (its request ``executing``, not yet ``executed``)."""
+
+    def __init__(self, path: Path, crashed: Path) -> None:
+        super().__init__(path)
+        self.file = path
+        self.crashed = crashed
+        self.armed = False
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        super().kv_put(table, key, data)
+        if self.armed and table == "plans" and data.get("status") == "active":
+            self.armed = False
+            _crashed_copy(self.file, self.crashed)
+
+
+async def test_a_plan_whose_activation_a_crash_cut_off_runs_nothing_unattended(
+        config: BenchConfig, db_path: Path, tmp_path: Path, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    """A plan's activation saves the plan active, journals plan_activated, then finishes
+    its request. A crash in between leaves the plan active and its request ``executing``:
+    the restart judges the request from a read-back (a plan cannot be confirmed by one:
+    ambiguous), which ends the plan, so the script's next write inside it is held for a
+    person and nothing runs unattended (0 V on the simulator's own port). Found holding;
+    kept as a regression test."""
+    crashed = tmp_path / "crashed.db"
+    store = _CrashAtActivation(db_path, crashed)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = await gw.request_plan(run.id, {
+            "instrument": "psu", "channels": [1], "voltage": [0, 5], "current_max": 0.5,
+            "max_step": 5, "output_enable": False, "max_writes": 40, "timeout_minutes": 30},
+            rationale="IV sweep of CH1")
+        store.armed = True
+        done = await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)
+        assert done.request.status is Status.EXECUTED, done.request.outcome
+        assert not store.armed, "the plan was saved active"
+    finally:
+        await gw.close()
+        store.close()
+    _forget_claim(crashed, config.bench)
+
+    gw = Gateway(config, SqliteStore(crashed), clock=clock)
+    await gw.start()
+    try:
+        step = await gw.submit(run.id, "psu", "VOLT 1,(@1)")
+        assert step.status == "pending", step
+        assert [p.status.value for p in gw.list_plans(run.id)] == ["denied"]
+        after = gw.get_request(req.id)
+        assert after.status is Status.AMBIGUOUS, after.outcome
+    finally:
+        await gw.close()
+        gw.store.close()
+    assert float(front_panel.query("VOLT? (@1)")) == 0.0
