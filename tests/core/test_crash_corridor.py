@@ -227,7 +227,8 @@ async def test_an_approval_written_into_the_store_behind_the_gateways_back_runs_
     and the restart executed the write (the supply read 2.5 V), with no approval in the
     journal. An approval now counts only if its journaled event is there (and its row
     intact): the restart fails it, nothing written; the same for a forged first approval
-    that a real second one would have completed."""
+    that a real second one would have completed, and for a real first approval whose
+    journal row was edited in place (which verify does see)."""
     gw = Gateway(config, SqliteStore(db_path), clock=clock)
     await gw.start()
     try:
@@ -236,19 +237,30 @@ async def test_an_approval_written_into_the_store_behind_the_gateways_back_runs_
         both = (await gw.submit(run.id, "psu",
                                 "VOLT 1.5,(@2);:CURR 0.2,(@2);:OUTP ON,(@2)")).request
         model = (await gw.submit(run.id, "psu", "VOLT 0.5,(@3)")).request
-        assert forged is not None and both is not None and model is not None
+        edited = (await gw.submit(run.id, "psu",
+                                  "VOLT 2,(@1);:CURR 0.2,(@1);:OUTP ON,(@1)")).request
+        assert forged and both and model and edited
         assert (await gw.grant(model.id, olga, ["setpoint"], proposal_hash=model.proposal_hash)
                 ).request.status is Status.EXECUTED
+        assert (await gw.grant(edited.id, olga, ["setpoint"], proposal_hash=edited.proposal_hash)
+                ).request.status is Status.PENDING
     finally:
         await gw.close()
         gw.store.close()
     _forget_claim(db_path, config.bench)
     _forge_approval(db_path, forged.id, model.id, status="approved")
     _forge_approval(db_path, both.id, model.id, status="pending")  # its setpoint, forged
+    con = sqlite3.connect(db_path, isolation_level=None)
+    try:  # a real approval's journal row edited in place (its notes): it proves nothing now
+        con.execute("UPDATE journal SET data = json_set(data, '$.notes', 'edited') "
+                    "WHERE request_id = ? AND type = 'approval_granted'", (edited.id,))
+    finally:
+        con.close()
     verify = subprocess.run([sys.executable, "-m", "bench_gate.cli", "journal", "verify",
                              "--db", str(db_path)], capture_output=True, text=True,
                             timeout=60, check=False)
-    assert verify.returncode == 0, "the chain cannot see it: the gateway must"
+    assert verify.returncode != 0 and "was edited" in verify.stdout, verify.stdout
+    # the journal's edit is seen by verify; the requests table's are not: the gateway must
 
     gw = Gateway(config, SqliteStore(db_path), clock=clock)
     await gw.start()
@@ -267,10 +279,15 @@ async def test_an_approval_written_into_the_store_behind_the_gateways_back_runs_
                                proposal_hash=pending.proposal_hash)).request
         assert done.status is Status.FAILED, done.outcome
         assert "not in the journal" in (done.outcome or ""), done.outcome
+        rest = (await gw.grant(edited.id, olga, ["output_enable"],
+                               proposal_hash=edited.proposal_hash)).request
+        assert rest.status is Status.FAILED, rest.outcome
+        assert "not in the journal" in (rest.outcome or ""), rest.outcome
     finally:
         await gw.close()
         gw.store.close()
     assert float(front_panel.query("VOLT? (@1)")) == 0.0, "never written"
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
     assert float(front_panel.query("VOLT? (@2)")) == 0.0
     assert front_panel.query("OUTP? (@2)").strip() == "0"
 
