@@ -32,6 +32,8 @@ TABLE = "benches"
 HEARTBEAT_SECONDS = 1.0
 #: A claim not renewed for this long belongs to a gateway that is gone.
 LIVE_SECONDS = 5.0
+#: How often a claim is tried when another gateway's claim changes under it.
+CLAIM_TRIES = 3
 
 Rules = tuple[PolicyConfig, dict[str, dict[int, ChannelLimits]]]
 
@@ -56,6 +58,8 @@ class Registry:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self._last_beat = 0.0
+        #: Why this gateway was fenced (its claim taken over), or None while it owns it.
+        self.lost: str | None = None
 
     def _entry(self) -> dict[str, Any]:
         envelope = {name: {str(ch): limits.model_dump(mode="json")
@@ -73,27 +77,49 @@ class Registry:
         return self.store.clock_seconds() - float(entry.get("heartbeat", 0)) < LIVE_SECONDS
 
     def claim(self) -> None:
-        """Claim the bench name, or raise BenchTaken if a live gateway serves it."""
-        bench = self.config.bench
-        entry = self.store.kv_get(TABLE, bench)
-        if entry is not None and entry.get("instance") != self.instance and self._live(entry):
+        """Claim the bench name, or raise BenchTaken if a live gateway serves it. The claim
+        is a compare-and-set: of two gateways starting at once, only one gets the name."""
+        for _ in range(CLAIM_TRIES):
+            entry = self.store.kv_get(TABLE, self.config.bench)
+            self._refuse_taken(entry)
+            if self.store.kv_swap(TABLE, self.config.bench, entry, self._entry()):
+                self._last_beat = time.monotonic()
+                return
+        self._refuse_taken(self.store.kv_get(TABLE, self.config.bench), at_once=True)
+
+    def _refuse_taken(self, entry: dict[str, Any] | None, at_once: bool = False) -> None:
+        if entry is None or entry.get("instance") == self.instance:
+            return
+        if at_once or self._live(entry):
             raise BenchTaken(
-                f"bench {bench!r} is already served by a live gateway (host "
+                f"bench {self.config.bench!r} is already served by a live gateway (host "
                 f"{entry.get('host')!r}, pid {entry.get('pid')}); two gateways with one bench "
                 "name would both own its instruments. Stop that one, or give this one "
                 "another `bench` name in its bench.toml")
-        self.store.kv_put(TABLE, bench, self._entry())
-        self._last_beat = time.monotonic()
 
     def beat(self) -> None:
-        """Renew the claim (at most once per HEARTBEAT_SECONDS)."""
-        if time.monotonic() - self._last_beat < HEARTBEAT_SECONDS:
+        """Renew the claim (at most once per HEARTBEAT_SECONDS). A claim another gateway
+        holds now (this one was paused or cut off longer than LIVE_SECONDS, and the other
+        took the name over) fences this gateway for good: it writes to no instrument
+        again, so one bench never has two owners. Its operator restarts it."""
+        if self.lost is not None or time.monotonic() - self._last_beat < HEARTBEAT_SECONDS:
             return
         entry = self.store.kv_get(TABLE, self.config.bench)
-        if entry is not None and entry.get("instance") != self.instance and self._live(entry):
-            return  # another gateway took the name over; it serves it now
-        self.store.kv_put(TABLE, self.config.bench, self._entry())
-        self._last_beat = time.monotonic()
+        if entry is not None and entry.get("instance") != self.instance:
+            self._lose(entry)
+            return
+        if self.store.kv_swap(TABLE, self.config.bench, entry, self._entry()):
+            self._last_beat = time.monotonic()
+            return
+        now = self.store.kv_get(TABLE, self.config.bench)  # changed since it was read
+        if now is not None and now.get("instance") != self.instance:
+            self._lose(now)
+
+    def _lose(self, entry: dict[str, Any]) -> None:
+        self.lost = (f"this gateway no longer serves bench {self.config.bench!r}: another "
+                     f"gateway (host {entry.get('host')!r}, pid {entry.get('pid')}) claimed it "
+                     "while this one did not renew its claim; nothing is written here until "
+                     "this gateway is restarted")
 
     def release(self) -> None:
         with contextlib.suppress(Exception):

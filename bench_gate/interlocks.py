@@ -68,7 +68,10 @@ class Interlocks(Part):
         return unit.effect.value == "output" and unit.value is False
 
     def check(self, instrument: str) -> None:
-        """Refuse a write to a stopped instrument (-203, with who stopped it)."""
+        """Refuse a write to a stopped instrument (-203, with who stopped it), and every
+        write once another gateway took this one's bench over (federation.Registry.beat)."""
+        if self.core.registry.lost is not None:
+            raise Refused(-203, self.core.registry.lost)
         stop = self.store.kv_get(STOPS, self.core.qualified(instrument))
         if stop is not None:
             raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "

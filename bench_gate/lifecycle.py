@@ -53,6 +53,7 @@ class Lifecycle(Part):
                                     clock=lambda: self.clock())
         self._sweeper: asyncio.Task[None] | None = None
         self._beat: asyncio.Future[None] | None = None
+        self._told_lost = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unlisten: Callable[[], None] | None = None
 
@@ -111,12 +112,19 @@ class Lifecycle(Part):
                 # a late one never claims the bench again after release().
                 self._beat = asyncio.ensure_future(asyncio.to_thread(self.registry.beat))
                 await asyncio.shield(self._beat)
+                self._fenced()
                 await self.sweep()
                 await self._leases.sweep()
                 self.watch.tick()  # never waits: each check queues on its lane
                 await self._executor.run_approved()
                 self._retention.tick()  # starts an archive at most hourly; never waits
                 keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)
+
+    def _fenced(self) -> None:
+        """Say once, on every console and watcher, that another gateway took the bench."""
+        if self.registry.lost is not None and not self._told_lost:
+            self._told_lost = True
+            self.core.notifier.publish("alert", alert="bench_lost", reason=self.registry.lost)
 
     def _on_remote(self, message: dict[str, Any]) -> None:
         """A change made by another gateway (called from the store's listener thread)."""

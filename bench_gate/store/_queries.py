@@ -66,6 +66,10 @@ KV_PUT = ("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) "
 KV_LIST = "SELECT data FROM kv WHERE tbl = ? ORDER BY key"
 KV_ITEMS = "SELECT key, data FROM kv WHERE tbl = ? ORDER BY key"
 KV_DELETE = "DELETE FROM kv WHERE tbl = ? AND key = ?"
+#: A compare-and-set: the document is replaced only if it still is the one read.
+KV_SWAP_NEW = ("INSERT INTO kv (tbl, key, data) VALUES (?, ?, ?) "
+               "ON CONFLICT (tbl, key) DO NOTHING")
+KV_SWAP = "UPDATE kv SET data = ? WHERE tbl = ? AND key = ? AND data = ?"
 
 
 #: The largest LIMIT or OFFSET a statement is given: a page past every row is empty, and

@@ -369,3 +369,13 @@ class SqlStore(abc.ABC):
     def kv_delete(self, table: str, key: str) -> None:
         self._write(q.KV_DELETE, (table, key))
 
+    def kv_swap(self, table: str, key: str, old: dict[str, Any] | None,
+                new: dict[str, Any]) -> bool:
+        # A document read back and dumped again is the text kv_put stored (JSON-native).
+        text = json.dumps(new, default=str)
+        with self._tx() as cx:
+            if old is None:
+                return cx.execute(q.KV_SWAP_NEW, (table, key, text)).rowcount == 1
+            return cx.execute(q.KV_SWAP, (text, table, key,
+                                          json.dumps(old, default=str))).rowcount == 1
+
