@@ -1,0 +1,173 @@
+"""QCoDeS drivers of the profiled instruments that test_drivers.py does not run, unmodified,
+through the socket door of a real server (``ServerThread``): the Rigol DP832 (``RigolDP832``)
+and the Keithley 2450 (``Keithley2450``). For each:
+
+- its normal start (the constructor with its connect message, ``snapshot(update=True)``) and
+  every read of its parameters pass unattended: no request is made, nothing waits;
+- every parameter it can set is held, each a request a person decides over the HTTP API:
+  the denied ones change nothing on the simulator's own port, the approved one changes its
+  channel alone; the driver's session carries on after each decision.
+
+Approvals come from ``olga`` (an operator) over HTTP, a second person to the script.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from bench_gate.auth import Tokens
+from bench_gate.config import ChannelLimits, InstrumentConfig, default_config
+from bench_gate.server import ServerThread
+from bench_gate.store import open_store
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import own_port
+
+rigol = pytest.importorskip("qcodes.instrument_drivers.rigol")
+keithley = pytest.importorskip("qcodes.instrument_drivers.Keithley")
+
+
+@dataclass
+class Bench:
+    url: str
+    server: ServerThread
+    served: dict[str, SimServedThread]
+    olga: str
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30,
+                            headers={"Authorization": f"Bearer {self.olga}"})
+
+    def door(self, instrument: str) -> str:
+        host, port = self.server.running.doors[instrument]
+        return f"TCPIP0::{host}::{port}::SOCKET"
+
+    def requests(self, instrument: str) -> list[dict[str, Any]]:
+        with self.http() as h:
+            r = h.get("/v1/takeover", params={"instrument": instrument, "limit": 1000})
+            assert r.status_code == 200, r.text
+            return list(r.json())
+
+    def next_pending(self, instrument: str, seen: set[str], within: float = 10.0
+                     ) -> dict[str, Any]:
+        """The first pending request on ``instrument`` not in ``seen`` (bounded wait)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for req in self.requests(instrument):
+                if req["status"] == "pending" and req["id"] not in seen:
+                    seen.add(req["id"])
+                    return req
+            time.sleep(0.05)
+        raise AssertionError(f"nothing held on {instrument} within {within} s")
+
+    def decide(self, req: dict[str, Any], approve: bool) -> dict[str, Any]:
+        with self.http() as h:
+            shown = h.get(f"/v1/takeover/{req['id']}").json()
+            path = f"/v1/runs/{req['runId']}/takeover/{req['id']}"
+            if approve:
+                r = h.post(f"{path}/grant", json={"approve": shown["approvalsMissing"],
+                                                  "proposalHash": shown["proposalHash"]})
+            else:
+                r = h.post(f"{path}/deny", json={"notes": "not on this DUT",
+                                                 "proposalHash": shown["proposalHash"]})
+            assert r.status_code == 200, r.text
+            return dict(h.get(f"/v1/takeover/{req['id']}").json())
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    with SimBenchThread() as sim, SimServedThread("dp832") as dp832, \
+            SimServedThread("smu") as smu:
+        config = default_config(sim.psu_port, sim.dmm_port)
+        config.instruments += [
+            InstrumentConfig(name="dp832", resource=dp832.resource_name, profile="dp832"),
+            InstrumentConfig(name="smu", resource=smu.resource_name, profile="k2450")]
+        for ic in config.instruments:
+            ic.socket_port = 0
+        config.envelope["dp832"] = {ch: ChannelLimits(voltage=Decimal(6), current=Decimal(1))
+                                    for ch in (1, 2, 3)}
+        config.envelope["smu"] = {1: ChannelLimits(voltage=Decimal(6), current=Decimal("0.1"))}
+        store = open_store(tmp_path_factory.mktemp("qcodes") / "bench.db")
+        olga = Tokens(store).create("olga", "operator")[1]
+        server = ServerThread(config, store)
+        try:
+            yield Bench(server.url, server, {"dp832": dp832, "smu": smu}, olga)
+        finally:
+            server.close()
+            store.close()
+
+
+def _gettable(instrument: Any) -> Iterator[Any]:
+    for param in instrument.parameters.values():
+        if param.gettable and param.name != "IDN":
+            yield param
+
+
+# ------------------------------------------------------------------ Rigol DP832
+
+DP832_SETS: list[tuple[str, Any]] = [
+    ("set_voltage", 1.5), ("set_current", 0.25), ("state", "on"), ("ovp_value", 5.0),
+    ("ovp_state", "on"), ("ocp_value", 0.5), ("ocp_state", "on")]
+
+
+def _dp832_state(res: Any) -> dict[int, tuple[str, ...]]:
+    """What every channel holds, read on the simulator's own port."""
+    return {ch: tuple(res.query(q.format(ch=ch)).strip() for q in (
+        "SOUR{ch}:VOLT?", "SOUR{ch}:CURR?", "OUTP? CH{ch}", "SOUR{ch}:VOLT:PROT?",
+        "SOUR{ch}:VOLT:PROT:STAT?", "SOUR{ch}:CURR:PROT?", "SOUR{ch}:CURR:PROT:STAT?"))
+        for ch in (1, 2, 3)}
+
+
+def test_qcodes_rigol_dp832_starts_and_reads_unattended(bench: Bench) -> None:
+    """The constructor asks *OPT? (which precision option is installed) before anything
+    else: held, it stopped the driver's start with a timeout."""
+    psu = rigol.RigolDP832("dp832_reads", bench.door("dp832"), visalib="@py",
+                           terminator="\n", timeout=5)
+    try:
+        snapshot = psu.snapshot(update=True)
+        values = {param.full_name: param.get() for channel in psu.channels
+                  for param in _gettable(channel)}
+        assert psu.ask("*OPC?") == "1"
+    finally:
+        psu.close()
+    assert bench.requests("dp832") == [], "a read of QCoDeS' RigolDP832 was held"
+    assert snapshot["submodules"]["ch1"]["parameters"]["state"]["value"] == "OFF"
+    assert len(values) == 3 * 11 and values["dp832_reads_ch3_voltage"] == 0.0
+
+
+@pytest.mark.parametrize("channel", ["ch1", "ch2", "ch3"])
+@pytest.mark.parametrize(("name", "value"), DP832_SETS)
+def test_qcodes_rigol_dp832_every_setter_is_held(bench: Bench, channel: str, name: str,
+                                                 value: Any) -> None:
+    """Each settable parameter of each channel, set once by a driver of its own (a run of
+    its own: three denials in a row suspend a run): held; denied, nothing changes on the
+    simulator's own port; CH2's voltage, approved, changes CH2 alone. The driver's session
+    answers after the decision."""
+    seen = {r["id"] for r in bench.requests("dp832")}
+    approve = channel == "ch2" and name == "set_voltage"
+    psu = rigol.RigolDP832(f"dp832_{channel}_{name}", bench.door("dp832"), visalib="@py",
+                           terminator="\n", timeout=10)
+    with own_port(bench.served["dp832"].resource_name) as res:
+        try:
+            before = _dp832_state(res)
+            psu.submodules[channel].parameters[name].set(value)
+            req = bench.next_pending("dp832", seen)
+            decided = bench.decide(req, approve)
+            assert decided["status"] == ("executed" if approve else "denied"), decided
+            assert psu.ask("*OPC?") == "1"  # the session goes on
+            after = _dp832_state(res)
+            if approve:
+                assert float(after[2][0]) == 1.5
+                assert {**after, 2: before[2]} == before
+                assert float(psu.ch2.set_voltage()) == 1.5
+            else:
+                assert after == before, req["commands"]
+                assert psu.ask("SYST:ERR?").startswith("-203,"), "the denial is in the queue"
+        finally:
+            psu.close()
