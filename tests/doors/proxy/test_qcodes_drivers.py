@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -127,6 +128,7 @@ def _dp832_state(res: Any) -> dict[int, tuple[str, ...]]:
 def test_qcodes_rigol_dp832_starts_and_reads_unattended(bench: Bench) -> None:
     """The constructor asks *OPT? (which precision option is installed) before anything
     else: held, it stopped the driver's start with a timeout."""
+    seen = {r["id"] for r in bench.requests("dp832")}
     psu = rigol.RigolDP832("dp832_reads", bench.door("dp832"), visalib="@py",
                            terminator="\n", timeout=5)
     try:
@@ -136,7 +138,7 @@ def test_qcodes_rigol_dp832_starts_and_reads_unattended(bench: Bench) -> None:
         assert psu.ask("*OPC?") == "1"
     finally:
         psu.close()
-    assert bench.requests("dp832") == [], "a read of QCoDeS' RigolDP832 was held"
+    assert {r["id"] for r in bench.requests("dp832")} == seen, "a read of RigolDP832 was held"
     assert snapshot["submodules"]["ch1"]["parameters"]["state"]["value"] == "OFF"
     assert len(values) == 3 * 11 and values["dp832_reads_ch3_voltage"] == 0.0
 
@@ -171,3 +173,133 @@ def test_qcodes_rigol_dp832_every_setter_is_held(bench: Bench, channel: str, nam
                 assert psu.ask("SYST:ERR?").startswith("-203,"), "the denial is in the queue"
         finally:
             psu.close()
+
+
+# ------------------------------------------------------------------ Keithley 2450
+
+#: What the SMU holds, read on the simulator's own port.
+SMU_STATE = ("SOUR1:FUNC?", "ROUT:TERM?", "OUTP1?", "SOUR1:VOLT?", "SOUR1:VOLT:ILIM?",
+             "SOUR1:VOLT:RANG?", "SOUR1:VOLT:RANG:AUTO?", "SENS:VOLT:RSEN?", "SENS:FUNC?")
+
+
+def _smu_state(res: Any) -> tuple[str, ...]:
+    return tuple(res.query(q).strip() for q in SMU_STATE)
+
+
+def _smu(bench: Bench, name: str) -> Any:
+    smu = keithley.Keithley2450(name, bench.door("smu"), visalib="@py", terminator="\n",
+                                timeout=10)
+    for sub in (*smu.submodules.values(),):  # the user delay to read: user_delay's number
+        if "user_number" in getattr(sub, "parameters", {}):
+            sub.user_number(1)
+    return smu
+
+
+#: Parameters that measure only with the output on, or sweep: not read here.
+SMU_NOT_READ = frozenset({"current", "voltage", "resistance", "sweep", "sweep_axis"})
+
+
+def test_qcodes_keithley_2450_starts_and_reads_unattended(bench: Bench) -> None:
+    """Construction, snapshot(update=True) and every parameter of every source and sense
+    function: no hold. Before, :SENSe:RESistance:AZERo? and the user delays'
+    :SOURce:<function>:DELay:USER<n>? were headers the profile did not list, held (the
+    driver's session blocked behind each); and the simulated 2450 named its measure
+    function "VOLT", where the 2450 answers "VOLT:DC" (QCoDeS raised KeyError)."""
+    seen = {r["id"] for r in bench.requests("smu")}
+    smu = _smu(bench, "smu_reads")
+    try:
+        snapshot = smu.snapshot(update=True)
+        values = {f"{key}.{param.name}": param.get() for key, sub in smu.submodules.items()
+                  if hasattr(sub, "parameters") for param in _gettable(sub)
+                  if param.name not in SMU_NOT_READ}
+        assert smu.ask("*OPC?") == "1"
+    finally:
+        smu.close()
+    assert {r["id"] for r in bench.requests("smu")} == seen, "a read of Keithley2450 was held"
+    assert snapshot["parameters"]["sense_function"]["value"] == "voltage"
+    user_delays = [v for k, v in values.items() if k.endswith("user_delay")]
+    assert len(user_delays) == 5 and all(float(v) == 0 for v in user_delays), values
+    assert sum(k.endswith("auto_zero_enabled") for k in values) == 3, values
+
+
+#: (what the driver does, the value): each sends a unit a person must decide.
+SMU_HELD: list[tuple[str, Any]] = [
+    ("source.voltage", 1.0), ("source.limit", 0.01), ("source.range", 2),
+    ("source.auto_range", False), ("source_function", "current"), ("terminals", "rear"),
+    ("sense.four_wire_measurement", True),
+    ("sense_function", "resistance")]
+
+
+def _parameter(smu: Any, path: str) -> Any:
+    owner, _, name = path.rpartition(".")
+    return (getattr(smu, owner) if owner else smu).parameters[name]
+
+
+@pytest.mark.parametrize(("path", "value"), SMU_HELD)
+def test_qcodes_keithley_2450_every_setter_that_acts_is_held(bench: Bench, path: str,
+                                                             value: Any) -> None:
+    """Each held, by a driver of its own; denied, nothing changes on the simulator's own
+    port; the source voltage, approved, changes the voltage alone. QCoDeS' source level
+    setter asks *OPC? right after its write: it returns once the person decided."""
+    seen = {r["id"] for r in bench.requests("smu")}
+    approve = path == "source.voltage"
+    smu = _smu(bench, f"smu_{path.replace('.', '_')}")
+    with own_port(bench.served["smu"].resource_name) as res, \
+            ThreadPoolExecutor(1) as pool:
+        try:
+            before = _smu_state(res)
+            setting = pool.submit(_parameter(smu, path).set, value)
+            req = bench.next_pending("smu", seen)
+            decided = bench.decide(req, approve)
+            assert decided["status"] == ("executed" if approve else "denied"), decided
+            setting.result(timeout=20)
+            assert smu.ask("*OPC?") == "1"  # the session goes on
+            after = _smu_state(res)
+            if approve:
+                assert float(after[3]) == 1.0
+                assert after[:3] + after[4:] == before[:3] + before[4:]
+            else:
+                assert after == before, req["commands"]
+                assert smu.ask("SYST:ERR?").startswith("-203,")
+        finally:
+            smu.close()
+
+
+def test_qcodes_keithley_2450_output_on_outside_the_envelope_is_refused(bench: Bench) -> None:
+    """The output on, with the current source's voltage limit (21 V) above the bench's 6 V:
+    refused at once with a -222 that says why; nothing held, nothing changes."""
+    seen = {r["id"] for r in bench.requests("smu")}
+    smu = _smu(bench, "smu_output")
+    with own_port(bench.served["smu"].resource_name) as res:
+        try:
+            before = _smu_state(res)
+            smu.output_enabled(True)
+            error = smu.ask("SYST:ERR?")
+            assert error.startswith("-222,") and "6.0 V" in error, error
+            assert _smu_state(res) == before
+        finally:
+            smu.close()
+    assert {r["id"] for r in bench.requests("smu")} == seen
+
+
+SMU_PASSES: list[tuple[str, Any, str, str]] = [
+    ("sense.nplc", 2, "SENS:VOLT:NPLC?", "2"), ("sense.count", 3, "SENS:COUN?", "3"),
+    ("source.delay", 0.5, "SOUR1:VOLT:DEL?", "0.5"),
+    ("source.user_delay", 0.25, "SOUR:VOLT:DEL:USER1?", "0.25"),
+    ("sense.user_delay", 0.75, "SENS:VOLT:DEL:USER1?", "0.75")]
+
+
+@pytest.mark.parametrize(("path", "value", "query", "shows"), SMU_PASSES)
+def test_qcodes_keithley_2450_measure_settings_pass(bench: Bench, path: str, value: Any,
+                                                    query: str, shows: str) -> None:
+    """A measure setting (no source level, no output) runs at once, as the 2450 applies it."""
+    seen = {r["id"] for r in bench.requests("smu")}
+    smu = _smu(bench, f"smu_pass_{path.replace('.', '_')}")
+    try:
+        _parameter(smu, path).set(value)
+        assert smu.ask("*OPC?") == "1"
+    finally:
+        smu.close()
+    assert {r["id"] for r in bench.requests("smu")} == seen, "a measure setting was held"
+    with own_port(bench.served["smu"].resource_name) as res:
+        assert float(res.query(query)) == float(shows)
