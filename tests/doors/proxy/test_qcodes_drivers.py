@@ -83,9 +83,20 @@ class Bench:
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    yield from _serve(tmp_path_factory, "wait")
+
+
+@pytest.fixture(scope="module")
+def refusing_bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    """The same bench with ``socket_door.on_hold = "refuse"`` for every connection."""
+    yield from _serve(tmp_path_factory, "refuse")
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, on_hold: Any) -> Iterator[Bench]:
     with SimBenchThread() as sim, SimServedThread("dp832") as dp832, \
             SimServedThread("smu") as smu:
         config = default_config(sim.psu_port, sim.dmm_port)
+        config.socket_door.on_hold = on_hold
         config.instruments += [
             InstrumentConfig(name="dp832", resource=dp832.resource_name, profile="dp832"),
             InstrumentConfig(name="smu", resource=smu.resource_name, profile="k2450")]
@@ -173,6 +184,34 @@ def test_qcodes_rigol_dp832_every_setter_is_held(bench: Bench, channel: str, nam
                 assert psu.ask("SYST:ERR?").startswith("-203,"), "the denial is in the queue"
         finally:
             psu.close()
+
+
+def test_qcodes_rigol_dp832_with_the_door_refusing_holds(refusing_bench: Bench) -> None:
+    """With ``on_hold = "refuse"`` a driver with a short timeout never waits on a person:
+    its setter is answered at once (-203 naming the request), its reads go on with the old
+    value, and once the request is approved over HTTP the driver's same call, repeated,
+    runs it: CH1 at 1.5 V on the simulator's own port."""
+    bench = refusing_bench
+    seen = {r["id"] for r in bench.requests("dp832")}
+    psu = rigol.RigolDP832("dp832_refusing", bench.door("dp832"), visalib="@py",
+                           terminator="\n", timeout=2)
+    with own_port(bench.served["dp832"].resource_name) as res:
+        try:
+            psu.ch1.set_voltage(1.5)
+            assert psu.ch1.set_voltage() == 0.0  # at once: nothing ran
+            error = psu.ask("SYST:ERR?")
+            req = bench.next_pending("dp832", seen)
+            assert error.startswith("-203,") and req["id"] in error, error
+            decided = bench.decide(req, approve=True)
+            assert decided["status"] == "approved", decided  # it runs on the resend
+            assert float(res.query("SOUR1:VOLT?")) == 0.0
+            psu.ch1.set_voltage(1.5)  # the same call again
+            assert psu.ch1.set_voltage() == 1.5
+            assert psu.ask("SYST:ERR?").lstrip("+").startswith("0,")
+            assert float(res.query("SOUR1:VOLT?")) == 1.5
+        finally:
+            psu.close()
+    assert bench.requests("dp832")[0]["status"] == "executed"
 
 
 # ------------------------------------------------------------------ Keithley 2450
