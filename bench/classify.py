@@ -156,6 +156,13 @@ MUST_HOLD: dict[str, re.Pattern[str]] = {
         r"^:?(\*(RST|RCL|TRG|TST\?)|(SOUR\w*:)?(VOLT|CURR)\w*(:\w+)*\s|OUTP\w*(:STAT\w*)?\s|"
         r"APPL\w*\s|OUTP\w*:TRAC\w*(:STAT\w*)?\s|INIT|TRIG\w*(:SEQ\w*)?:\w+\s)",
         re.IGNORECASE),
+    # The DP832 (DP800 guide, chapter 2): a level or protection on a channel (:SOURce, the
+    # selected one too), an output, :APPLy, tracking, a trigger armed or fired, a protection
+    # cleared, reset, recall, self-test. A selection alone changes nothing.
+    "dp832": re.compile(
+        r"^:?(\*(RST|RCL|TRG|TST\?)|(SOUR\w*:)?(VOLT|CURR)\w*(:\w+)*\s|OUTP\w*(:STAT\w*)?\s|"
+        r"APPL\w*\s|OUTP\w*:(TRAC|OVP|OCP)\w*(:\w+)*\s|OUTP\w*:(OVP|OCP)\w*:CLE|INIT|TRIG)",
+        re.IGNORECASE),
     "dmm6500": re.compile(
         r"^:?(\*(RST|RCL|TST\?|LANG\s)|"
         r"(CONF\w*|MEAS\w*)(:SCAL\w*)?:(RES|FRES|CAP|CONT|DIOD|TEMP)|"

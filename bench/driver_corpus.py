@@ -20,6 +20,9 @@ send is recorded as they sent it:
 - PyMeasure ``KeysightE3631A`` (simulated on its own, outputs by selection): every property
   of the instrument and its three outputs read (not *OPT?), each output's setpoints and
   output set, tracking, and ``reset``.
+- QCoDeS ``RigolDP832`` (simulated on its own, channels by selection): construction,
+  ``snapshot(update=True)``, every parameter of its three channels read, every settable one
+  set.
 
 Each line: ``profile<TAB>driver<TAB>message``, in the order sent.
 """
@@ -216,6 +219,26 @@ def pymeasure_e3631a(resource: str) -> None:
         supply.adapter.close()
 
 
+#: A legal value for each settable parameter of QCoDeS' RigolDP832 channels.
+DP832_VALUES = {"set_voltage": 1.0, "set_current": 0.1, "state": "off", "ovp_value": 5.0,
+                "ovp_state": "off", "ocp_value": 0.5, "ocp_state": "off"}
+
+
+def qcodes_dp832(resource: str) -> None:
+    from qcodes.instrument_drivers.rigol import RigolDP832
+
+    psu = RigolDP832("corpus_dp832", resource, visalib="@py", terminator="\n", timeout=5)
+    try:
+        psu.snapshot(update=True)
+        for channel in psu.channels:
+            for param in channel.parameters.values():
+                param.get()
+            for name, value in DP832_VALUES.items():
+                channel.parameters[name].set(value)
+    finally:
+        psu.close()
+
+
 def _qcodes_parameters(instrument: Any) -> Iterator[Any]:
     skip = {"IDN", "timeout", "volt", "curr", "volt_ac", "curr_ac", "res", "four_wire_res",
             "timetrace", "time_axis"}
@@ -233,6 +256,7 @@ DRIVERS: list[tuple[str, str, str, Callable[[str], None]]] = [
     ("k2450", "smu", "pymeasure Keithley2450", pymeasure_k2450),
     ("dmm6500", "dmm6500", "pymeasure KeithleyDMM6500", pymeasure_dmm6500),
     ("e3631a", "e3631a", "pymeasure KeysightE3631A", pymeasure_e3631a),
+    ("dp832", "dp832", "qcodes RigolDP832", qcodes_dp832),
 ]
 
 
@@ -246,12 +270,14 @@ def _settle(sent: list[str], quiet: float = 0.5) -> None:
 def build() -> list[tuple[str, str, str]]:
     corpus: list[tuple[str, str, str]] = []
     with SimBenchThread() as bench, SimServedThread("smu") as smu, \
-            SimServedThread("dmm6500") as dmm6500, SimServedThread("e3631a") as e3631a:
+            SimServedThread("dmm6500") as dmm6500, SimServedThread("e3631a") as e3631a, \
+            SimServedThread("dp832") as dp832:
         served = {"psu": (bench.psu, bench.psu_resource_name),
                   "dmm": (bench.dmm, bench.dmm_resource_name),
                   "smu": (smu.instrument, smu.resource_name),
                   "dmm6500": (dmm6500.instrument, dmm6500.resource_name),
-                  "e3631a": (e3631a.instrument, e3631a.resource_name)}
+                  "e3631a": (e3631a.instrument, e3631a.resource_name),
+                  "dp832": (dp832.instrument, dp832.resource_name)}
         for profile, which, driver, run in DRIVERS:
             instrument, resource = served[which]
             sent: list[str] = []

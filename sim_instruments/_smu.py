@@ -42,6 +42,8 @@ _STATISTIC = re.compile(r"TRAC:STAT:(AVER|MAX|MIN|STDD)\?(?: .*)?")
 _SAV = re.compile(r"\*SAV (\d)")
 _RCL = re.compile(r"\*RCL (\d)")
 _FUNCTIONS = {"MEAS:VOLT": "VOLT", "MEAS:CURR": "CURR", "MEAS:RES": "RES"}
+#: How the 2450 names its measure functions in answers (QCoDeS' Keithley2450 maps these).
+_SENSE_NAMES = {"VOLT": "VOLT:DC", "CURR": "CURR:DC"}
 #: The 2450's voltage source ranges (section 6, :SOURce[1]:VOLTage:RANGe), and its overrange.
 _RANGES = (0.02, 0.2, 2.0, 20.0, 200.0)
 _OVERRANGE = 1.05
@@ -136,6 +138,10 @@ class SimSmu(SimInstrument):
         return ",".join(f"{float(v):+.{digits - 1}E}" for v in answer.strip().split(","))
 
     def _model_answer(self, canonical: str) -> str | None:
+        if canonical == "SENS:FUNC?":  # section 6: "VOLT:DC", "CURR:DC" or "RES", quoted
+            return f'"{_SENSE_NAMES.get(self._sense(), self._sense())}"'
+        if canonical.startswith("TRAC:POIN? "):  # a buffer named: one buffer is kept
+            return self._ask("TRAC:POIN?")
         if m := _READING.fullmatch(canonical):
             function = _FUNCTIONS.get(m[1])
             if function is not None:  # :MEASure:<function>? selects the function first

@@ -88,7 +88,7 @@ async def test_reads_and_measure_settings_pass_at_once(smu: Any, gateway: Gatewa
     answers, error = await in_thread(script)
     assert all(answers.values()), answers
     assert error.lstrip("+") == NO_ERROR
-    assert answers[":SENS:FUNC?"] == '"CURR"' and Decimal(answers[":SENS:CURR:NPLC?"]) == 2
+    assert answers[":SENS:FUNC?"] == '"CURR:DC"' and Decimal(answers[":SENS:CURR:NPLC?"]) == 2
     assert not gateway.list_requests(), "a read or a measure setting was held"
 
 
