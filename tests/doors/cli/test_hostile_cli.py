@@ -1,0 +1,39 @@
+"""The CLI under bad input: every failure is one line on stderr and a non-zero exit, never a
+traceback, whatever the server URL, the id or the numbers given."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench_gate.client import ApiError, Client
+
+from ..._cli import cli
+
+#: URLs that cannot even be parsed: a port that is no number, an unclosed or bad IPv6
+#: bracket, two ports. (A URL that parses but leads nowhere is "cannot reach", tested in
+#: test_http_cli.)
+MALFORMED = ["http://[::1", "http://127.0.0.1:port", "http://[zz]:80", "http://h:80:80"]
+
+
+@pytest.mark.parametrize("url", MALFORMED)
+def test_a_malformed_server_url_is_one_line_and_exit_1(url: str) -> None:
+    for command in (["pending"], ["show", "tk-1"], ["wait", "tk-1", "--timeout", "1"],
+                    ["approve", "tk-1", "--setpoint"], ["watch", "--timeout", "1"]):
+        r = cli("--url", url, "--token", "bg_x", *command)
+        assert r.returncode == 1, (command, r)
+        assert "Traceback" not in r.stderr and r.stderr.startswith("bench-gate: "), r.stderr
+        assert r.stderr.count("\n") == 1 and "not a server URL" in r.stderr, r.stderr
+
+
+def test_a_malformed_url_from_the_environment_through_the_real_executable() -> None:
+    import os
+    r = cli("runs", real=True, timeout=60,
+            env={**os.environ, "BENCH_GATE_URL": MALFORMED[0], "BENCH_GATE_TOKEN": "bg_x"})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("bench-gate: ") and "not a server URL" in r.stderr
+
+
+def test_the_client_refuses_a_malformed_url_as_an_api_error() -> None:
+    for url in MALFORMED:
+        with pytest.raises(ApiError, match="not a server URL"):
+            Client(url, "bg_x")
