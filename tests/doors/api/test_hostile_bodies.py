@@ -5,6 +5,7 @@ nothing is made: no request held, no plan, no token, no feedback recorded."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,6 +125,54 @@ def test_a_token_body_with_an_unknown_key_makes_no_token(bench: Bench) -> None:
                                                       **extra}), 422)
             assert next(iter(extra)) in body["reason"], body
         assert {t["name"] for t in h.get("/v1/tokens").json()} == names
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("/v1/tokens", '{"name": "dup", "role": "requester", "role": "admin"}'),
+    ("/v1/runs/{run}/scpi",
+     '{"instrument": "psu", "command": "MEAS:VOLT? (@1)", "command": "VOLT 5,(@1)"}'),
+    ("/v1/runs/{run}/scpi",
+     '{"instrument": "dmm", "instrument": "psu", "command": "VOLT 5,(@1)"}'),
+    ("/v1/runs/{run}/plans", json.dumps(PLAN)[:-1] + ', "outputEnable": true}'),
+    ("/v1/runs/{run}/questions",
+     '{"questions": [{"text": "q", "options": [{"label": "a", "label": "c"},'
+     ' {"label": "b"}]}]}'),
+    ("/v1/runs", '{"kind": "script", "goal": "a", "goal": "b"}'),
+])
+def test_a_key_given_twice_is_refused_not_read_as_its_last_value(
+        bench: Bench, run: str, path: str, text: str) -> None:
+    """JSON does not say which of two values of one key counts; a proxy, a log or a person
+    reading the body may take the first, the gateway the last. Nothing is made."""
+    who = "ada" if path == "/v1/tokens" else "bot"
+    with bench.http(who) as h:
+        before = requests_of(h, run)
+        runs = len(h.get("/v1/runs", params={"limit": 1000}).json())
+        tokens = len(bench.http("ada").get("/v1/tokens").json())
+        body = refused(raw(h, path.format(run=run), text), 400)
+        assert "twice" in body["reason"], body
+        assert requests_of(h, run) == before
+        assert h.get(f"/v1/runs/{run}/plans").json() == []
+        assert len(h.get("/v1/runs", params={"limit": 1000}).json()) == runs
+        assert len(bench.http("ada").get("/v1/tokens").json()) == tokens
+
+
+def test_a_grant_with_a_key_given_twice_decides_nothing(bench: Bench, run: str) -> None:
+    with bench.http("bot") as h:
+        held = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                     "command": "VOLT 1.25,(@1)"})
+        assert held.status_code == 202, held.text
+        tk = held.json()["takeover"]
+    with bench.http("olga") as o:
+        seen = json.dumps(tk["proposalHash"])
+        text = (f'{{"approve": ["setpoint"], "proposalHash": {seen}, "edits": '
+                '{"CH1.voltage": "1.25", "CH1.voltage": "4"}}')
+        refused(raw(o, f"/v1/runs/{run}/takeover/{tk['id']}/grant", text), 400)
+        assert o.get(f"/v1/takeover/{tk['id']}").json()["status"] == "pending"
+        # The same body once, with one value: decided as usual.
+        ok = o.post(f"/v1/runs/{run}/takeover/{tk['id']}/deny",
+                    json={"notes": "not now", "proposalHash": tk["proposalHash"]})
+        assert ok.status_code == 200, ok.text
+    assert float(bench.psu("VOLT? (@1)")) == 0.0
 
 
 def test_bodies_with_each_key_once_are_read_as_before(bench: Bench, run: str) -> None:
