@@ -1,9 +1,10 @@
 """Tool errors as the agent reads them: a :class:`ToolFailure` becomes a tool error
 carrying a :class:`Problem`, and so do the SDK's own refusals (an unknown tool, arguments
 that fail the tool's schema), which it would otherwise answer with a pydantic dump that
-repeats the value sent. An argument the tool does not take is refused too (the SDK would
-drop it and run the call without it). An argument error names the argument and its rule, never the
-value; no text of any tool error carries a token (``texts.redact``)."""
+repeats the value sent. Before the SDK, a call is checked against the tool's published
+schema (``_arguments``): an argument it does not take, or of another JSON type, is
+refused. An argument error names the argument and its rule, never the value; no text of
+any tool error carries a token (``texts.redact``)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from ..texts import redact
+from ._arguments import ToolArguments
 from ._backend import ToolFailure
 from ._results import Problem
 
-__all__ = ["GateServer", "problem", "unknown_arguments"]
+__all__ = ["GateServer", "problem"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,32 +49,19 @@ def refusal(tool: str, known: list[str], exc: ToolError) -> ToolFailure:
     return ToolFailure("failed", f"{tool}: {exc}")
 
 
-def unknown_arguments(tool: str, takes: frozenset[str], arguments: dict[str, Any]
-                      ) -> ToolFailure | None:
-    """Arguments the tool does not take are refused, never dropped: ``output_enabled`` or
-    ``wait_seconds`` meant something to the agent that sent it."""
-    unknown = sorted(str(a) for a in arguments if a not in takes)
-    if not unknown:
-        return None
-    named = ", ".join(repr(redact(a[:60]) or "(an argument)") for a in unknown)
-    return ToolFailure("invalid_input", f"{tool} takes no argument {named}; it takes "
-                       f"{', '.join(sorted(takes)) or 'none'}", hint=f"the schema of {tool}")
-
-
 class GateServer(MCPServer):
     """The MCP server whose every tool error is a clean, token-free :class:`Problem`."""
 
-    _takes: dict[str, frozenset[str]] | None = None
+    _arguments: ToolArguments | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
-        if self._takes is None:  # the tools are all registered before the first call
-            self._takes = {t.name: frozenset(t.input_schema.get("properties") or ())
-                           for t in await self.list_tools()}
-        if name in self._takes and arguments:
-            unknown = unknown_arguments(name, self._takes[name], arguments)
-            if unknown is not None:
-                return problem(unknown)
+        if self._arguments is None:  # the tools are all registered before the first call
+            self._arguments = ToolArguments({t.name: t.input_schema
+                                             for t in await self.list_tools()})
+        refused = self._arguments.refusal(name, arguments or {})
+        if refused is not None:
+            return problem(refused)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:  # a crash: its text stays in the server's log

@@ -80,3 +80,55 @@ async def test_an_unknown_argument_is_refused_and_nothing_runs(
     with bench.http("olga") as h:
         assert h.get("/v1/bench/stop").json()["stopped"] in ([], {})
     assert float(await anyio.to_thread.run_sync(bench.psu, "VOLT? (@1)")) == 0.0
+
+
+QUESTION: dict[str, Any] = {"text": "which?", "options": [{"label": "a"}, {"label": "b"}]}
+
+
+@pytest.mark.parametrize(("tool", "args", "wrong"), [
+    ("request_plan", PLAN, {"output_enable": "yes"}),
+    ("request_plan", PLAN, {"output_enable": 1}),
+    ("request_plan", PLAN, {"max_writes": True}),
+    ("request_plan", PLAN, {"max_writes": "3"}),
+    ("request_plan", PLAN, {"channels": [True]}),
+    ("request_plan", PLAN, {"channels": "[1]"}),
+    ("request_plan", PLAN, {"voltage_max": True}),
+    ("request_plan", PLAN, {"timeout_minutes": "30"}),
+    ("scpi_write", {"instrument": "psu", "command": "VOLT 1.5,(@1)", "rationale": "r"},
+     {"step_id": 7}),
+    ("ask_operator", {"questions": [QUESTION], "wait_s": 0},
+     {"questions": [{**QUESTION, "allow_free_text": "yes"}]}),
+    ("ask_operator", {"questions": [QUESTION], "wait_s": 0},
+     {"questions": [{**QUESTION, "allow_free_text": 1}]}),
+    ("ask_operator", {"questions": [QUESTION], "wait_s": 0},
+     {"questions": [{**QUESTION, "allowFreeText": True}]}),
+    ("ask_operator", {"questions": [QUESTION], "wait_s": 0},
+     {"questions": [{**QUESTION, "options": [{"label": "a", "hint": "x"}, {"label": "b"}]}]}),
+    ("ask_operator", {"questions": [QUESTION], "wait_s": 0}, {"timeout_minutes": True}),
+])
+async def test_an_argument_of_the_wrong_json_type_is_refused_and_nothing_is_asked(
+        bench: Bench, tool: str, args: dict[str, Any], wrong: dict[str, Any]) -> None:
+    """``"yes"`` or ``1`` is not the boolean true, ``true`` not the count 1, ``"3"`` not a
+    number: the SDK would read each as the value it resembles (a plan asking to switch the
+    output on, one write), so they are refused against the tool's published schema."""
+    with bench.http("olga") as h:
+        questions = h.get("/v1/questions").json()
+    async with session(bench) as client:
+        goal = await client.call_tool("set_goal", {"goal": "wrong types"})
+        assert goal.structured_content is not None
+        run = str(goal.structured_content["runId"])
+        r = await client.call_tool(tool, {**args, **wrong})
+        text = " ".join(getattr(c, "text", "") for c in r.content)
+        assert r.is_error, text
+        assert r.structured_content is not None, text
+        assert r.structured_content["error"] == "invalid_input", text
+        assert next(iter(wrong)) in text, text
+        for value in ("yes", "[1]"):
+            assert repr(value) not in text  # the rule, never the value sent
+        assert held(bench, run) == []
+        # The right types are taken, in the same session.
+        ok = await client.call_tool(tool, args)
+        assert not ok.is_error, ok
+    with bench.http("olga") as h:
+        after = h.get("/v1/questions").json()
+        assert len(after) == len(questions) + (tool == "ask_operator")
