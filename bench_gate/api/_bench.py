@@ -12,7 +12,7 @@ from ..auth import Tokens
 from ..models import Role
 from ..streams import event_stream
 from ..wire import wire
-from ._deps import Admin, Caller, GatewayDep
+from ._deps import NO_BODY, Admin, Caller, GatewayDep
 from ._schemas import LAX, InstrumentOut, _Camel
 
 __all__ = ["router"]
@@ -108,7 +108,7 @@ def create_token(body: TokenCreate, who: Admin, request: Request) -> dict[str, A
     return {**wire(record), "token": secret}
 
 
-@router.delete("/v1/tokens/{id_or_name}", tags=["admin"])
+@router.delete("/v1/tokens/{id_or_name}", tags=["admin"], dependencies=NO_BODY)
 def revoke_token(id_or_name: str, who: Admin, request: Request) -> dict[str, int]:
     tokens: Tokens = request.app.state.tokens
     return {"revoked": tokens.revoke(id_or_name)}

@@ -18,6 +18,7 @@ from ..models import Event, Role, Status
 from ..wire import wire
 from ._auth import requires
 from ._deps import (
+    NO_BODY,
     PAGE_HEADERS,
     Caller,
     GatewayDep,
@@ -169,7 +170,7 @@ async def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDe
     return run_out(gw.take_over(run_id, who, reason))
 
 
-@router.post("/{run_id}/release", response_model=RunOut)
+@router.post("/{run_id}/release", response_model=RunOut, dependencies=NO_BODY)
 async def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     """End a takeover or a suspension. A suspension is for another person than the run's
     requester to end (403 otherwise), and so is a takeover another operator holds."""
@@ -282,7 +283,8 @@ async def deny(run_id: str, tk_id: str, body: DenyBody, who: Operator,
     return takeover_out(await gw.deny(tk_id, who, body.notes, proposal_hash=seen))
 
 
-@router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut)
+@router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut,
+             dependencies=NO_BODY)
 async def release_request(run_id: str, tk_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     """The run resumes (the request only names which takeover is being ended)."""
     own_request(gw, tk_id, who, run_id)

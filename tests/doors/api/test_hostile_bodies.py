@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..._http_bench import Bench, start_bench
+from ..._http_bench import Bench, start_bench, suspended_run
 
 PROBLEM = "application/problem+json"
 PLAN: dict[str, Any] = {"instrument": "psu", "channels": [1], "voltage": [0, 2],
@@ -184,3 +184,38 @@ def test_bodies_with_each_key_once_are_read_as_before(bench: Bench, run: str) ->
         r = raw(h, f"/v1/runs/{run}/questions",
                 '{"questions": [{"text": "q", "options": [{"label": "a"}, {"label": "b"}]}]}')
         assert r.status_code in (200, 201, 202), r.text
+
+
+def test_a_body_on_a_route_that_takes_none_is_refused_before_anything(bench: Bench) -> None:
+    """A release, a revoke, a token's deletion and a heartbeat take no body: one sent (a
+    reason, notes) would be dropped without a word, so it is refused, before the ids are
+    even looked up. Every such route of the OpenAPI document is tried."""
+    with bench.http("ada") as h:
+        paths = h.get("/openapi.json").json()["paths"]
+        bodiless = [(method.upper(), path) for path, ops in paths.items()
+                    for method, op in ops.items()
+                    if method in ("post", "put", "patch", "delete") and "requestBody" not in op]
+        assert len(bodiless) >= 5, bodiless
+        for method, path in bodiless:
+            url = path.replace("{", "").replace("}", "")  # ids that are nowhere
+            r = h.request(method, url, json={"reason": "why"})
+            body = refused(r, 422)
+            assert "no body" in body["reason"], (method, path, body)
+            empty = h.request(method, url)  # the same without a body: the route's answer
+            assert empty.status_code in (404, 409), (method, path, empty.text)
+
+
+def test_a_release_or_a_token_deletion_with_a_body_changes_nothing(bench: Bench) -> None:
+    run, _ = suspended_run(bench, "bot2", "olga")
+    with bench.http("olga") as o:
+        refused(o.post(f"/v1/runs/{run}/release", json={"notes": "go on"}), 422)
+        assert o.get(f"/v1/runs/{run}").json()["status"] == "suspended"
+        assert o.post(f"/v1/runs/{run}/release").status_code == 200
+    with bench.http("ada") as a:
+        made = a.post("/v1/tokens", json={"name": "kept", "role": "requester"}).json()
+        refused(a.request("DELETE", f"/v1/tokens/{made['id']}", json={"reason": "x"}), 422)
+        assert next(t for t in a.get("/v1/tokens").json()
+                    if t["id"] == made["id"])["revokedAt"] is None
+    with httpx.Client(base_url=bench.url, timeout=30,
+                      headers={"Authorization": f"Bearer {made['token']}"}) as k:
+        assert k.get("/v1/runs").status_code == 200
