@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -13,8 +14,8 @@ from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "identity", "print_json",
-           "table", "until"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "finite", "identity",
+           "print_json", "seconds", "table", "until"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -31,6 +32,26 @@ def echo(text: str = "") -> None:
     """Print ``text``, any character a terminal would not show as itself escaped (a stored
     rationale's ESC [8m would hide every line printed after it)."""
     print(visible(text), flush=True)
+
+
+def finite(text: str) -> float:
+    """An option's number: argparse's ``float`` takes ``nan``, ``inf`` and ``1e400`` (inf),
+    which no JSON body can carry; a usage error instead."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration: a finite number of seconds, 0 or more."""
+    value = finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return value
 
 
 def identity(args: argparse.Namespace) -> tuple[str, str]:

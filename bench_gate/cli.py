@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
-from ._cli_common import BROKEN, CHANGED, ERROR, CliError
+from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, seconds
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
@@ -213,13 +213,13 @@ def parser() -> argparse.ArgumentParser:
             "archive_dir, else journal-archive beside a SQLite store, else in the data "
             "directory)"))
     wt = cmd("watch", remote.watch, "request and run changes, live, each with its command")
-    wt.add_argument("--timeout", type=float, metavar="SECONDS",
+    wt.add_argument("--timeout", type=seconds, metavar="SECONDS",
                     help="stop watching after this many seconds (exit 0)")
     w = cmd("wait", remote.wait, "wait for a request's decision; the exit code tells the "
             "outcome. On a terminal a status line shows the approvals given and missing and "
             "the time left; piped, only the outcome is printed", epilog=EXIT_HELP)
     w.add_argument("request", help=_REQUEST)
-    w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
+    w.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 8)")
     mc = cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's "
                               "requester (BENCH_GATE_TOKEN) against --url")
     mc.add_argument("--heartbeat-seconds", type=int, default=60, metavar="N", help=(
@@ -240,9 +240,9 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("run")
     pr.add_argument("--instrument", required=True)
     pr.add_argument("--channels", required=True, nargs="+", type=int, metavar="CH")
-    pr.add_argument("--voltage", required=True, nargs=2, type=float, metavar=("MIN", "MAX"))
-    pr.add_argument("--current-max", required=True, type=float, metavar="A")
-    pr.add_argument("--max-step", type=float, metavar="V",
+    pr.add_argument("--voltage", required=True, nargs=2, type=finite, metavar=("MIN", "MAX"))
+    pr.add_argument("--current-max", required=True, type=finite, metavar="A")
+    pr.add_argument("--max-step", type=finite, metavar="V",
                     help="largest change from the live setpoint (default: no limit)")
     pr.add_argument("--output-enable", action="store_true",
                     help="include switching the channels on (needs its own approval)")

@@ -37,3 +37,29 @@ def test_the_client_refuses_a_malformed_url_as_an_api_error() -> None:
     for url in MALFORMED:
         with pytest.raises(ApiError, match="not a server URL"):
             Client(url, "bg_x")
+
+
+@pytest.mark.parametrize("numbers", [
+    ["--voltage", "nan", "5", "--current-max", "1"],
+    ["--voltage", "0", "inf", "--current-max", "1"],
+    ["--voltage", "0", "5", "--current-max", "1e400"],
+    ["--voltage", "0", "5", "--current-max", "1", "--max-step=-inf"],
+])
+def test_a_number_that_is_not_finite_is_a_usage_error(numbers: list[str]) -> None:
+    """argparse's float takes nan, inf and 1e400 (inf): the JSON encoder then raised
+    ValueError with a traceback; now a usage error naming the option, exit 2, before any
+    request."""
+    r = cli("--url", "http://127.0.0.1:9", "--token", "bg_x", "plan", "request", "run-1",
+            "--instrument", "psu", "--channels", "1", "--max-writes", "1", *numbers)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr and "finite" in r.stderr, r.stderr
+    assert any(v in r.stderr for v in ("nan", "inf", "1e400")), r.stderr
+
+
+@pytest.mark.parametrize(("command", "value"), [
+    (["wait", "tk-1"], "nan"), (["wait", "tk-1"], "-5"), (["watch"], "nan"),
+    (["watch"], "-1")])
+def test_a_timeout_that_is_no_duration_is_a_usage_error(command: list[str], value: str) -> None:
+    r = cli("--url", "http://127.0.0.1:9", "--token", "bg_x", *command, "--timeout", value)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr and "--timeout" in r.stderr, r.stderr
