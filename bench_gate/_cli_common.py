@@ -15,7 +15,7 @@ from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "finite", "identity",
-           "print_json", "seconds", "table", "until"]
+           "port", "print_json", "seconds", "table", "until"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -51,6 +51,17 @@ def seconds(text: str) -> float:
     value = finite(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: a free one): bind() would raise OverflowError."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
     return value
 
 

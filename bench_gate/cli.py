@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
-from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, seconds
+from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, port, seconds
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
 from .doorway import EXIT_CODES, problem_named, problem_of
@@ -111,10 +111,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--bench", help="this gateway's bench name (default: from --config, or "
                                    "sim-bench)")
     s.add_argument("--host", help="HTTP address (default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    s.add_argument("--port", type=port, help="HTTP port (default 8000)")
     s.add_argument("--sim", action="store_true", help="start the simulated bench with --config")
-    s.add_argument("--sim-psu-port", type=int, default=5555, help="(default %(default)s)")
-    s.add_argument("--sim-dmm-port", type=int, default=5556, help="(default %(default)s)")
+    s.add_argument("--sim-psu-port", type=port, default=5555, help="(default %(default)s)")
+    s.add_argument("--sim-dmm-port", type=port, default=5556, help="(default %(default)s)")
     s.add_argument("--door", action="append", metavar="NAME=PORT",
                    help="the raw-SCPI socket door of instrument NAME on PORT (0: a free one); "
                         "repeat per instrument (default: psu=5025, dmm=5026 on the simulated "

@@ -3,6 +3,8 @@ traceback, whatever the server URL, the id or the numbers given."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench_gate.client import ApiError, Client
@@ -63,3 +65,15 @@ def test_a_timeout_that_is_no_duration_is_a_usage_error(command: list[str], valu
     r = cli("--url", "http://127.0.0.1:9", "--token", "bg_x", *command, "--timeout", value)
     assert r.returncode == 2, r
     assert "Traceback" not in r.stderr and "--timeout" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("option", ["--port=99999999", "--port=-1", "--sim-psu-port=70000",
+                                    "--sim-dmm-port=-5", "--port=http"])
+def test_serve_with_a_port_that_is_no_port_is_a_usage_error(option: str,
+                                                            tmp_path: Path) -> None:
+    """bind() raised OverflowError with a traceback, after the simulated bench and the store
+    were started; now argparse refuses it (exit 2) before anything starts."""
+    r = cli("serve", "--db", str(tmp_path / "bench.db"), option)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr and option.partition("=")[0] in r.stderr, r.stderr
+    assert not (tmp_path / "bench.db").exists()
