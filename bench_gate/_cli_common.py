@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +16,7 @@ from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "finite", "identity",
-           "port", "print_json", "seconds", "table", "until"]
+           "port", "print_json", "seconds", "table", "until", "whole"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -63,6 +64,20 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
     return value
+
+
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An option's whole number from ``low`` to ``high`` (argparse's ``int`` takes any)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low} to {high}, not {value}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
 
 
 def identity(args: argparse.Namespace) -> tuple[str, str]:

@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
-from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, port, seconds
+from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, port, seconds, whole
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
+from .config import MAX_KEEP_DAYS
 from .doorway import EXIT_CODES, problem_named, problem_of
 from .texts import visible
 
@@ -201,8 +202,8 @@ def parser() -> argparse.ArgumentParser:
                                          "them from the store ([journal] keep_days)")
     ja.add_argument("--before", metavar="DATE", help="archive events journaled before this "
                                                     "(ISO 8601; a time without zone is UTC)")
-    ja.add_argument("--keep-days", type=int, metavar="N", help="archive events older than N "
-                                                              "days")
+    ja.add_argument("--keep-days", type=whole(1, MAX_KEEP_DAYS), metavar="N",
+                    help="archive events older than N days (1 to 36525)")
     ja.add_argument("--config", help="a bench.toml: its [journal] keep_days and archive_dir")
     ja.set_defaults(fn=local.journal_archive)
     for sp in (jv, je, ja):

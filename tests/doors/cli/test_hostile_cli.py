@@ -77,3 +77,23 @@ def test_serve_with_a_port_that_is_no_port_is_a_usage_error(option: str,
     assert r.returncode == 2, r
     assert "Traceback" not in r.stderr and option.partition("=")[0] in r.stderr, r.stderr
     assert not (tmp_path / "bench.db").exists()
+
+
+@pytest.mark.parametrize("days", ["999999999999999", "-1", "0", "ten"])
+def test_journal_archive_keep_days_out_of_range_is_a_usage_error(days: str,
+                                                                 tmp_path: Path) -> None:
+    """--keep-days 999999999999999 raised OverflowError with a traceback; -1 archived every
+    event (older than tomorrow); 0 fell back to the config's. Nothing is archived."""
+    r = cli("journal", "archive", "--db", str(tmp_path / "none.db"), f"--keep-days={days}")
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr and "--keep-days" in r.stderr, r.stderr
+
+
+def test_a_bench_toml_keep_days_beyond_any_date_is_refused_at_load(tmp_path: Path) -> None:
+    from bench_gate.config import load_config
+    from bench_gate.errors import InvalidInput
+
+    config = tmp_path / "bench.toml"
+    config.write_text('bench = "b"\n[journal]\nkeep_days = 1000000000\n')
+    with pytest.raises(InvalidInput, match="keep_days"):
+        load_config(str(config))
