@@ -61,7 +61,9 @@ def _event(e: Event) -> dict[str, Any]:
 
 _CALLER = requires(Role.REQUESTER)
 _WAIT = TypeAdapter(Annotated[float, Field(ge=0)])
-_IDEMPOTENCY_KEY = TypeAdapter(Annotated[str, Field(max_length=200)])
+#: An empty key (``Idempotency-Key: $KEY`` with the variable unset) would make every write
+#: sent so one request: refused.
+_IDEMPOTENCY_KEY = TypeAdapter(Annotated[str, Field(min_length=1, max_length=200)])
 #: What FastAPI would have documented for the parameters ``submit`` parses itself.
 _SUBMIT_OPENAPI: dict[str, Any] = {
     "parameters": [
@@ -69,7 +71,8 @@ _SUBMIT_OPENAPI: dict[str, Any] = {
          "description": "long-poll up to this many seconds (at most 60) for a decision",
          "schema": {"type": "number", "minimum": 0, "title": "Wait"}},
         {"name": "idempotency-key", "in": "header", "required": False,
-         "schema": {"type": "string", "maxLength": 200, "title": "Idempotency-Key"}},
+         "schema": {"type": "string", "minLength": 1, "maxLength": 200,
+                    "title": "Idempotency-Key"}},
     ],
     "requestBody": {"required": True, "content": {"application/json": {
         "schema": ScpiBody.model_json_schema(by_alias=True)}}},

@@ -219,3 +219,25 @@ def test_a_release_or_a_token_deletion_with_a_body_changes_nothing(bench: Bench)
     with httpx.Client(base_url=bench.url, timeout=30,
                       headers={"Authorization": f"Bearer {made['token']}"}) as k:
         assert k.get("/v1/runs").status_code == 200
+
+
+def test_an_empty_idempotency_key_is_refused_not_shared(bench: Bench) -> None:
+    """``Idempotency-Key: $KEY`` with the variable unset sends an empty key: every write
+    sent so was one key, and the second of two identical writes came back as the first,
+    never held. An empty key is a 422; nothing is held."""
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script", "goal": "empty keys"}).json()["id"]
+        for _ in range(2):
+            r = h.post(f"/v1/runs/{run}/scpi", headers={"Idempotency-Key": ""},
+                       json={"instrument": "psu", "command": "VOLT 1.5,(@1)"})
+            body = refused(r, 422)
+            assert "idempotency-key" in body["reason"].lower(), body
+        assert requests_of(h, run) == []
+        # A real key still deduplicates, as before.
+        first = h.post(f"/v1/runs/{run}/scpi", headers={"Idempotency-Key": "k1"},
+                       json={"instrument": "psu", "command": "VOLT 1.5,(@1)"})
+        again = h.post(f"/v1/runs/{run}/scpi", headers={"Idempotency-Key": "k1"},
+                       json={"instrument": "psu", "command": "VOLT 1.5,(@1)"})
+        assert first.status_code == again.status_code == 202, (first.text, again.text)
+        assert first.json()["takeover"]["id"] == again.json()["takeover"]["id"]
+        assert len(requests_of(h, run)) == 1
