@@ -60,3 +60,41 @@ async def test_a_denial_note_in_any_language_is_one_ascii_answer(
     assert second.lstrip("+").startswith('0,"No error"'), second
     assert status.startswith("DENIED,") and all(" " <= c <= "~" for c in status), status
     assert "E36312A" in idn, idn
+
+
+async def test_any_bytes_then_syst_err_is_one_ascii_line_and_the_next_answer_its_own(
+        doors: Any) -> None:
+    """Hypothesis: a message of any bytes (no line end inside), then ``SYST:ERR?`` and
+    ``*IDN?`` on the same connection: the error is one line of printable ASCII and the
+    identity comes next, whatever the bytes were."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    host, port = doors.addresses["psu"]
+    loop = asyncio.get_running_loop()
+    junk = st.binary(min_size=1, max_size=200).map(
+        lambda b: b.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"?", b"!"))
+
+    def one(message: bytes) -> tuple[bytes, bytes]:
+        async def go() -> tuple[bytes, bytes]:
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                # A write that parses is refused at once (-203), never waited on.
+                writer.write(b"GATE:HOLD REFUSE\nVOLT " + message + b"\nSYST:ERR?\n*IDN?\n")
+                await writer.drain()
+                error = await asyncio.wait_for(reader.readline(), 10)
+                idn = await asyncio.wait_for(reader.readline(), 10)
+                return error, idn
+            finally:
+                writer.close()
+        return asyncio.run_coroutine_threadsafe(go(), loop).result(30)
+
+    @settings(max_examples=40, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(message=junk)
+    def check(message: bytes) -> None:
+        error, idn = one(message)
+        assert error.endswith(b"\n") and all(0x20 <= b <= 0x7E for b in error[:-1]), error
+        assert b"E36312A" in idn, (message, error, idn)
+
+    await asyncio.to_thread(check)
