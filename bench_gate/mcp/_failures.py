@@ -11,9 +11,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, TextContent
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+)
 from pydantic import ValidationError
 
 from ..texts import redact
@@ -73,3 +84,37 @@ class GateServer(MCPServer):
         except ToolError as exc:
             known = [t.name for t in await self.list_tools()]
             return problem(refusal(redact(name) or name, known, exc))
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio server, with every line that is not a JSON-RPC message answered
+        (``answer_bad_lines``): the SDK passes it on as an exception and nothing answers."""
+        async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+            messages, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            tg.start_soon(answer_bad_lines, read, messages, write)
+            low = self._lowlevel_server
+            await low.run(receive, write, low.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+def bad_line(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error for a line that is not a message: -32700 when it is not JSON
+    (nor UTF-8), -32600 when it is JSON but no message. The rule, never the line."""
+    invalid = isinstance(exc, ValidationError) and any(
+        e["type"] == "json_invalid" for e in exc.errors(include_input=False))
+    code, what = (PARSE_ERROR, "Parse error: a line that is not JSON") if invalid else (
+        INVALID_REQUEST, "Invalid Request: a JSON line that is not one JSON-RPC 2.0 message "
+        "(a request, notification or response object)")
+    return JSONRPCError(jsonrpc="2.0", id=None,
+                        error=ErrorData(code=code, message=f"{what}; it was ignored"))
+
+
+async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exception],
+                           messages: MemoryObjectSendStream[SessionMessage | Exception],
+                           write: MemoryObjectSendStream[SessionMessage]) -> None:
+    """Hand each message of ``read`` on to ``messages``; answer each line that was none."""
+    async with read, messages:
+        async for item in read:
+            if isinstance(item, Exception):
+                await write.send(SessionMessage(bad_line(item)))
+            else:
+                await messages.send(item)
