@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,8 +15,8 @@ from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "identity", "print_json",
-           "table", "until"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "finite", "identity",
+           "port", "print_json", "seconds", "table", "until", "whole"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -31,6 +33,51 @@ def echo(text: str = "") -> None:
     """Print ``text``, any character a terminal would not show as itself escaped (a stored
     rationale's ESC [8m would hide every line printed after it)."""
     print(visible(text), flush=True)
+
+
+def finite(text: str) -> float:
+    """An option's number: argparse's ``float`` takes ``nan``, ``inf`` and ``1e400`` (inf),
+    which no JSON body can carry; a usage error instead."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration: a finite number of seconds, 0 or more."""
+    value = finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: a free one): bind() would raise OverflowError."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
+    return value
+
+
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An option's whole number from ``low`` to ``high`` (argparse's ``int`` takes any)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be {low} to {high}, not {value}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
 
 
 def identity(args: argparse.Namespace) -> tuple[str, str]:

@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from . import _cli_decide as decide
 from . import _cli_local as local
 from . import _cli_remote as remote
-from ._cli_common import BROKEN, CHANGED, ERROR, CliError
+from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, port, seconds, whole
 from ._cli_profile import add_commands as profile_commands
 from .client import ApiError
+from .config import MAX_KEEP_DAYS
 from .doorway import EXIT_CODES, problem_named, problem_of
 from .texts import visible
 
@@ -111,10 +112,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--bench", help="this gateway's bench name (default: from --config, or "
                                    "sim-bench)")
     s.add_argument("--host", help="HTTP address (default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="HTTP port (default 8000)")
+    s.add_argument("--port", type=port, help="HTTP port (default 8000)")
     s.add_argument("--sim", action="store_true", help="start the simulated bench with --config")
-    s.add_argument("--sim-psu-port", type=int, default=5555, help="(default %(default)s)")
-    s.add_argument("--sim-dmm-port", type=int, default=5556, help="(default %(default)s)")
+    s.add_argument("--sim-psu-port", type=port, default=5555, help="(default %(default)s)")
+    s.add_argument("--sim-dmm-port", type=port, default=5556, help="(default %(default)s)")
     s.add_argument("--door", action="append", metavar="NAME=PORT",
                    help="the raw-SCPI socket door of instrument NAME on PORT (0: a free one); "
                         "repeat per instrument (default: psu=5025, dmm=5026 on the simulated "
@@ -201,8 +202,8 @@ def parser() -> argparse.ArgumentParser:
                                          "them from the store ([journal] keep_days)")
     ja.add_argument("--before", metavar="DATE", help="archive events journaled before this "
                                                     "(ISO 8601; a time without zone is UTC)")
-    ja.add_argument("--keep-days", type=int, metavar="N", help="archive events older than N "
-                                                              "days")
+    ja.add_argument("--keep-days", type=whole(1, MAX_KEEP_DAYS), metavar="N",
+                    help="archive events older than N days (1 to 36525)")
     ja.add_argument("--config", help="a bench.toml: its [journal] keep_days and archive_dir")
     ja.set_defaults(fn=local.journal_archive)
     for sp in (jv, je, ja):
@@ -213,13 +214,13 @@ def parser() -> argparse.ArgumentParser:
             "archive_dir, else journal-archive beside a SQLite store, else in the data "
             "directory)"))
     wt = cmd("watch", remote.watch, "request and run changes, live, each with its command")
-    wt.add_argument("--timeout", type=float, metavar="SECONDS",
+    wt.add_argument("--timeout", type=seconds, metavar="SECONDS",
                     help="stop watching after this many seconds (exit 0)")
     w = cmd("wait", remote.wait, "wait for a request's decision; the exit code tells the "
             "outcome. On a terminal a status line shows the approvals given and missing and "
             "the time left; piped, only the outcome is printed", epilog=EXIT_HELP)
     w.add_argument("request", help=_REQUEST)
-    w.add_argument("--timeout", type=float, help="give up after this many seconds (exit 8)")
+    w.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 8)")
     mc = cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's "
                               "requester (BENCH_GATE_TOKEN) against --url")
     mc.add_argument("--heartbeat-seconds", type=int, default=60, metavar="N", help=(
@@ -240,9 +241,9 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("run")
     pr.add_argument("--instrument", required=True)
     pr.add_argument("--channels", required=True, nargs="+", type=int, metavar="CH")
-    pr.add_argument("--voltage", required=True, nargs=2, type=float, metavar=("MIN", "MAX"))
-    pr.add_argument("--current-max", required=True, type=float, metavar="A")
-    pr.add_argument("--max-step", type=float, metavar="V",
+    pr.add_argument("--voltage", required=True, nargs=2, type=finite, metavar=("MIN", "MAX"))
+    pr.add_argument("--current-max", required=True, type=finite, metavar="A")
+    pr.add_argument("--max-step", type=finite, metavar="V",
                     help="largest change from the live setpoint (default: no limit)")
     pr.add_argument("--output-enable", action="store_true",
                     help="include switching the channels on (needs its own approval)")

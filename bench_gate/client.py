@@ -83,8 +83,12 @@ class Client:
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, *,
                  timeout: float = 90.0, transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
-                                  transport=transport)
+        try:
+            self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers,
+                                      timeout=timeout, transport=transport)
+        except httpx.InvalidURL as exc:  # a bad port, an unclosed [: said, never a traceback
+            raise ApiError(0, f"{url!r} is not a server URL (http://HOST:PORT): {exc}"
+                           ) from exc
         self.run_id: str | None = None
 
     # --------------------------------------------------------------- plumbing

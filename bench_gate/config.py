@@ -159,6 +159,10 @@ class LimitsConfig(_Strict):
     exempt_roles: list[RoleName] = Field(default_factory=lambda: list(_DECIDERS))
 
 
+#: ``[journal] keep_days`` and ``journal archive --keep-days``: 1 to 100 years of days.
+MAX_KEEP_DAYS = 36525
+
+
 class JournalConfig(_Strict):
     """The journal's retention (``[journal]``). Off by default: every event stays in the
     store. With ``keep_days``, events older than that are archived to segment files (JSON
@@ -166,7 +170,8 @@ class JournalConfig(_Strict):
     checks the segments and the store as one chain (docs/interlocks.md)."""
 
     #: Archive events older than this many days; unset keeps every event in the store.
-    keep_days: int | None = Field(default=None, ge=1)
+    #: At most 100 years: a date further back than that is none a clock can subtract.
+    keep_days: int | None = Field(default=None, ge=1, le=MAX_KEEP_DAYS)
     #: Where segment files go; unset: ``journal-archive`` beside a SQLite store's file, or
     #: in the data directory for PostgreSQL.
     archive_dir: str | None = None

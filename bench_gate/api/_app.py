@@ -11,7 +11,9 @@ from fastapi import FastAPI
 from ..auth import Tokens
 from ..gateway import Gateway
 from . import _bench, _journal, _leases, _plans, _problems, _questions, _runs, _stop, _takeover
+from ._json import OneValuePerKey
 from ._limits import BodyLimit
+from ._query import KnownQuery
 
 __all__ = ["create_app"]
 
@@ -35,6 +37,10 @@ def create_app(gateway: Gateway, tokens: Tokens,
     app.state.doors_info = dict(doors_info or {})
     app.state.stopping = stopping
     _problems.install(app)
+    # Inside the body cap (the last added is the outermost): a /v1 body with a key twice,
+    # a query parameter the route does not take.
+    app.add_middleware(OneValuePerKey)
+    app.add_middleware(KnownQuery, api=app)
     # Before authentication and routing, on everything mounted later (/mcp, the console).
     app.add_middleware(BodyLimit, max_bytes=gateway.config.server.max_body_bytes)
     app.include_router(_runs.router)

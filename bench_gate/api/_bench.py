@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ..auth import Tokens
 from ..models import Role
 from ..streams import event_stream
 from ..wire import wire
-from ._deps import Admin, Caller, GatewayDep
-from ._schemas import InstrumentOut
+from ._deps import NO_BODY, Admin, Caller, GatewayDep
+from ._schemas import LAX, InstrumentOut, _Camel
 
 __all__ = ["router"]
 
@@ -86,9 +86,12 @@ def metrics(who: Caller, gw: GatewayDep) -> str:
     return "\n".join(lines) + "\n"
 
 
-class TokenCreate(BaseModel):
+class TokenCreate(_Camel):
+    """Only a name and a role: any other key (an expiry, a scope) is refused, never a token
+    made without what was asked."""
+
     name: str = Field(min_length=1, max_length=64)
-    role: Role
+    role: Annotated[Role, LAX]
 
 
 @router.get("/v1/tokens", tags=["admin"])
@@ -105,7 +108,7 @@ def create_token(body: TokenCreate, who: Admin, request: Request) -> dict[str, A
     return {**wire(record), "token": secret}
 
 
-@router.delete("/v1/tokens/{id_or_name}", tags=["admin"])
+@router.delete("/v1/tokens/{id_or_name}", tags=["admin"], dependencies=NO_BODY)
 def revoke_token(id_or_name: str, who: Admin, request: Request) -> dict[str, int]:
     tokens: Tokens = request.app.state.tokens
     return {"revoked": tokens.revoke(id_or_name)}

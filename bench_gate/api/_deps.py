@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
+from starlette.exceptions import HTTPException
 
 from ..gateway import Gateway, RequestPage
 from ..models import Principal, Role, Run, TakeoverRequest
 from ._auth import requires
 
-__all__ = ["PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator", "own_request",
-           "own_run", "page_headers", "wait_seconds"]
+__all__ = ["NO_BODY", "PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator",
+           "own_request", "own_run", "page_headers", "wait_seconds"]
 
 MAX_WAIT = 60.0
 
@@ -25,6 +26,18 @@ GatewayDep = Annotated[Gateway, Depends(_gateway)]
 Caller = Annotated[Principal, Depends(requires(Role.REQUESTER))]
 Operator = Annotated[Principal, Depends(requires(Role.OPERATOR))]
 Admin = Annotated[Principal, Depends(requires(Role.ADMIN))]
+
+
+async def _no_body(request: Request) -> None:
+    """A route that takes no body refuses one (a reason, notes): it would be dropped without
+    a word, and the client would believe it was kept."""
+    if await request.body():
+        raise HTTPException(422, f"{request.method} {request.url.path} takes no body; send "
+                                 "it empty (nothing was done)")
+
+
+#: ``dependencies=NO_BODY`` on every write route without a body model: it runs first.
+NO_BODY = [Depends(_no_body)]
 
 
 def own_run(gateway: Gateway, run_id: str, who: Principal) -> Run:

@@ -7,14 +7,14 @@ from typing import Any
 from fastapi import APIRouter
 
 from ..wire import wire
-from ._deps import Caller, GatewayDep, Operator
+from ._deps import NO_BODY, Caller, GatewayDep, Operator
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["bench"])
 
 
-@router.post("/v1/runs/{run_id}/heartbeat", responses={
+@router.post("/v1/runs/{run_id}/heartbeat", dependencies=NO_BODY, responses={
     409: {"description": "the run is closed (its reason says why): nothing is renewed"}})
 def heartbeat(run_id: str, who: Caller, gw: GatewayDep) -> dict[str, Any]:
     """Renew the run's leases and its heartbeat term: a run that energized an output must be

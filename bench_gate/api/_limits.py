@@ -13,22 +13,24 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit", "refuse", "replay"]
 
 #: 1 MiB, the default of ``[server] max_body_bytes``.
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 PROBLEM = b"application/problem+json"
 
 
-async def _refuse(send: Send, status: int, title: str, reason: str, **extra: object) -> None:
-    body = json.dumps({"type": f"https://bench-gate.dev/problems/{status}", "title": title,
-                       "status": status, "detail": reason, "reason": reason,
+async def refuse(send: Send, status: int, title: str, reason: str, *, kind: str | None = None,
+                 close: bool = True, **extra: object) -> None:
+    """A problem answered before any route: ``close`` when the client may still be sending
+    (the connection is closed after the answer, so the rest of the body is never read)."""
+    body = json.dumps({"type": f"https://bench-gate.dev/problems/{kind or status}",
+                       "title": title, "status": status, "detail": reason, "reason": reason,
                        **extra}).encode()
-    # The client may still be sending: the connection is closed after the answer, so the
-    # rest of the body is never read.
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", PROBLEM), (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close")]})
+    headers = [(b"content-type", PROBLEM), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -40,7 +42,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def _too_large(self, send: Send, size: str) -> None:
-        await _refuse(send, 413, "Content Too Large",
+        await refuse(send, 413, "Content Too Large",
                        f"the request body is {size}, over this server's limit of "
                        f"{self.max_bytes} bytes ([server] max_body_bytes); nothing was read",
                        limit=self.max_bytes)
@@ -58,7 +60,7 @@ class BodyLimit:
                 chunked = True
         if declared is not None and not chunked:
             if not declared.strip().isdigit():
-                await _refuse(send, 400, "Bad Request",
+                await refuse(send, 400, "Bad Request",
                               f"Content-Length must be a number of bytes, not {declared!r}")
                 return
             if int(declared) > self.max_bytes:
@@ -75,7 +77,7 @@ class BodyLimit:
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
-                await self.app(scope, _replay([message], receive), send)
+                await self.app(scope, replay([message], receive), send)
                 return
             held += message.get("body", b"")
             if len(held) > self.max_bytes:
@@ -84,7 +86,7 @@ class BodyLimit:
                 return
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay([{"type": "http.request", "body": bytes(held),
+        await self.app(scope, replay([{"type": "http.request", "body": bytes(held),
                                         "more_body": False}], receive), send)
 
     def _counted(self, receive: Receive) -> Receive:
@@ -101,12 +103,12 @@ class BodyLimit:
         return counted
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replay(messages: list[Message], receive: Receive) -> Receive:
     """``receive`` that first gives back what was already read, then reads on."""
     pending = list(messages)
 
-    async def replay() -> Message:
+    async def again() -> Message:
         if pending:
             return pending.pop(0)
         return await receive()
-    return replay
+    return again

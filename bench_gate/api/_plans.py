@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from ..doorway import UNDECIDED, follow
 from ..plans import Plan
 from ..wire import wire
-from ._deps import Caller, GatewayDep, Operator, own_run, wait_seconds
+from ._deps import NO_BODY, Caller, GatewayDep, Operator, own_run, wait_seconds
 from ._runs import WaitQuery
 from ._schemas import (
     FeedbackBody,
@@ -69,7 +69,8 @@ async def get_plan(run_id: str, plan_id: str, who: Caller, gw: GatewayDep) -> Pl
     return plan_out(_plan_of(gw, run_id, plan_id))
 
 
-@router.post("/{run_id}/plans/{plan_id}/revoke", response_model=PlanOut)
+@router.post("/{run_id}/plans/{plan_id}/revoke", response_model=PlanOut,
+             dependencies=NO_BODY)
 async def revoke_plan(run_id: str, plan_id: str, who: Operator, gw: GatewayDep) -> PlanOut:
     """End a plan now (pending or active): the run's next write is held."""
     _plan_of(gw, run_id, plan_id)

@@ -138,6 +138,8 @@ def unmatched(app: FastAPI) -> None:
                            headers={"Allow": listed})
         return problem(404, f"no API route {request.url.path}: see /openapi.json")
 
+    # "/v1" itself too (a path cut at its last "/.." ends there): an API path, not a page.
+    app.add_api_route("/v1", _unmatched, methods=_METHODS, include_in_schema=False)
     app.add_api_route("/v1/{rest:path}", _unmatched, methods=_METHODS,
                       include_in_schema=False)
-    mine = app.router.routes[-1]
+    mine = app.router.routes[-2]

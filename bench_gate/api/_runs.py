@@ -18,6 +18,7 @@ from ..models import Event, Role, Status
 from ..wire import wire
 from ._auth import requires
 from ._deps import (
+    NO_BODY,
     PAGE_HEADERS,
     Caller,
     GatewayDep,
@@ -60,7 +61,9 @@ def _event(e: Event) -> dict[str, Any]:
 
 _CALLER = requires(Role.REQUESTER)
 _WAIT = TypeAdapter(Annotated[float, Field(ge=0)])
-_IDEMPOTENCY_KEY = TypeAdapter(Annotated[str, Field(max_length=200)])
+#: An empty key (``Idempotency-Key: $KEY`` with the variable unset) would make every write
+#: sent so one request: refused.
+_IDEMPOTENCY_KEY = TypeAdapter(Annotated[str, Field(min_length=1, max_length=200)])
 #: What FastAPI would have documented for the parameters ``submit`` parses itself.
 _SUBMIT_OPENAPI: dict[str, Any] = {
     "parameters": [
@@ -68,7 +71,8 @@ _SUBMIT_OPENAPI: dict[str, Any] = {
          "description": "long-poll up to this many seconds (at most 60) for a decision",
          "schema": {"type": "number", "minimum": 0, "title": "Wait"}},
         {"name": "idempotency-key", "in": "header", "required": False,
-         "schema": {"type": "string", "maxLength": 200, "title": "Idempotency-Key"}},
+         "schema": {"type": "string", "minLength": 1, "maxLength": 200,
+                    "title": "Idempotency-Key"}},
     ],
     "requestBody": {"required": True, "content": {"application/json": {
         "schema": ScpiBody.model_json_schema(by_alias=True)}}},
@@ -169,7 +173,7 @@ async def take_over(run_id: str, body: TakeoverAsk, who: Operator, gw: GatewayDe
     return run_out(gw.take_over(run_id, who, reason))
 
 
-@router.post("/{run_id}/release", response_model=RunOut)
+@router.post("/{run_id}/release", response_model=RunOut, dependencies=NO_BODY)
 async def release(run_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     """End a takeover or a suspension. A suspension is for another person than the run's
     requester to end (403 otherwise), and so is a takeover another operator holds."""
@@ -282,7 +286,8 @@ async def deny(run_id: str, tk_id: str, body: DenyBody, who: Operator,
     return takeover_out(await gw.deny(tk_id, who, body.notes, proposal_hash=seen))
 
 
-@router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut)
+@router.post("/{run_id}/takeover/{tk_id}/release", response_model=RunOut,
+             dependencies=NO_BODY)
 async def release_request(run_id: str, tk_id: str, who: Operator, gw: GatewayDep) -> RunOut:
     """The run resumes (the request only names which takeover is being ended)."""
     own_request(gw, tk_id, who, run_id)

@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
 from pydantic.alias_generators import to_camel
 
 from ..auth import token_free
@@ -43,10 +43,20 @@ __all__ = [
 
 
 class _Camel(BaseModel):
-    """A request body: unknown keys are an error."""
+    """A request body: unknown keys are an error, and so is a value of another JSON type
+    than the field's (strict: ``true`` is not the count 1, ``1`` or ``"yes"`` not a
+    boolean, ``"5"`` not a number of minutes). FastAPI validates a body as Python objects,
+    where strict would also refuse the JSON forms of an enum, a pair and a decimal: those
+    fields say ``LAX``."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
-                              extra="forbid")
+                              extra="forbid", strict=True)
+
+
+#: A field of a strict body read as JSON gives it: an enum from its string value, a pair
+#: from an array, a decimal from a number or a decimal string (never ``true``).
+LAX = Strict(False)
+Dec = Annotated[Decimal, LAX]
 
 
 class _Out(BaseModel):
@@ -72,7 +82,7 @@ def _confidence_in_range(rationale: str | None) -> str | None:
 
 
 class RunCreate(_Camel):
-    kind: RunKind
+    kind: Annotated[RunKind, LAX]
     goal: Annotated[str | None, _FREE] = Field(default=None, max_length=2000)
     #: The run closes ("client gone") if its client is silent this long (terms.py).
     heartbeat_seconds: int | None = Field(
@@ -128,7 +138,7 @@ def _proposal_hash() -> Any:
 
 
 class GrantBody(_Camel):
-    approve: list[ApprovalKind] = Field(min_length=1)
+    approve: list[Annotated[ApprovalKind, LAX]] = Field(min_length=1)
     notes: Annotated[str, _FREE] = Field(default="", max_length=4000)
     edits: dict[str, str] | None = None
     proposal_hash: str | None = _proposal_hash()
@@ -258,9 +268,9 @@ class PlanCreate(_Camel):
 
     instrument: str = Field(min_length=1, max_length=64)
     channels: list[Channel] = Field(min_length=1, max_length=64)
-    voltage: tuple[Decimal, Decimal] = Field(description="[min, max] in V")
-    current_max: Decimal = Field(ge=0, le=10_000, description="A")
-    max_step: Decimal | None = Field(default=None, gt=0, le=10_000, description="V")
+    voltage: Annotated[tuple[Dec, Dec], LAX] = Field(description="[min, max] in V")
+    current_max: Dec = Field(ge=0, le=10_000, description="A")
+    max_step: Dec | None = Field(default=None, gt=0, le=10_000, description="V")
     output_enable: bool = False
     max_writes: int = Field(ge=1, le=100_000)
     timeout_minutes: int = Field(default=60, ge=1, le=1440)

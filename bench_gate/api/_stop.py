@@ -6,21 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from ..wire import wire
 from ._deps import Caller, GatewayDep, Operator
+from ._schemas import _Camel
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/bench/stop", tags=["bench"])
 
 
-class StopBody(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True,
-                              extra="forbid")
-
+class StopBody(_Camel):
     #: One instrument, or every instrument of the bench when left out.
     instrument: str | None = Field(default=None, max_length=64)
 

@@ -1,20 +1,34 @@
 """Tool errors as the agent reads them: a :class:`ToolFailure` becomes a tool error
 carrying a :class:`Problem`, and so do the SDK's own refusals (an unknown tool, arguments
 that fail the tool's schema), which it would otherwise answer with a pydantic dump that
-repeats the value sent. An argument error names the argument and its rule, never the
-value; no text of any tool error carries a token (``texts.redact``)."""
+repeats the value sent. Before the SDK, a call is checked against the tool's published
+schema (``_arguments``): an argument it does not take, or of another JSON type, is
+refused. An argument error names the argument and its rule, never the value; no text of
+any tool error carries a token (``texts.redact``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, TextContent
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    TextContent,
+)
 from pydantic import ValidationError
 
 from ..texts import redact
+from ._arguments import ToolArguments
 from ._backend import ToolFailure
 from ._results import Problem
 
@@ -49,8 +63,16 @@ def refusal(tool: str, known: list[str], exc: ToolError) -> ToolFailure:
 class GateServer(MCPServer):
     """The MCP server whose every tool error is a clean, token-free :class:`Problem`."""
 
+    _arguments: ToolArguments | None = None
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> Any:
+        if self._arguments is None:  # the tools are all registered before the first call
+            self._arguments = ToolArguments({t.name: t.input_schema
+                                             for t in await self.list_tools()})
+        refused = self._arguments.refusal(name, arguments or {})
+        if refused is not None:
+            return problem(refused)
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError as exc:  # a crash: its text stays in the server's log
@@ -62,3 +84,37 @@ class GateServer(MCPServer):
         except ToolError as exc:
             known = [t.name for t in await self.list_tools()]
             return problem(refusal(redact(name) or name, known, exc))
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio server, with every line that is not a JSON-RPC message answered
+        (``answer_bad_lines``): the SDK passes it on as an exception and nothing answers."""
+        async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+            messages, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            tg.start_soon(answer_bad_lines, read, messages, write)
+            low = self._lowlevel_server
+            await low.run(receive, write, low.create_initialization_options())
+            tg.cancel_scope.cancel()
+
+
+def bad_line(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error for a line that is not a message: -32700 when it is not JSON
+    (nor UTF-8), -32600 when it is JSON but no message. The rule, never the line."""
+    invalid = isinstance(exc, ValidationError) and any(
+        e["type"] == "json_invalid" for e in exc.errors(include_input=False))
+    code, what = (PARSE_ERROR, "Parse error: a line that is not JSON") if invalid else (
+        INVALID_REQUEST, "Invalid Request: a JSON line that is not one JSON-RPC 2.0 message "
+        "(a request, notification or response object)")
+    return JSONRPCError(jsonrpc="2.0", id=None,
+                        error=ErrorData(code=code, message=f"{what}; it was ignored"))
+
+
+async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exception],
+                           messages: MemoryObjectSendStream[SessionMessage | Exception],
+                           write: MemoryObjectSendStream[SessionMessage]) -> None:
+    """Hand each message of ``read`` on to ``messages``; answer each line that was none."""
+    async with read, messages:
+        async for item in read:
+            if isinstance(item, Exception):
+                await write.send(SessionMessage(bad_line(item)))
+            else:
+                await messages.send(item)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ParamSpec
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..auth import refuse_token
 from ..confidence import stated_confidence
@@ -153,11 +153,15 @@ def answers_summary(a: Answers) -> str:
 
 
 class OptionArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # published: additionalProperties false
+
     label: str = Field(min_length=1, max_length=120)
     description: str = Field(default="", max_length=1000)
 
 
 class QuestionArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # published: additionalProperties false
+
     text: str = Field(min_length=1, max_length=2000, description="the question")
     options: list[OptionArg] = Field(min_length=2, max_length=4)
     allow_free_text: bool = Field(default=False, description="the operator may write an "

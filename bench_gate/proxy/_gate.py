@@ -232,8 +232,18 @@ def parse_gate(message: str) -> list[GateCommand]:
 
 
 def quote(text: str) -> str:
-    """SCPI string response data (§8.7.8): double quotes, inner quotes doubled."""
-    return '"' + text.replace('"', '""') + '"'
+    """SCPI string response data (§8.7.8): double quotes, inner quotes doubled, and 7-bit
+    printable ASCII on one line: any other character (a byte over 0x7F the client sent, an
+    operator's é or line break) as a ``\\xNN``/``\\uNNNN`` escape. pyvisa decodes answers as
+    ASCII by default, and a line break would end the answer early."""
+    shown = "".join(c if " " <= c <= "~" else _escaped(c) for c in text)
+    return '"' + shown.replace('"', '""') + '"'
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else (
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
 
 
 def error_text(code: int, message: str) -> str:

@@ -49,7 +49,7 @@ def test_a_route_asked_with_another_method_is_a_405_problem(bench: Bench) -> Non
     assert float(bench.psu("VOLT? (@1)")) == 0
 
 
-@pytest.mark.parametrize("path", ["/v1/nothing", "/v1/takeover/tk-1/nothing", "/v1/",
+@pytest.mark.parametrize("path", ["/v1/nothing", "/v1/takeover/tk-1/nothing", "/v1/", "/v1",
                                   "/v1/runs/run-1/takeover/tk-1/grant/again"])
 @pytest.mark.parametrize("method", ["GET", "POST"])
 def test_an_unknown_api_path_is_a_404_problem(bench: Bench, path: str, method: str) -> None:
