@@ -20,7 +20,7 @@ from typing import Any
 from .approvals import require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
-from .errors import Refused, TransitionError
+from .errors import Refused, StoreError, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
@@ -44,6 +44,13 @@ class Interlocks(Part):
         #: is cancelled; each returns the runs whose approvals in force it ended (a plan),
         #: suspended with the runs whose requests were cancelled.
         self.on_stop: list[Callable[[list[str], Principal], set[str]]] = []
+        #: Stops in force in this process that the store does not hold yet (being written,
+        #: or the store failed): a safe action never waits for the store, and nothing
+        #: energizes through this gateway meanwhile. Qualified name -> who stopped it.
+        self._held: dict[str, dict[str, Any]] = {}
+        #: Instruments whose stand-down (cancelling, ending plans) the store refused: done
+        #: again before the stop can be cleared, so nothing approved before it runs after.
+        self._unfinished: set[str] = set()
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -51,8 +58,14 @@ class Interlocks(Part):
 
     def stopped(self) -> dict[str, dict[str, Any]]:
         """The instruments of this bench that are stopped now, with who stopped them."""
-        return {k.split("/", 1)[1]: v for k, v in self.store.kv_items(STOPS)
-                if k.startswith(f"{self.config.bench}/")}
+        mine = f"{self.config.bench}/"
+        held = {k: v for k, v in self._held.items() if k.startswith(mine)}
+        try:
+            held.update(self.store.kv_items(STOPS))
+        except StoreError:
+            if not held:
+                raise
+        return {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
 
     @staticmethod
     def allowed(unit: Unit) -> bool:
@@ -64,7 +77,8 @@ class Interlocks(Part):
 
     def check(self, instrument: str) -> None:
         """Refuse a write to a stopped instrument (-203, with who stopped it)."""
-        stop = self.store.kv_get(STOPS, self.core.qualified(instrument))
+        key = self.core.qualified(instrument)
+        stop = self._held.get(key) or self.store.kv_get(STOPS, key)
         if stop is not None:
             raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
                                 f"through the {stop['door']} at {stop['at']}): nothing is "
@@ -77,23 +91,53 @@ class Interlocks(Part):
         names = [self.core.instrument(instrument).config.name] if instrument else \
             list(self.core.instruments)
         at = self.clock().isoformat()
+        record = {"by": who.name, "door": door, "at": at}
         for name in names:  # first, so nothing new gets through while the stop runs
-            self.store.kv_put(STOPS, self.core.qualified(name),
-                              {"by": who.name, "door": door, "at": at})
+            self._held[self.core.qualified(name)] = record
             self.core.instruments[name].lane.halted = True
-        results = await asyncio.gather(*[self._make_safe(self.core.instruments[n])
-                                         for n in names])
+        # The safe actions start now; the store keeps the stop (for a restart, and the
+        # other gateways) on a worker thread meanwhile: a slow or locked store never holds
+        # an output on, and the stop stays in force here until it is kept or cleared.
+        making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
+                  for n in names]
+        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, names, record))
+        results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         seconds = time.perf_counter() - started
-        cancelled, suspended = self._stand_down(names, who)
-        data = {"by": who.name, "door": door, "instruments": reached,
-                "cancelled": cancelled, "suspended": suspended,
-                "seconds": round(seconds, 4)}
-        self.store.append([Event(run_id=self._bench_run(), type=EventType.EMERGENCY_STOP,
-                                 data=data)])
+        store_error = await keeping
+        if store_error is None:  # the store holds it now: it is the store's to clear
+            for name in names:
+                if self._held.get(self.core.qualified(name)) is record:
+                    del self._held[self.core.qualified(name)]
+        data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
+                                "cancelled": [], "suspended": [],
+                                "seconds": round(seconds, 4)}
+        try:
+            data["cancelled"], data["suspended"] = self._stand_down(names, who)
+            self._unfinished.difference_update(names)
+        except StoreError as exc:
+            self._unfinished.update(names)
+            store_error = store_error or exc.message
+        if store_error is not None:
+            data["store_error"] = (f"{store_error}: the stop is in force on this gateway, "
+                                   "but it may not be kept across a restart")
+        try:
+            self.store.append([Event(run_id=self._bench_run(),
+                                     type=EventType.EMERGENCY_STOP, data=data)])
+        except StoreError as exc:
+            data.setdefault("store_error", f"{exc.message}: the stop was not journaled")
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
+
+    def _keep(self, names: list[str], record: dict[str, Any]) -> str | None:
+        """Keep the stop of ``names`` in the store (on a worker thread); why not, if not."""
+        try:
+            for name in names:
+                self.store.kv_put(STOPS, self.core.qualified(name), record)
+        except StoreError as exc:
+            return exc.message
+        return None
 
     async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
         profile = inst.profile
@@ -153,8 +197,13 @@ class Interlocks(Part):
         if instrument and instrument not in stopped:
             raise TransitionError(instrument, "running", "clear the stop of",
                                   "it is not stopped")
+        unfinished = sorted(self._unfinished.intersection(names))
+        if unfinished:  # what the stop could not cancel or end is never run after it
+            self._stand_down(unfinished, who)
+            self._unfinished.difference_update(unfinished)
         for name in names:
             self.store.kv_delete(STOPS, self.core.qualified(name))
+            self._held.pop(self.core.qualified(name), None)
         self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
                                  data={"by": who.name, "instruments": names})])
         self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,
