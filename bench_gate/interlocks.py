@@ -79,6 +79,9 @@ class Interlocks(Part):
         """Refuse a write to a stopped instrument (-203, with who stopped it)."""
         key = self.core.qualified(instrument)
         stop = self._held.get(key) or self.store.kv_get(STOPS, key)
+        if stop is not None and stop.get("why"):
+            raise Refused(-203, f"{instrument} is stopped ({stop['why']}): nothing is "
+                                "written until an operator clears the stop")
         if stop is not None:
             raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
                                 f"through the {stop['door']} at {stop['at']}): nothing is "
@@ -138,6 +141,26 @@ class Interlocks(Part):
         except StoreError as exc:
             return exc.message
         return None
+
+    def or_held(self, hook: Callable[[str, list[int]], None]
+                ) -> Callable[[str, list[int]], None]:
+        """``hook`` (ending the plans over channels the gateway just made safe), or, when
+        the store refuses it, the instrument held stopped on this gateway until an operator
+        clears it: a plan that could not be ended never switches anything on again."""
+        def ended_or_held(name: str, channels: list[int]) -> None:
+            try:
+                hook(name, channels)
+            except StoreError as exc:
+                chs = ", ".join(f"CH{c}" for c in channels)
+                why = (f"the gateway made {name} {chs} safe but could not end the plans "
+                       f"over them: {exc.message}")
+                self._held[self.core.qualified(name)] = {
+                    "by": "the gateway", "door": "gateway", "why": why,
+                    "at": self.clock().isoformat()}
+                self._unfinished.add(name)
+                self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
+                                           door="gateway", instruments=[name], reason=why)
+        return ended_or_held
 
     async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
         profile = inst.profile

@@ -12,16 +12,20 @@ from typing import Any
 
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
+from bench_gate.plans import PlanStatus
 from tests.core.test_emergency_stop import energize, outputs
+from tests.core.test_plans import active_plan
 
 
-async def wait_off(front_panel: Any, seconds: float) -> float | None:
-    """Seconds until every output reads 0 on the simulator's own port, or None."""
+def off_within(front_panel: Any, seconds: float, channels: tuple[int, ...] = (1, 2, 3)
+               ) -> float | None:
+    """Seconds until every output of ``channels`` reads 0 on the simulator's own port, or
+    None. Blocking: run it on a thread, so a stalled event loop cannot hide the wait."""
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
-        if await asyncio.to_thread(outputs, front_panel) == [0, 0, 0]:
+        if all(front_panel.query(f"OUTP? (@{ch})").strip() == "0" for ch in channels):
             return time.perf_counter() - started
-        await asyncio.sleep(0.05)
+        time.sleep(0.05)
     return None
 
 
@@ -39,8 +43,9 @@ async def test_stop_does_not_wait_for_a_locked_store(
     other = sqlite3.connect(db_path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # the store's write lock, held
+        polling = asyncio.ensure_future(asyncio.to_thread(off_within, front_panel, 2.5))
         stop = asyncio.ensure_future(gateway.emergency_stop(olga, "test"))
-        off = await wait_off(front_panel, 2.5)
+        off = await polling
         assert off is not None, f"outputs still {outputs(front_panel)} with the store locked"
         done = await asyncio.wait_for(stop, 60)
         assert "store_error" in done and "in force" in done["store_error"]
@@ -59,3 +64,36 @@ async def test_stop_does_not_wait_for_a_locked_store(
     assert sorted(gateway.clear_stop(olga)) == ["dmm", "psu"]
     assert gateway.get_request(waiting.id).status is Status.CANCELLED
     assert gateway.stopped() == {}
+
+
+async def test_a_breach_is_made_safe_while_the_store_is_locked(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any, db_path: Path) -> None:
+    """CH1 on inside a standing plan; the panel puts its current limit above the envelope
+    while another writer holds the store. The watch ended the plans over CH1 before it sent
+    the safe action, and ending them waited for the store, then raised: CH1 stayed on,
+    check after check. Now the channel goes off at once; the plan that could not be ended
+    cannot switch it on again (the instrument is held stopped until a person clears it)."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    plan_id = await active_plan(gateway, run.id, olga, pete)
+    for message in ("CURR 0.5,(@1)", "VOLT 0.5,(@1)", "OUTP ON,(@1)"):
+        assert (await gateway.submit(run.id, "psu", message)).status == "executed", message
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the store's write lock, held
+        front_panel.write("CURR 1.5,(@1)")
+        off = await asyncio.to_thread(off_within, front_panel, 3.5, (1,))  # watch: 1 s
+        assert off is not None, "CH1 left on, over its limit, while the store was locked"
+        await asyncio.sleep(6)  # the hook's store write times out (busy_timeout 5 s)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    front_panel.write("CURR 0.5,(@1)")  # back inside: only a person may switch it on again
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status == "refused" and "could not end the plans" in again.reason, again
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    assert gateway.clear_stop(olga) == ["psu"]  # what could not be ended ends first
+    assert gateway.get_plan(plan_id).status is PlanStatus.REVOKED
+    again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
+    assert again.status in ("pending", "refused"), again  # a person decides
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
