@@ -5,15 +5,24 @@ instrument is made on the simulator's own port."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import sqlite3
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+import pyvisa
+
+from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.plans import PlanStatus
-from tests.core.test_emergency_stop import energize, outputs
+from tests._http_bench import Bench, start_bench
+from tests.core.test_emergency_stop import energize, outputs, panel, switch_on
 from tests.core.test_plans import active_plan
 
 
@@ -97,3 +106,61 @@ async def test_a_breach_is_made_safe_while_the_store_is_locked(
     again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
     assert again.status in ("pending", "refused"), again  # a person decides
     assert front_panel.query("OUTP? (@1)").strip() == "0"
+
+
+@pytest.fixture
+def bench(tmp_path: Path) -> Iterator[Bench]:
+    yield from start_bench(tmp_path)
+
+
+@pytest.mark.parametrize("door", ["HTTP API", "socket door"])
+def test_the_doors_stop_at_once_while_a_store_write_waits(bench: Bench, door: str) -> None:
+    """Another writer holds SQLite's lock and one of the gateway's own writes waits for it
+    on a worker thread (the sweeper's beat does, every sweep), holding the store: every read
+    on the event loop (the HTTP door's token, the socket door's) waited behind it, up to
+    the 5 s busy timeout, before the stop could even start. Reads now see the last commit
+    at once."""
+    switch_on(bench)
+    store = bench.server.running.gateway.store
+    other = sqlite3.connect(bench.db, isolation_level=None)
+    host, port = bench.server.running.doors["psu"]
+    rm = pyvisa.ResourceManager("@py")
+    script: Any = rm.open_resource(f"TCPIP0::{host}::{port}::SOCKET", read_termination="\n",
+                                   write_termination="\n", timeout=15000)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        waiting = threading.Thread(target=put_waiting, args=(store,))
+        waiting.start()  # holds the store while SQLite makes it wait
+        time.sleep(0.5)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            off = pool.submit(off_within, _Panel(bench), 2.5)
+            if door == "HTTP API":
+                with bench.http("bot") as h:
+                    pressed = pool.submit(h.post, "/v1/bench/stop", json={})
+                    assert off.result() is not None, f"still on: {panel(bench)}"
+                    assert pressed.result().status_code == 200
+            else:
+                script.write("GATE:STOP")
+                assert off.result() is not None, f"still on: {panel(bench)}"
+        waiting.join(timeout=30)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        script.close()
+    assert panel(bench) == [0, 0, 0]
+
+
+def put_waiting(store: Any) -> None:
+    """A write of the gateway's store that waits for SQLite's lock, then fails."""
+    with contextlib.suppress(StoreError):
+        store.kv_put("probe", "waits", {})
+
+
+class _Panel:
+    """``off_within``'s front panel for a served bench: the simulator's own port."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def query(self, text: str) -> str:
+        return self.bench.psu(text)
