@@ -164,3 +164,28 @@ class _Panel:
 
     def query(self, text: str) -> str:
         return self.bench.psu(text)
+
+
+async def test_stop_after_a_dropped_connection_while_the_store_is_locked(
+        gateway: Gateway, script: Principal, olga: Principal, front_panel: Any,
+        db_path: Path) -> None:
+    """The supply's connection dropped (a timeout, a restart of the instrument): the lane
+    takes the instrument lock again before its next job and journals the take. With the
+    store locked, that journal waited 5 s and raised on the lane, before the safe action:
+    the stop raised, CH1 stayed on. The safe action now goes first; the take is journaled
+    off the loop, and a failed journal never fails the take."""
+    await energize(gateway, script, olga)
+    await gateway.instrument("psu").lane.link.close()
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        polling = asyncio.ensure_future(asyncio.to_thread(off_within, front_panel, 2.5))
+        stop = asyncio.ensure_future(gateway.emergency_stop(olga, "test"))
+        off = await polling
+        assert off is not None, f"outputs still {outputs(front_panel)}"
+        done = await asyncio.wait_for(stop, 60)
+        assert done["instruments"]["psu"]["errors"] == []
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert gateway.instrument_lock("psu").locked
