@@ -13,6 +13,8 @@ restart too (the stop is kept in the store).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 from .approvals import require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
-from .errors import Refused, StoreError, TransitionError
+from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
@@ -33,6 +35,13 @@ __all__ = ["Interlocks"]
 
 #: The store's table of stopped instruments (so a restart stays stopped).
 STOPS = "stops"
+
+
+def _resource(text: str) -> str:
+    """A VISA resource in one spelling: case, board 0 (``TCPIP0`` is ``TCPIP``), localhost."""
+    parts = text.strip().upper().replace("LOCALHOST", "127.0.0.1").split("::")
+    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
+    return "::".join(parts)
 
 
 class Interlocks(Part):
@@ -75,24 +84,42 @@ class Interlocks(Part):
             return True
         return unit.effect.value == "output" and unit.value is False
 
+    def same(self, name: str) -> list[str]:
+        """``name`` and the bench's other names for the same instrument: the same resource
+        however spelled, or the same ``*IDN?`` answer (serial number included) once read.
+        A stop of one is a stop of all: nothing energizes it under another name."""
+        me = self.core.instruments.get(name)
+        if me is None:
+            return [name]
+        return [name] + [n for n, inst in self.core.instruments.items() if n != name and (
+            _resource(inst.config.resource) == _resource(me.config.resource)
+            or (me.idn is not None and inst.idn == me.idn))]
+
     def check(self, instrument: str) -> None:
-        """Refuse a write to a stopped instrument (-203, with who stopped it)."""
-        key = self.core.qualified(instrument)
-        stop = self._held.get(key) or self.store.kv_get(STOPS, key)
-        if stop is not None and stop.get("why"):
+        """Refuse a write to a stopped instrument (-203, with who stopped it), under any
+        of its names."""
+        for name in self.same(instrument):
+            key = self.core.qualified(name)
+            stop = self._held.get(key) or self.store.kv_get(STOPS, key)
+            if stop is not None:
+                break
+        else:
+            return
+        if name != instrument:
+            instrument = f"{instrument} ({name}, the same instrument)"
+        if stop.get("why"):
             raise Refused(-203, f"{instrument} is stopped ({stop['why']}): nothing is "
                                 "written until an operator clears the stop")
-        if stop is not None:
-            raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
-                                f"through the {stop['door']} at {stop['at']}): nothing is "
-                                "written until an operator clears the stop")
+        raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
+                            f"through the {stop['door']} at {stop['at']}): nothing is "
+                            "written until an operator clears the stop")
 
     async def stop(self, who: Principal, door: str, instrument: str | None = None
                    ) -> dict[str, Any]:
         """Make every channel of ``instrument`` (or of every instrument) safe at once."""
         started = time.perf_counter()
-        names = [self.core.instrument(instrument).config.name] if instrument else \
-            list(self.core.instruments)
+        names = self.same(self.core.instrument(instrument).config.name) if instrument \
+            else list(self.core.instruments)
         at = self.clock().isoformat()
         record = {"by": who.name, "door": door, "at": at}
         for name in names:  # first, so nothing new gets through while the stop runs
@@ -172,6 +199,8 @@ class Interlocks(Part):
                 return {"sent": [], "read_back": {}, "errors": [],
                         "note": "this instrument has no safe action in its profile"}
             sent, read_back, errors = await send_safe_action(link, profile, channels)
+            with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
+                inst.idn = (await link.query("*IDN?")).strip()
             return {"sent": sent, "read_back": read_back, "errors": errors}
 
         try:

@@ -17,13 +17,18 @@ from typing import Any
 import pytest
 import pyvisa
 
+from bench_gate.config import InstrumentConfig
 from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.plans import PlanStatus
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread, SimServedThread
 from tests._http_bench import Bench, start_bench
+from tests.conftest import Clock, own_port, served_bench
 from tests.core.test_emergency_stop import energize, outputs, panel, switch_on
 from tests.core.test_plans import active_plan
+from tests.instruments.test_dp832 import LIMITS as DP832_LIMITS
 
 
 def off_within(front_panel: Any, seconds: float, channels: tuple[int, ...] = (1, 2, 3)
@@ -189,3 +194,41 @@ async def test_stop_after_a_dropped_connection_while_the_store_is_locked(
         other.execute("ROLLBACK")
         other.close()
     assert gateway.instrument_lock("psu").locked
+
+
+@pytest.fixture
+def supply_sim() -> Iterator[SimServedThread]:
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+@pytest.mark.parametrize("spelling", [("TCPIP0::", "TCPIP::"), ("127.0.0.1", "2130706433")])
+async def test_a_stopped_instrument_under_another_name_stays_stopped(
+        sim: SimBenchThread, supply_sim: SimServedThread, db_path: Path, clock: Clock,
+        script: Principal, olga: Principal, spelling: tuple[str, str]) -> None:
+    """The DP832 (not lockable) is on the bench twice: ``dp832`` and ``other``, its resource
+    spelled another way (another board spelling; the address as one number), so nothing
+    at the instrument tells the two connections apart. STOP on ``dp832``; ``OUTP CH1,ON``
+    to ``other``, approved, switched CH1 on. A stop now covers every name of the same
+    instrument: the same resource however spelled, or the same ``*IDN?`` answer."""
+    cfg = served_bench(sim, "dp832", supply_sim, "dp832", DP832_LIMITS)
+    cfg.instruments.append(InstrumentConfig(
+        name="other", resource=supply_sim.resource_name.replace(*spelling), profile="dp832"))
+    gw = Gateway(cfg, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        await gw.emergency_stop(olga, "test", "dp832")
+        run = gw.create_run(script, "script")
+        sent = await gw.submit(run.id, "other", "OUTP CH1,ON")
+        if sent.request is not None:
+            done = await gw.grant(sent.request.id, olga, list(sent.request.required),
+                                  proposal_hash=sent.request.proposal_hash)
+            assert done.request.status is Status.FAILED, done.request.outcome
+            assert "the same instrument) is stopped" in (done.request.outcome or "")
+        else:
+            assert sent.status == "refused" and "is stopped" in sent.reason
+        with own_port(supply_sim.resource_name) as port:
+            assert port.query("OUTP? CH1") == "OFF"
+    finally:
+        await gw.close()
+        gw.store.close()
