@@ -95,16 +95,32 @@ class Interlocks(Part):
             _resource(inst.config.resource) == _resource(me.config.resource)
             or (me.idn is not None and inst.idn == me.idn))]
 
-    def check(self, instrument: str) -> None:
-        """Refuse a write to a stopped instrument (-203, with who stopped it), under any
-        of its names."""
+    def _stop_of(self, instrument: str) -> tuple[str, dict[str, Any]] | None:
+        """The stop in force on ``instrument`` under any of its names: this bench's, or
+        another bench's on the shared store (the same resource, or the same ``*IDN?``)."""
         for name in self.same(instrument):
             key = self.core.qualified(name)
             stop = self._held.get(key) or self.store.kv_get(STOPS, key)
             if stop is not None:
-                break
-        else:
+                return name, stop
+        me = self.core.instruments.get(instrument)
+        if me is None:
+            return None
+        mine = f"{self.config.bench}/"
+        for key, stop in self.store.kv_items(STOPS):
+            if not key.startswith(mine) and (
+                    stop.get("resource") == _resource(me.config.resource)
+                    or (me.idn is not None and stop.get("idn") == me.idn)):
+                return key, stop
+        return None
+
+    def check(self, instrument: str) -> None:
+        """Refuse a write to a stopped instrument (-203, with who stopped it), under any
+        of its names, on any bench of the store."""
+        found = self._stop_of(instrument)
+        if found is None:
             return
+        name, stop = found
         if name != instrument:
             instrument = f"{instrument} ({name}, the same instrument)"
         if stop.get("why"):
@@ -121,23 +137,32 @@ class Interlocks(Part):
         names = self.same(self.core.instrument(instrument).config.name) if instrument \
             else list(self.core.instruments)
         at = self.clock().isoformat()
-        record = {"by": who.name, "door": door, "at": at}
+        # Which instrument each is, for the other benches on the store: they refuse it too.
+        records = {n: {"by": who.name, "door": door, "at": at,
+                       "resource": _resource(self.core.instruments[n].config.resource),
+                       "idn": self.core.instruments[n].idn} for n in names}
         for name in names:  # first, so nothing new gets through while the stop runs
-            self._held[self.core.qualified(name)] = record
+            self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
         # an output on, and the stop stays in force here until it is kept or cleared.
         making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
                   for n in names]
-        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, names, record))
+        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, records))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         seconds = time.perf_counter() - started
         store_error = await keeping
+        learnt = {n: r for n, r in records.items()  # the stop read who answers
+                  if r["idn"] != self.core.instruments[n].idn}
+        for name, record in learnt.items():
+            record["idn"] = self.core.instruments[name].idn
+        if store_error is None and learnt:
+            store_error = await asyncio.to_thread(self._keep, learnt)
         if store_error is None:  # the store holds it now: it is the store's to clear
             for name in names:
-                if self._held.get(self.core.qualified(name)) is record:
+                if self._held.get(self.core.qualified(name)) is records[name]:
                     del self._held[self.core.qualified(name)]
         data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
                                 "cancelled": [], "suspended": [],
@@ -160,10 +185,10 @@ class Interlocks(Part):
                                    instruments=names)
         return data
 
-    def _keep(self, names: list[str], record: dict[str, Any]) -> str | None:
-        """Keep the stop of ``names`` in the store (on a worker thread); why not, if not."""
+    def _keep(self, records: dict[str, dict[str, Any]]) -> str | None:
+        """Keep the stops in the store (on a worker thread); why not, if not."""
         try:
-            for name in names:
+            for name, record in records.items():
                 self.store.kv_put(STOPS, self.core.qualified(name), record)
         except StoreError as exc:
             return exc.message

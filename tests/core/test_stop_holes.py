@@ -22,8 +22,9 @@ from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.plans import PlanStatus
-from bench_gate.store import SqliteStore
+from bench_gate.store import SqliteStore, open_store
 from sim_instruments import SimBenchThread, SimServedThread
+from tests import pg
 from tests._http_bench import Bench, start_bench
 from tests.conftest import Clock, own_port, served_bench
 from tests.core.test_emergency_stop import energize, outputs, panel, switch_on
@@ -232,3 +233,45 @@ async def test_a_stopped_instrument_under_another_name_stays_stopped(
     finally:
         await gw.close()
         gw.store.close()
+
+
+pg_cluster = pg.pg_cluster
+
+
+@pytest.mark.parametrize("spelling", [("", ""), ("127.0.0.1", "2130706433")])
+async def test_a_stop_holds_on_every_bench_of_the_store(
+        pg_cluster: pg.PgCluster, supply_sim: SimServedThread, script: Principal,
+        olga: Principal, spelling: tuple[str, str]) -> None:
+    """Two benches on one PostgreSQL store, each its own gateway, both reaching the one
+    DP832 (not lockable; bench B's address spelled alike, or as one number). STOP on bench
+    A; ``OUTP CH1,ON`` approved on bench B switched CH1 on. A stop now keeps which
+    instrument it is (resource, ``*IDN?``), and every bench on the store refuses it."""
+    url = pg_cluster.new_database()
+    with SimBenchThread() as sim_a, SimBenchThread() as sim_b:
+        gws = []
+        for bench, sim in (("bench-a", sim_a), ("bench-b", sim_b)):
+            cfg = served_bench(sim, "dp832", supply_sim, "dp832", DP832_LIMITS)
+            if bench == "bench-b":
+                cfg.instruments[-1].resource = supply_sim.resource_name.replace(*spelling)
+            cfg.bench = bench
+            gw = Gateway(cfg, open_store(url))
+            await gw.start()
+            gws.append(gw)
+        a, b = gws
+        try:
+            await a.emergency_stop(olga, "test", "dp832")
+            run = b.create_run(script, "script")
+            sent = await b.submit(run.id, "dp832", "OUTP CH1,ON")
+            if sent.request is not None:
+                done = await b.grant(sent.request.id, olga, list(sent.request.required),
+                                     proposal_hash=sent.request.proposal_hash)
+                assert done.request.status is Status.FAILED, done.request.outcome
+                assert "is stopped" in (done.request.outcome or "")
+            else:
+                assert sent.status == "refused" and "is stopped" in sent.reason
+            with own_port(supply_sim.resource_name) as port:
+                assert port.query("OUTP? CH1") == "OFF"
+        finally:
+            for gw in gws:
+                await gw.close()
+                gw.store.close()
