@@ -200,6 +200,8 @@ class Interlocks(Part):
         the store refuses it, the instrument held stopped on this gateway until an operator
         clears it: a plan that could not be ended never switches anything on again."""
         def ended_or_held(name: str, channels: list[int]) -> None:
+            if name in self._unfinished:  # held already: its plans end before a clear
+                return
             try:
                 hook(name, channels)
             except StoreError as exc:

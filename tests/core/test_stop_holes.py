@@ -10,7 +10,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests import pg
 from tests._http_bench import Bench, start_bench
 from tests.conftest import Clock, own_port, served_bench
 from tests.core.test_emergency_stop import energize, outputs, panel, switch_on
+from tests.core.test_leases import LEASE, plan_and_energize
 from tests.core.test_plans import active_plan
 from tests.instruments.test_dp832 import LIMITS as DP832_LIMITS
 
@@ -275,3 +276,32 @@ async def test_a_stop_holds_on_every_bench_of_the_store(
             for gw in gws:
                 await gw.close()
                 gw.store.close()
+
+
+async def test_a_lost_clients_lease_is_made_safe_while_the_store_is_locked(
+        gateway: Gateway, open_client: Callable[..., Any], olga: Principal,
+        front_panel: Any, db_path: Path) -> None:
+    """A script energized CH1 inside a plan and is killed while another writer holds the
+    store. The lease sweep ended the plans over CH1 before the safe action, and that waited
+    for the store, then raised, every sweep: CH1 stayed on. It is now switched off, and the
+    plan that could not be ended holds the supply stopped. (The bound is generous: the
+    socket door's own close of the run still waits the store's 5 s on the loop.)"""
+    gateway.config.policy.lease_seconds = LEASE
+    gateway.config.policy.on_client_lost = "safe"
+    gateway.config.policy.watch_seconds = 0  # the lease alone, not the envelope watch
+    client = open_client("psu")
+    await plan_and_energize(gateway, client, olga)
+    assert front_panel.query("OUTP? (@1)").strip() == "1"
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        polling = asyncio.ensure_future(asyncio.to_thread(
+            off_within, front_panel, LEASE + 9, (1,)))
+        client.close()  # the script is gone
+        assert await polling is not None, "CH1 left on after its lease ran out"
+        await asyncio.sleep(5.5)  # the plan's end waits for the store, then fails
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
+    assert "psu" in gateway.stopped()
