@@ -71,10 +71,14 @@ class Conclusions(Part):
                 f" ({text})" if detail or safed is not None else "")
             if judged.reconciled:
                 data["reconciled"] = True
+            if after is not None:
+                # The lease first: a crash between two commits must never leave an output
+                # on with no lease (a lost client's DUT energized for good); a lease left
+                # by a crash before the outcome is a restart's reconciliation's again.
+                self.leases.energized(req, after)
             self.requests.move(req, Move.FINISH, EventType.STEP_COMPLETED, data, outcome=outcome)
             if after is not None:
                 self.setpoints.remember(req, inst, after)
-                self.leases.energized(req, after)
         elif verdict is Judged.FAILED:
             self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {**data, "reason": text},
                                outcome=f"failed: {text}")

@@ -143,19 +143,21 @@ class Decisions(Part):
             if edits:  # first: the rules judge the approvals that stand after the edit
                 events.extend(self._apply_edits(req, edits, approver))
             self._check_approver(req, run, approver, wanted)
+            fresh: list[Approval] = []
             for kind in wanted:
                 if kind in req.approved_kinds():
                     continue
                 tokens = [approver.token] if approver.token else []
-                req.approvals.append(Approval(kind=kind, by=approver.name, notes=notes,
-                                              proposal_hash=req.proposal_hash, tokens=tokens))
+                fresh.append(Approval(kind=kind, by=approver.name, notes=notes,
+                                      proposal_hash=req.proposal_hash, tokens=tokens))
+                req.approvals.append(fresh[-1])
                 events.append(Event(run_id=req.run_id, request_id=req.id,
                                     type=EventType.APPROVAL_GRANTED,
                                     data={"kind": kind.value, "by": approver.name,
                                           "notes": notes, "proposal_hash": req.proposal_hash,
                                           "tokens": tokens}))
             complete = not req.missing()
-            if complete and self.executor.may_run_granted(req):
+            if complete and self.executor.may_run_granted(req, fresh):
                 # The approval and the start in one durable commit, then recheck and write.
                 final = await self.executor.run_granted(req, version, events)
                 if final is None:

@@ -21,7 +21,16 @@ from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
 from .memories import memory_of, trusted
-from .models import Event, EventType, Receipt, SentLine, Snapshot, Status, TakeoverRequest
+from .models import (
+    Approval,
+    Event,
+    EventType,
+    Receipt,
+    SentLine,
+    Snapshot,
+    Status,
+    TakeoverRequest,
+)
 from .readback import judge_readback
 from .rechecks import Rechecks, Refusal
 from .runs import Runs
@@ -124,15 +133,16 @@ class Executor(Part):
                 refusal = self.checks.unfit_to_run(req) or self.checks.policy_refusal(req)
         except Refused as exc:
             refusal = exc.message
-        if refusal is not None:
-            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
-                               outcome=f"failed: {refusal}; nothing was written")
-            return req
-        if req.expires_at <= self.clock():
+        if refusal is None and req.expires_at <= self.clock():
             self.requests.move(req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
                                {"expires_at": req.expires_at.isoformat()},
                                outcome="expired before it could run (its bench was away); nothing "
                                        "was written")
+            return req
+        refusal = refusal or self.checks.unjournaled(req)  # a row edited behind our back
+        if refusal is not None:
+            self.requests.move(req, Move.FAIL, EventType.STEP_FAILED, {"reason": refusal},
+                               outcome=f"failed: {refusal}; nothing was written")
             return req
         if plan:
             assert self.activate_plan is not None, "a plan request needs the plans part"
@@ -141,10 +151,12 @@ class Executor(Part):
         async with lock:
             return await self._recheck_and_write(req)
 
-    def may_run_granted(self, req: TakeoverRequest) -> bool:
+    def may_run_granted(self, req: TakeoverRequest, fresh: list[Approval]) -> bool:
         """``req``, with its last approval, may go :meth:`run_granted`'s short way: nothing
         refuses it, and its instrument is free (a grant while another write runs is
-        recorded at once, as before). Else it is recorded approved and goes the long way."""
+        recorded at once, as before). Else it is recorded approved and goes the long way.
+        ``fresh``: the approvals this grant gives, journaled with its commit; every other
+        one must be in the journal already (else the long way refuses it)."""
         lock = self._executing.get(req.instrument)
         if (req.on_resend or not self.core.owns(req) or req.id in self._in_flight
                 or not self.confirmed(req.run_id)
@@ -153,7 +165,9 @@ class Executor(Part):
             return False
         try:
             self.interlocks.check(req.instrument)
-            return not (self.checks.unfit_to_run(req) or self.checks.policy_refusal(req))
+            earlier = [a for a in req.valid_approvals() if not any(a is f for f in fresh)]
+            return not (self.checks.unfit_to_run(req) or self.checks.policy_refusal(req)
+                        or self.checks.unjournaled(req, earlier))
         except Refused:
             return False
 

@@ -5,7 +5,9 @@ decides by the owner's rules.
 A gateway claims its bench name at start and renews the claim with a heartbeat. A second
 live gateway with the same name refuses to start: two of them would both "own" each other's
 instruments. A claim whose heartbeat stopped (or whose process is gone, on this host) is
-stale and may be taken over, which is how a gateway restarts after a crash.
+stale and may be taken over, which is how a gateway restarts after a crash. A heartbeat and
+its age are read on the store's clock, never a host's own: two hosts whose clocks disagree
+by more than a claim's life would each find the other's claim stale.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Registry:
                            for ch, limits in channels.items()}
                     for name, channels in self.config.envelope.items()}
         return {"instance": self.instance, "host": self.host, "pid": self.pid,
-                "heartbeat": time.time(),
+                "heartbeat": self.store.clock_seconds(),
                 "rules": {"policy": self.config.policy.model_dump(mode="json"),
                           "envelope": envelope}}
 
@@ -68,7 +70,7 @@ class Registry:
         if entry.get("host") == self.host and entry.get("pid") != self.pid and \
                 _process_gone(int(entry.get("pid", 0))):
             return False
-        return time.time() - float(entry.get("heartbeat", 0)) < LIVE_SECONDS
+        return self.store.clock_seconds() - float(entry.get("heartbeat", 0)) < LIVE_SECONDS
 
     def claim(self) -> None:
         """Claim the bench name, or raise BenchTaken if a live gateway serves it."""

@@ -7,7 +7,9 @@ request on those instruments and ends every standing plan on them; suspends the 
 runs that had them; and journals who
 pressed it, through which door, and what each instrument read back afterwards. Until an
 operator clears it, every write to a stopped instrument is refused (-203), across a
-restart too (the stop is kept in the store).
+restart too (the stop is kept in the store). A stop a crash cut off (recorded, but its safe
+action, stand-down or journal event not done) is finished by the restart, before anything
+else reaches the instrument (``finish_cut_off``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ __all__ = ["Interlocks"]
 
 #: The store's table of stopped instruments (so a restart stays stopped).
 STOPS = "stops"
+#: Stops recorded and not yet finished (safe action, stand-down, journal event): a record
+#: left here by a crash is a stop the restart must finish.
+STOPPING = "stops_unfinished"
 
 
 def _resource(text: str) -> str:
@@ -133,10 +138,13 @@ class Interlocks(Part):
     async def stop(self, who: Principal, door: str, instrument: str | None = None
                    ) -> dict[str, Any]:
         """Make every channel of ``instrument`` (or of every instrument) safe at once."""
-        started = time.perf_counter()
         names = self.same(self.core.instrument(instrument).config.name) if instrument \
             else list(self.core.instruments)
-        at = self.clock().isoformat()
+        return await self._stop(who, door, names, self.clock().isoformat())
+
+    async def _stop(self, who: Principal, door: str, names: list[str], at: str,
+                    resumed: bool = False) -> dict[str, Any]:
+        started = time.perf_counter()
         # Which instrument each is, for the other benches on the store: they refuse it too.
         records = {n: {"by": who.name, "door": door, "at": at,
                        "resource": _resource(self.core.instruments[n].config.resource),
@@ -167,6 +175,9 @@ class Interlocks(Part):
         data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
                                 "cancelled": [], "suspended": [],
                                 "seconds": round(seconds, 4)}
+        if resumed:
+            data["resumed"] = (f"pressed at {at}, cut off by a crash before it was done; "
+                               "finished by the restart")
         try:
             data["cancelled"], data["suspended"] = self._stand_down(names, who)
             self._unfinished.difference_update(names)
@@ -179,6 +190,9 @@ class Interlocks(Part):
         try:
             self.store.append([Event(run_id=self._bench_run(),
                                      type=EventType.EMERGENCY_STOP, data=data)])
+            if "store_error" not in data:  # done: nothing for a restart to finish
+                for name in names:
+                    self.store.kv_delete(STOPPING, self.core.qualified(name))
         except StoreError as exc:
             data.setdefault("store_error", f"{exc.message}: the stop was not journaled")
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
@@ -188,7 +202,8 @@ class Interlocks(Part):
     def _keep(self, records: dict[str, dict[str, Any]]) -> str | None:
         """Keep the stops in the store (on a worker thread); why not, if not."""
         try:
-            for name, record in records.items():
+            for name, record in records.items():  # unfinished until journaled (a crash)
+                self.store.kv_put(STOPPING, self.core.qualified(name), record)
                 self.store.kv_put(STOPS, self.core.qualified(name), record)
         except StoreError as exc:
             return exc.message
@@ -215,6 +230,25 @@ class Interlocks(Part):
                 self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
                                            door="gateway", instruments=[name], reason=why)
         return ended_or_held
+
+    async def finish_cut_off(self) -> list[dict[str, Any]]:
+        """At start, before anything else reaches an instrument: a stop of this bench that
+        a crash cut off (recorded first, so the store says stopped, but its safe action may
+        never have reached the instrument, what waited is not cancelled and nothing is
+        journaled) runs again from the start, in the name of who pressed it."""
+        cut: dict[tuple[str, str, str], list[str]] = {}
+        for key, record in self.store.kv_items(STOPPING):
+            bench, _, name = key.partition("/")
+            if bench != self.config.bench:
+                continue
+            if name not in self.core.instruments:  # no longer on this bench
+                self.store.kv_delete(STOPPING, key)
+                continue
+            group = (str(record.get("by", "")), str(record.get("door", "")),
+                     str(record.get("at", "")))
+            cut.setdefault(group, []).append(name)
+        return [await self._stop(Principal(name=by), door, names, at, resumed=True)
+                for (by, door, at), names in cut.items()]
 
     async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
         profile = inst.profile

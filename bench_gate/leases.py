@@ -121,10 +121,13 @@ class Leases(Part):
                                    "every sweep until the outputs read off; check the bench")
                 return
         self._failing.pop(key, None)
+        # Journaled before the lease goes: a crash between the two then leaves the lease,
+        # run out again after the restart (its safe action sent once more, harmless), never
+        # outputs switched off with no word of it in the journal.
+        self._announce(run_id, name, channels, data, what)
         self.store.kv_delete(LEASES, key)
         self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
         self._renewed.pop(run_id, None)
-        self._announce(run_id, name, channels, data, what)
 
     def _announce(self, run_id: str, name: str, channels: list[int], data: dict[str, Any],
                   what: str) -> None:

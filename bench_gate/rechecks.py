@@ -7,6 +7,7 @@ answers why not, or None; the executor records the answer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from . import envelope
 from .approvals import Grant, violation, withdrawn, withdrawn_words
@@ -15,11 +16,21 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
 from .memories import SAVED_AT
-from .models import ApprovalKind, Run, RunStatus, Snapshot, TakeoverRequest, proposal_hash
+from .models import (
+    Approval,
+    ApprovalKind,
+    EventType,
+    Run,
+    RunStatus,
+    Snapshot,
+    TakeoverRequest,
+    proposal_hash,
+)
 from .runs import Runs
 from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
+from .store import canonical_at, canonical_data, link
 from .wire import rfc3339
 
 __all__ = ["Rechecks", "Refusal"]
@@ -115,7 +126,7 @@ class Rechecks(Part):
             # nothing about bench B's psu, another instrument on another DUT.
             return (f"its plan {req.plan_id} was approved for {approved.instrument} on bench "
                     f"{approved.bench!r}, not {req.instrument} on bench {req.bench!r}")
-        gone = self.withdrawn_refusal(approved)
+        gone = self.withdrawn_refusal(approved) or self.unjournaled(approved)
         if gone is not None:
             return f"its plan {req.plan_id} no longer stands: {gone}"
         grants = [Grant(a.kind, a.by) for a in approved.valid_approvals()]
@@ -190,6 +201,43 @@ class Rechecks(Part):
             return None
         why = "its run closed while it waited for the instrument"
         return Refusal(Move.FAIL, why, f"failed: {why}; nothing was written")
+
+    def unjournaled(self, req: TakeoverRequest,
+                    approvals: list[Approval] | None = None) -> str | None:
+        """Invariant 3 against the store's own rows: an approval counts only if the journal
+        holds it (its ``approval_granted`` event for this request, of its kind, by its
+        approver, for this proposal hash, the row's own hash intact). A request row edited
+        behind the gateway's back (an approval, an ``approved`` status, a changed proposal
+        with its hash recomputed) runs nothing: ``journal verify`` cannot see such an edit
+        (the requests table is no part of the chain). A plan's step is approved by its plan
+        (its event names no hash), its plan by a request checked the same way."""
+        wanted = req.valid_approvals() if approvals is None else approvals
+        if not wanted:
+            return None
+        step = req.plan_id is not None and bool(req.handoff.get("auto_step"))
+        held: set[tuple[str, str, str | None]] = set()
+        for ev in self.store.request_events(req.id, EventType.APPROVAL_GRANTED.value, 1000):
+            if not ev.hash or link(ev.seq, ev.run_id, ev.request_id, ev.type.value,
+                                   canonical_at(ev.at), canonical_data(ev.data),
+                                   ev.prev) != ev.hash:
+                continue  # an edited row proves nothing
+            kinds = [ev.data["kind"]] if "kind" in ev.data else ev.data.get("kinds") or []
+            shown = ev.data.get("proposal_hash")
+            for kind in kinds:
+                held.add((str(kind), str(ev.data.get("by")),
+                          None if step and shown is None else str(shown)))
+        missing = [a for a in wanted if (a.kind.value, a.by,
+                                         None if step else a.proposal_hash) not in held]
+        if missing and self.store.segments():  # [journal] keep_days archived the oldest
+            first = self.store.chain(0, 1)  # the oldest event still in the store
+            since = datetime.fromisoformat(str(first[0][4])) if first else None
+            if since is not None and since.tzinfo is None:
+                since = since.replace(tzinfo=UTC)
+            missing = [a for a in missing if since is None or a.at >= since]
+        if not missing:
+            return None
+        return ("its approval (" + ", ".join(f"{a.kind.value} by {a.by}" for a in missing)
+                + ") is not in the journal: the store was changed behind the gateway's back")
 
     @staticmethod
     def unfit_to_run(req: TakeoverRequest) -> str | None:

@@ -108,6 +108,10 @@ MIGRATIONS: tuple[str, ...] = (
     DROP INDEX requests_status;
     DROP INDEX requests_expiry;
     """,
+    # 7: a request's events by type (its approvals, checked in the journal before it runs).
+    """
+    CREATE INDEX journal_request ON journal (request_id, type, seq);
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error

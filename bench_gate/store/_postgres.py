@@ -96,6 +96,8 @@ def _lock_key(run_id: str) -> int:
 class PostgresStore(SqlStore):
     """The store on PostgreSQL, opened by ``open_store("postgresql://...")``."""
 
+    _clock_sql = "SELECT extract(epoch FROM clock_timestamp())"
+
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10,
                  pool_timeout: float = 5.0, connect_timeout: int = 3,
                  statement_timeout: float = 15.0) -> None:

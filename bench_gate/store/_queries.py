@@ -13,8 +13,8 @@ from ._base import RequestSort
 __all__ = ["CHAIN_HEAD", "CHAIN_MIGRATION", "CHAIN_PAGE", "DROP_ARCHIVED", "DUE", "FIRST_LIVE",
            "KV_DELETE", "KV_GET", "KV_ITEMS", "KV_LIST", "KV_PUT", "LAST_CHAINED",
            "LAST_SEGMENT", "LINK_UNCHAINED", "LISTED", "LISTED_UTF8", "MAX_ROWS", "OPEN_RUNS_OF",
-           "PENDING_OF", "REQUEST",
-           "REQUEST_BY_KEY", "REQUEST_IDS", "REQUEST_INSERT", "REQUEST_SAVE", "RUN", "RUN_EVENTS",
+           "PENDING_OF", "REQUEST", "REQUEST_BY_KEY", "REQUEST_EVENTS", "REQUEST_IDS",
+           "REQUEST_INSERT", "REQUEST_SAVE", "RUN", "RUN_EVENTS",
            "RUN_INSERT", "RUN_PRINCIPAL", "RUN_RECENT", "RUN_SAVE", "SEGMENTS",
            "SEGMENT_INSERT", "SETPOINT_GET", "SETPOINT_PUT", "UNCHAINED", "UNFINISHED", "page",
            "pg", "rows", "runs"]
@@ -129,6 +129,8 @@ CHAIN_PAGE = f"{_EVENT} WHERE seq > ? ORDER BY seq LIMIT ?"
 #: One run's events, oldest first, a page at a time; and its last events.
 RUN_EVENTS = f"{_EVENT} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 RUN_RECENT = f"{_EVENT} WHERE run_id = ? ORDER BY seq DESC LIMIT ?"
+#: One request's events of one type, oldest first (its approvals, checked before it runs).
+REQUEST_EVENTS = f"{_EVENT} WHERE request_id = ? AND type = ? ORDER BY seq LIMIT ?"
 #: Events journaled before the store had a chain (the migration chains them in seq order).
 UNCHAINED = ("SELECT seq, run_id, request_id, type, at, data FROM journal "
              "WHERE hash IS NULL ORDER BY seq LIMIT ?")

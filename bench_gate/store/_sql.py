@@ -299,6 +299,11 @@ class SqlStore(abc.ABC):
         self.fold_reads()
         return [row_event(r) for r in self._read(q.RUN_EVENTS, (run_id, after, limit))]
 
+    def request_events(self, request_id: str, type_: str, limit: int = 100) -> list[Event]:
+        """``request_id``'s events of type ``type_`` in the store, oldest first (reads are
+        never a request's, so the read log is not folded first)."""
+        return [row_event(r) for r in self._read(q.REQUEST_EVENTS, (request_id, type_, limit))]
+
     def recent(self, run_id: str, limit: int = 40) -> list[Event]:
         """The run's last ``limit`` events, oldest first."""
         self.fold_reads()
@@ -340,6 +345,14 @@ class SqlStore(abc.ABC):
 
     def put_setpoint(self, instrument: str, channel: int, data: dict[str, Any]) -> None:
         self._write(q.SETPOINT_PUT, (instrument, channel, json.dumps(data, default=str)))
+
+    #: The database's clock, in seconds since the epoch (each dialect has its own).
+    _clock_sql = ""
+
+    def clock_seconds(self) -> float:
+        """The database's clock: gateways on one store (several hosts on PostgreSQL) judge
+        each other's heartbeats by it, never by their own clocks, which may disagree."""
+        return float(self._read(self._clock_sql)[0][0])
 
     def kv_get(self, table: str, key: str) -> dict[str, Any] | None:
         return self._document(q.KV_GET, (table, key))

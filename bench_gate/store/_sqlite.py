@@ -129,6 +129,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX requests_soonest ON requests (status, expires_at, id, listed);
     DROP INDEX requests_expiry;
     """,
+    # 7: a request's events by type (its approvals, each checked in the journal before the
+    # request runs: executor, rechecks.unjournaled).
+    """
+    CREATE INDEX journal_request ON journal (request_id, type, seq);
+    """,
 )
 
 
@@ -148,6 +153,7 @@ class SqliteStore(SqlStore):
     """The store in one SQLite file (or ``:memory:``)."""
 
     _listed = q.LISTED_UTF8
+    _clock_sql = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)

@@ -17,7 +17,7 @@ import pytest
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
-from bench_gate.models import Approval, ApprovalKind, Principal, Status
+from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
 from bench_gate.scpi import get_profile
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
@@ -163,7 +163,10 @@ async def test_no_other_job_reaches_the_supply_between_the_recheck_and_the_write
             stored.approvals.append(Approval(kind=ApprovalKind.SETPOINT, by=olga.name,
                                              proposal_hash=stored.proposal_hash))
             stored.status = Status.APPROVED
-            assert gw.store.save_request(stored, stored.version, [])
+            assert gw.store.save_request(stored, stored.version, [Event(  # as a grant does
+                run_id=run.id, request_id=req.id, type=EventType.APPROVAL_GRANTED,
+                data={"kind": "setpoint", "by": olga.name,
+                      "proposal_hash": stored.proposal_hash})])
             await gw.close()
             gw.store.close()
             gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)

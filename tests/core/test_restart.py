@@ -9,7 +9,7 @@ from typing import Any
 
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
-from bench_gate.models import Approval, ApprovalKind, EventType, Principal, Status
+from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 
@@ -29,11 +29,16 @@ def _force(gw: Gateway, request_id: str, status: Status, approver: str = "olga")
     """Put a request where a crash would have left it (approved, or executing)."""
     req = gw.store.get_request(request_id)
     assert req is not None
+    events = []  # journaled as a grant journals them: an approval counts only so
     for kind in req.missing():
         req.approvals.append(Approval(kind=kind, by=approver, proposal_hash=req.proposal_hash))
+        events.append(Event(run_id=req.run_id, request_id=req.id,
+                            type=EventType.APPROVAL_GRANTED,
+                            data={"kind": kind.value, "by": approver,
+                                  "proposal_hash": req.proposal_hash}))
     version = req.version
     req.status = status
-    assert gw.store.save_request(req, version, [])
+    assert gw.store.save_request(req, version, events)
 
 
 def _completions(gw: Gateway, run_id: str) -> int:
