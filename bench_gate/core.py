@@ -44,6 +44,9 @@ class Instrument:
     timing: Timing
     #: The link's connection count the timing settings were kept on.
     opens: int | None = None
+    #: What it last answered to ``*IDN?`` (serial number included): two names of the bench
+    #: that answer alike are one instrument to the emergency stop (interlocks.py).
+    idn: str | None = None
 
     @property
     def compound(self) -> bool:

@@ -100,9 +100,9 @@ class Gateway:
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         interlocks.on_stop.append(plans.stand_down)  # a stop ends the plans on what it stops
-        safety.on_safed.append(plans.made_safe)  # and so does a breach made safe
-        leases.on_safed.append(lambda name, chs: plans.made_safe(
-            name, chs, "its client's lease ran out"))  # someone may be at the DUT now
+        safety.on_safed.append(interlocks.or_held(plans.made_safe))  # and a breach made safe
+        leases.on_safed.append(interlocks.or_held(lambda name, chs: plans.made_safe(
+            name, chs, "its client's lease ran out")))  # someone may be at the DUT now
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         executor.reselect = self._intake.reselected

@@ -214,7 +214,7 @@ class Lane:
                 self._kick()
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if urgent:  # the safe action jumps the queue: it runs as soon as the lane is free
-            self._queue.appendleft(_Job(job, done))
+            self._queue.appendleft(_Job(job, done, urgent=True))
         else:
             self._queue.append(_Job(job, done))
         self._kick()
@@ -231,7 +231,7 @@ class Lane:
                 continue  # its caller gave up before it started
             self._busy = True
             try:
-                result = await self._guarded(item.job)
+                result = await self._guarded(item.job, item.urgent)
             except asyncio.CancelledError:  # the loop is shutting down
                 item.done.cancel()
                 self._driver = None
@@ -247,11 +247,16 @@ class Lane:
         self._driver = None
         self._kick()
 
-    async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]]) -> T:
+    async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]], urgent: bool = False
+                       ) -> T:
         try:
-            if self.lock is not None and self.lock.due(self.link):
-                await self.lock.take(self.link)  # never raises: shown, not fatal
-            return await job(self._jobs_link or self.link)
+            lock = self.lock if self.lock is not None and self.lock.due(self.link) else None
+            if lock is not None and not urgent:
+                await lock.take(self.link)  # never raises: shown, not fatal
+            done = await job(self._jobs_link or self.link)
+            if lock is not None and urgent:  # after a safe action: it waits for nothing
+                await lock.take(self.link)
+            return done
         except InstrumentError:
             self.io_errors += 1
             raise
@@ -297,3 +302,4 @@ class _Addressed:
 class _Job(Generic[T]):
     job: Callable[[AsyncLink], Awaitable[T]]
     done: asyncio.Future[T]
+    urgent: bool = False

@@ -15,6 +15,8 @@ else reaches the instrument (``finish_cut_off``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 from .approvals import require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
-from .errors import Refused, TransitionError
+from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
@@ -40,6 +42,13 @@ STOPS = "stops"
 STOPPING = "stops_unfinished"
 
 
+def _resource(text: str) -> str:
+    """A VISA resource in one spelling: case, board 0 (``TCPIP0`` is ``TCPIP``), localhost."""
+    parts = text.strip().upper().replace("LOCALHOST", "127.0.0.1").split("::")
+    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
+    return "::".join(parts)
+
+
 class Interlocks(Part):
     def __init__(self, core: Core, requests: Requests, runs: Runs) -> None:
         super().__init__(core)
@@ -49,6 +58,13 @@ class Interlocks(Part):
         #: is cancelled; each returns the runs whose approvals in force it ended (a plan),
         #: suspended with the runs whose requests were cancelled.
         self.on_stop: list[Callable[[list[str], Principal], set[str]]] = []
+        #: Stops in force in this process that the store does not hold yet (being written,
+        #: or the store failed): a safe action never waits for the store, and nothing
+        #: energizes through this gateway meanwhile. Qualified name -> who stopped it.
+        self._held: dict[str, dict[str, Any]] = {}
+        #: Instruments whose stand-down (cancelling, ending plans) the store refused: done
+        #: again before the stop can be cleared, so nothing approved before it runs after.
+        self._unfinished: set[str] = set()
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -56,8 +72,14 @@ class Interlocks(Part):
 
     def stopped(self) -> dict[str, dict[str, Any]]:
         """The instruments of this bench that are stopped now, with who stopped them."""
-        return {k.split("/", 1)[1]: v for k, v in self.store.kv_items(STOPS)
-                if k.startswith(f"{self.config.bench}/")}
+        mine = f"{self.config.bench}/"
+        held = {k: v for k, v in self._held.items() if k.startswith(mine)}
+        try:
+            held.update(self.store.kv_items(STOPS))
+        except StoreError:
+            if not held:
+                raise
+        return {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
 
     @staticmethod
     def allowed(unit: Unit) -> bool:
@@ -67,50 +89,150 @@ class Interlocks(Part):
             return True
         return unit.effect.value == "output" and unit.value is False
 
+    def same(self, name: str) -> list[str]:
+        """``name`` and the bench's other names for the same instrument: the same resource
+        however spelled, or the same ``*IDN?`` answer (serial number included) once read.
+        A stop of one is a stop of all: nothing energizes it under another name."""
+        me = self.core.instruments.get(name)
+        if me is None:
+            return [name]
+        return [name] + [n for n, inst in self.core.instruments.items() if n != name and (
+            _resource(inst.config.resource) == _resource(me.config.resource)
+            or (me.idn is not None and inst.idn == me.idn))]
+
+    def _stop_of(self, instrument: str) -> tuple[str, dict[str, Any]] | None:
+        """The stop in force on ``instrument`` under any of its names: this bench's, or
+        another bench's on the shared store (the same resource, or the same ``*IDN?``)."""
+        for name in self.same(instrument):
+            key = self.core.qualified(name)
+            stop = self._held.get(key) or self.store.kv_get(STOPS, key)
+            if stop is not None:
+                return name, stop
+        me = self.core.instruments.get(instrument)
+        if me is None:
+            return None
+        mine = f"{self.config.bench}/"
+        for key, stop in self.store.kv_items(STOPS):
+            if not key.startswith(mine) and (
+                    stop.get("resource") == _resource(me.config.resource)
+                    or (me.idn is not None and stop.get("idn") == me.idn)):
+                return key, stop
+        return None
+
     def check(self, instrument: str) -> None:
-        """Refuse a write to a stopped instrument (-203, with who stopped it), and every
-        write once another gateway took this one's bench over (federation.Registry.beat)."""
+        """Refuse a write to a stopped instrument (-203, with who stopped it), under any
+        of its names, on any bench of the store; and every write once another gateway took
+        this one's bench over (federation.Registry.beat)."""
         if self.core.registry.lost is not None:
             raise Refused(-203, self.core.registry.lost)
-        stop = self.store.kv_get(STOPS, self.core.qualified(instrument))
-        if stop is not None:
-            raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
-                                f"through the {stop['door']} at {stop['at']}): nothing is "
+        found = self._stop_of(instrument)
+        if found is None:
+            return
+        name, stop = found
+        if name != instrument:
+            instrument = f"{instrument} ({name}, the same instrument)"
+        if stop.get("why"):
+            raise Refused(-203, f"{instrument} is stopped ({stop['why']}): nothing is "
                                 "written until an operator clears the stop")
+        raise Refused(-203, f"{instrument} is stopped (emergency stop by {stop['by']} "
+                            f"through the {stop['door']} at {stop['at']}): nothing is "
+                            "written until an operator clears the stop")
 
     async def stop(self, who: Principal, door: str, instrument: str | None = None
                    ) -> dict[str, Any]:
         """Make every channel of ``instrument`` (or of every instrument) safe at once."""
-        names = [self.core.instrument(instrument).config.name] if instrument else \
-            list(self.core.instruments)
+        names = self.same(self.core.instrument(instrument).config.name) if instrument \
+            else list(self.core.instruments)
         return await self._stop(who, door, names, self.clock().isoformat())
 
     async def _stop(self, who: Principal, door: str, names: list[str], at: str,
                     resumed: bool = False) -> dict[str, Any]:
         started = time.perf_counter()
+        # Which instrument each is, for the other benches on the store: they refuse it too.
+        records = {n: {"by": who.name, "door": door, "at": at,
+                       "resource": _resource(self.core.instruments[n].config.resource),
+                       "idn": self.core.instruments[n].idn} for n in names}
         for name in names:  # first, so nothing new gets through while the stop runs
-            record = {"by": who.name, "door": door, "at": at}
-            self.store.kv_put(STOPPING, self.core.qualified(name), record)
-            self.store.kv_put(STOPS, self.core.qualified(name), record)
+            self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
-        results = await asyncio.gather(*[self._make_safe(self.core.instruments[n])
-                                         for n in names])
+        # The safe actions start now; the store keeps the stop (for a restart, and the
+        # other gateways) on a worker thread meanwhile: a slow or locked store never holds
+        # an output on, and the stop stays in force here until it is kept or cleared.
+        making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
+                  for n in names]
+        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, records))
+        results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         seconds = time.perf_counter() - started
-        cancelled, suspended = self._stand_down(names, who)
+        store_error = await keeping
+        learnt = {n: r for n, r in records.items()  # the stop read who answers
+                  if r["idn"] != self.core.instruments[n].idn}
+        for name, record in learnt.items():
+            record["idn"] = self.core.instruments[name].idn
+        if store_error is None and learnt:
+            store_error = await asyncio.to_thread(self._keep, learnt)
+        if store_error is None:  # the store holds it now: it is the store's to clear
+            for name in names:
+                if self._held.get(self.core.qualified(name)) is records[name]:
+                    del self._held[self.core.qualified(name)]
         data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
-                                "cancelled": cancelled, "suspended": suspended,
+                                "cancelled": [], "suspended": [],
                                 "seconds": round(seconds, 4)}
         if resumed:
             data["resumed"] = (f"pressed at {at}, cut off by a crash before it was done; "
                                "finished by the restart")
-        self.store.append([Event(run_id=self._bench_run(), type=EventType.EMERGENCY_STOP,
-                                 data=data)])
-        for name in names:
-            self.store.kv_delete(STOPPING, self.core.qualified(name))
+        try:
+            data["cancelled"], data["suspended"] = self._stand_down(names, who)
+            self._unfinished.difference_update(names)
+        except StoreError as exc:
+            self._unfinished.update(names)
+            store_error = store_error or exc.message
+        if store_error is not None:
+            data["store_error"] = (f"{store_error}: the stop is in force on this gateway, "
+                                   "but it may not be kept across a restart")
+        try:
+            self.store.append([Event(run_id=self._bench_run(),
+                                     type=EventType.EMERGENCY_STOP, data=data)])
+            if "store_error" not in data:  # done: nothing for a restart to finish
+                for name in names:
+                    self.store.kv_delete(STOPPING, self.core.qualified(name))
+        except StoreError as exc:
+            data.setdefault("store_error", f"{exc.message}: the stop was not journaled")
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
+
+    def _keep(self, records: dict[str, dict[str, Any]]) -> str | None:
+        """Keep the stops in the store (on a worker thread); why not, if not."""
+        try:
+            for name, record in records.items():  # unfinished until journaled (a crash)
+                self.store.kv_put(STOPPING, self.core.qualified(name), record)
+                self.store.kv_put(STOPS, self.core.qualified(name), record)
+        except StoreError as exc:
+            return exc.message
+        return None
+
+    def or_held(self, hook: Callable[[str, list[int]], None]
+                ) -> Callable[[str, list[int]], None]:
+        """``hook`` (ending the plans over channels the gateway just made safe), or, when
+        the store refuses it, the instrument held stopped on this gateway until an operator
+        clears it: a plan that could not be ended never switches anything on again."""
+        def ended_or_held(name: str, channels: list[int]) -> None:
+            if name in self._unfinished:  # held already: its plans end before a clear
+                return
+            try:
+                hook(name, channels)
+            except StoreError as exc:
+                chs = ", ".join(f"CH{c}" for c in channels)
+                why = (f"the gateway made {name} {chs} safe but could not end the plans "
+                       f"over them: {exc.message}")
+                self._held[self.core.qualified(name)] = {
+                    "by": "the gateway", "door": "gateway", "why": why,
+                    "at": self.clock().isoformat()}
+                self._unfinished.add(name)
+                self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
+                                           door="gateway", instruments=[name], reason=why)
+        return ended_or_held
 
     async def finish_cut_off(self) -> list[dict[str, Any]]:
         """At start, before anything else reaches an instrument: a stop of this bench that
@@ -141,6 +263,8 @@ class Interlocks(Part):
                 return {"sent": [], "read_back": {}, "errors": [],
                         "note": "this instrument has no safe action in its profile"}
             sent, read_back, errors = await send_safe_action(link, profile, channels)
+            with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
+                inst.idn = (await link.query("*IDN?")).strip()
             return {"sent": sent, "read_back": read_back, "errors": errors}
 
         try:
@@ -189,8 +313,13 @@ class Interlocks(Part):
         if instrument and instrument not in stopped:
             raise TransitionError(instrument, "running", "clear the stop of",
                                   "it is not stopped")
+        unfinished = sorted(self._unfinished.intersection(names))
+        if unfinished:  # what the stop could not cancel or end is never run after it
+            self._stand_down(unfinished, who)
+            self._unfinished.difference_update(unfinished)
         for name in names:
             self.store.kv_delete(STOPS, self.core.qualified(name))
+            self._held.pop(self.core.qualified(name), None)
         self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
                                  data={"by": who.name, "instruments": names})])
         self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,

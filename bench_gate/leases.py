@@ -108,9 +108,9 @@ class Leases(Part):
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
         if policy.on_client_lost == "safe" and name in self.core.instruments:
+            data.update(await self._make_safe(name, channels))  # first: it waits for nothing
             for hook in self.on_safed:
                 hook(name, channels)
-            data.update(await self._make_safe(name, channels))
             if data["errors"]:
                 # Not shown off (a write that failed, an output that still reads on): the
                 # lease stays, so the next sweep tries again; said once per failure.

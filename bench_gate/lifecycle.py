@@ -52,6 +52,7 @@ class Lifecycle(Part):
         self._retention = Retention(core.store, core.config.journal,
                                     clock=lambda: self.clock())
         self._sweeper: asyncio.Task[None] | None = None
+        self._guard: asyncio.Task[None] | None = None
         self._beat: asyncio.Future[None] | None = None
         self._told_lost = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,15 +75,17 @@ class Lifecycle(Part):
         # Other gateways on a shared store tell us of changes (PostgreSQL LISTEN/NOTIFY).
         self._unlisten = self.store.listen(self._on_remote)
         self._sweeper = asyncio.create_task(self._sweep_forever())
+        self._guard = asyncio.create_task(self._guard_forever())
 
     async def close(self) -> None:
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._guard):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._beat is not None:
             with contextlib.suppress(Exception):
                 await self._beat
@@ -114,11 +117,19 @@ class Lifecycle(Part):
                 await asyncio.shield(self._beat)
                 self._fenced()
                 await self.sweep()
-                await self._leases.sweep()
-                self.watch.tick()  # never waits: each check queues on its lane
                 await self._executor.run_approved()
                 self._retention.tick()  # starts an archive at most hourly; never waits
-                keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)
+
+    async def _guard_forever(self) -> None:
+        """The safe actions' sweeps, apart from the claim's beat and the store's work: a
+        slow or locked store (the beat waits, then fails) never holds up the envelope watch,
+        a lost client's lease or the instrument locks."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.watch.tick()  # never waits: each check queues on its lane
+            keep_locks([i.lane for i in self.instruments.values()], self.core.spawn)
+            with contextlib.suppress(GatewayError):
+                await self._leases.sweep()
 
     def _fenced(self) -> None:
         """Say once, on every console and watcher, that another gateway took the bench."""

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .errors import InstrumentError
+from .errors import GatewayError, InstrumentError
 from .models import Event, EventType, now
 from .scpi._lock import LockSpec
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["UNLOCKED_WARNING", "InstrumentLock", "LockState", "LockStatus", "journaled",
            "keep_locks", "take_locks"]
@@ -152,7 +155,11 @@ class InstrumentLock:
         # Journaled on a new connection, or when the answer changed (not every retry).
         if self.on_take is not None and (fresh or (before.status, before.owner, before.detail)
                                          != (state.status, state.owner, state.detail)):
-            self.on_take(state, sent)
+            try:  # on a worker thread: a slow or locked store never stalls the loop
+                await asyncio.to_thread(self.on_take, state, sent)
+            except GatewayError as exc:  # never raises: the take is shown all the same
+                logger.warning("%s: the lock's take was not journaled: %s", self.name,
+                               exc.message)
         return state
 
 

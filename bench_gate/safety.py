@@ -85,7 +85,7 @@ class Safety(Part):
     def __init__(self, core: Core, snaps: Snapshots) -> None:
         super().__init__(core)
         self.snaps = snaps
-        #: Told (instrument, channels) each time a breach gets the safe action, before it
+        #: Told (instrument, channels) each time a breach gets the safe action, once it
         #: is sent: the standing plans over those channels end (planning.py).
         self.on_safed: list[Callable[[str, list[int]], None]] = []
 
@@ -155,8 +155,6 @@ class Safety(Part):
             return None
         channels = sorted({b.channel for b in found})
         safed = Safed(found, envelope.safe_commands(inst.profile, channels))
-        for hook in self.on_safed:
-            hook(inst.config.name, channels)
         try:
             for command in safed.sent:
                 await link.write(command)
@@ -173,4 +171,8 @@ class Safety(Part):
                     safed.error = f"the safe action was sent, but {still}"
         except InstrumentError as exc:
             safed.error = exc.message
+        # Then, on the same lane turn, the plans over those channels end: the safe action
+        # never waits for the store (interlocks.Interlocks.or_held).
+        for hook in self.on_safed:
+            hook(inst.config.name, channels)
         return safed

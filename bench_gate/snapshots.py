@@ -203,6 +203,7 @@ class Snapshots(Part):
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
                                                      f"{name}: {query!r}", ch)
+        inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
         # In the order of ``fields``, as a snapshot read one by one has them.
         return Snapshot(idn=idn, values={k: values[k] for k in
                                          (snapshot_key(ch, f) for ch, f in fields)})

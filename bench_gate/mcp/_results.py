@@ -44,6 +44,8 @@ class Stopped(_Out):
     cancelled: list[str]
     suspended: list[str]
     seconds: float
+    #: Set when the store could not keep or journal the stop (it is in force all the same).
+    store_error: str | None = None
 
 
 class InstrumentInfo(_Out):

@@ -175,9 +175,18 @@ class SqliteStore(SqlStore):
                                              isolation_level=None)
                 self._fast.execute("PRAGMA synchronous=NORMAL")
                 self._fast.execute("PRAGMA busy_timeout=5000")
+            # A read while another thread holds the store (a write waiting for SQLite's
+            # lock, up to busy_timeout) reads the last commit here at once: WAL lets it. So
+            # the loop never stalls behind a locked store (a safe action runs on it).
+            self._reader = self._db
+            if self.path != ":memory:":
+                self._reader = sqlite3.connect(self.path, check_same_thread=False,
+                                               isolation_level=None)
+                self._reader.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {self.path!r}: {exc}") from exc
         self._lock = threading.RLock()
+        self._reader_lock = threading.Lock()
         # Its own lock for its own connection: a read being journaled on the journal's
         # thread never makes the loop wait to read a run (WAL lets the two overlap).
         self._fast_lock = self._lock if self._fast is self._db else threading.Lock()
@@ -207,23 +216,36 @@ class SqliteStore(SqlStore):
             if moved is not None:  # committed: the head is there now
                 self._chain.moved(*moved)
 
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The store's own connection if no other thread holds it (inside a transaction:
+        its own writes), else the reader: it sees the last commit without waiting."""
+        if self._lock.acquire(blocking=self._reader is self._db):
             try:
-                return self._db.execute(sql, args).fetchall()
+                yield self._db
+            finally:
+                self._lock.release()
+        else:
+            with self._reader_lock:
+                yield self._reader
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._reading() as db:
+            try:
+                return db.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
 
     def _read_together(self, *queries: tuple[str, tuple[Any, ...]]
                        ) -> list[list[tuple[Any, ...]]]:
         """Several SELECTs in one read transaction: they see the same moment."""
-        with self._lock:
+        with self._reading() as db:
             try:
-                self._db.execute("BEGIN")
+                db.execute("BEGIN")
                 try:
-                    return [self._db.execute(sql, args).fetchall() for sql, args in queries]
+                    return [db.execute(sql, args).fetchall() for sql, args in queries]
                 finally:
-                    self._db.execute("COMMIT")
+                    db.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreError(f"store error: {exc}") from exc
 
@@ -342,9 +364,11 @@ class SqliteStore(SqlStore):
         return lambda: None
 
     def close(self) -> None:
-        with self._lock, self._fast_lock:
+        with self._lock, self._fast_lock, self._reader_lock:
             if self._fast is not self._db:
                 self._fast.close()
+            if self._reader is not self._db:
+                self._reader.close()
             self._db.close()
 
 
