@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,12 @@ async def test_an_emergency_stop_cut_off_by_a_crash_is_finished_by_the_restart(
         link.armed = True
         stop = asyncio.create_task(gw.emergency_stop(olga, "test", "psu"))
         assert await asyncio.to_thread(link.reached.wait, 10), "the safe action never ran"
+        # The store keeps the stop on a worker thread while the safe action runs: the
+        # crash comes once it is kept and before the safe action reached the supply.
+        deadline = time.monotonic() + 10
+        while not any(k.endswith("/psu") for k, _ in gw.store.kv_items("stops")) and \
+                time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
         _crashed_copy(db_path, crashed)
         link.go.set()
         await asyncio.wait_for(stop, 10)
