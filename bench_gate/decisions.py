@@ -303,6 +303,7 @@ class Decisions(Part):
                 a.canonical = unit.canonical
                 a.new = render_value(unit.value) if unit.value is not None else None
                 a.words = describe(profile, a)
+        self.snaps.described(req.actions, req.snapshot, profile)
         # A new revision: never an earlier proposal again, even with the same commands,
         # so no approval this edit voids counts again after an edit back.
         req.revision += 1
