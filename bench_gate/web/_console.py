@@ -51,6 +51,7 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals["show"] = views.show
         self.templates.env.globals["what_changes"] = views.what_changes
+        self.templates.env.globals["channels"] = views.channels
         self.templates.env.globals["badges"] = views.badges
         self.templates.env.globals["utc"] = views.utc
         self.templates.env.globals["label"] = views.label

@@ -1,0 +1,78 @@
+"""What the console shows is what runs, in real headless Chromium against a real server and
+the simulated bench (tests/_browser.py).
+
+1. A field a message sets more than once: the "Approve with changes" box held the first
+   value ('VOLT 1,(@1);VOLT 5.5,(@1)' showed CH1 voltage [1] V), though the channel is left
+   at the last (5.5 V), and an approval without touching it sent 5.5 V. The box holds the
+   value the request leaves and says each step; an edit replaces every one.
+2. The queue's channel column named only the first channel a request touches
+   ('VOLT 1,(@1);VOLT 2,(@3)' read CH1): it names every one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ..._browser import sign_in
+from ..._http_bench import Bench, start_bench
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    yield from start_bench(tmp_path_factory.mktemp("console-shown"))
+
+
+@pytest.fixture(scope="module")
+def page(browser: Any, bench: Bench) -> Iterator[Any]:
+    pg = sign_in(browser, bench)
+    yield pg
+    pg.context.close()
+
+
+def submit(bench: Bench, command: str) -> str:
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script", "goal": "shown is what runs"}).json()
+        r = h.post(f"/v1/runs/{run['id']}/scpi", json={"instrument": "psu", "command": command})
+        assert r.status_code == 202, r.text
+        return str(r.json()["takeover"]["id"])
+
+
+def status(bench: Bench, tk: str) -> str:
+    with bench.http("olga") as h:
+        return str(h.get(f"/v1/takeover/{tk}").json()["status"])
+
+
+def test_the_edit_box_holds_what_the_channel_is_left_at(page: Any, bench: Bench) -> None:
+    pg = page
+    tk = submit(bench, "VOLT 1,(@1);VOLT 5.5,(@1)")
+    pg.goto(f"{bench.url}/requests/{tk}")
+    box = pg.locator("input[name='edit:CH1.voltage']")
+    assert box.input_value() == "5.5"
+    said = pg.locator("fieldset.edits").inner_text()
+    assert "set 2 times in this message: 1.000 V, then 5.500 V" in said
+    pg.check("#kind-setpoint")
+    pg.click("#approve-button")
+    pg.wait_for_url(re.compile(f"/requests/{tk}$"))
+    assert status(bench, tk) == "executed"
+    assert float(bench.psu("VOLT? (@1)")) == 5.5  # what the box said, on the PSU's own port
+
+    tk = submit(bench, "VOLT 1,(@1);VOLT 5.5,(@1)")
+    pg.goto(f"{bench.url}/requests/{tk}")
+    pg.fill("input[name='edit:CH1.voltage']", "2")
+    pg.check("#kind-setpoint")
+    pg.click("#approve-button")
+    pg.wait_for_url(re.compile(f"/requests/{tk}$"))
+    assert status(bench, tk) == "executed"
+    assert float(bench.psu("VOLT? (@1)")) == 2.0
+
+
+def test_the_queue_names_every_channel_a_request_touches(page: Any, bench: Bench) -> None:
+    pg = page
+    tk = submit(bench, "VOLT 1,(@1);VOLT 2,(@3)")
+    pg.goto(bench.url + "/")
+    cell = pg.locator(f"tr[data-id='{tk}'] td").first.inner_text()
+    assert "CH1" in cell and "CH3" in cell, cell
