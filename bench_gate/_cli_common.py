@@ -13,8 +13,8 @@ from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "identity", "print_json",
-           "table", "until"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "clip", "echo", "identity",
+           "print_json", "say", "table", "until"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -31,6 +31,32 @@ def echo(text: str = "") -> None:
     """Print ``text``, any character a terminal would not show as itself escaped (a stored
     rationale's ESC [8m would hide every line printed after it)."""
     print(visible(text), flush=True)
+
+
+def say(text: str) -> None:
+    """Print ``text`` as one line: a line break in it (a goal's, a question's, a close
+    reason's) is escaped too, never a line of its own that reads as a row, an event or an
+    option the server never sent."""
+    print(visible(text, lines=False), flush=True)
+
+
+def clip(text: str, width: int, sep: str = ";") -> str:
+    """``text`` cut to about ``width`` characters, never silently: whole parts (message
+    units) that fit, then how many more there are; a first part longer than ``width`` is
+    cut with an ellipsis. 'VOLT 1,(@1);...;VOLT 12,(@2)' cut at 40 read '...;VOLT 1', as if
+    complete, and a value of 12 showed as 1."""
+    if len(text) <= width:
+        return text
+    parts = text.split(sep)
+    kept: list[str] = []
+    for part in parts:
+        if len(sep.join([*kept, part])) + 1 > width:
+            break
+        kept.append(part)
+    more = len(parts) - len(kept)
+    if not kept:
+        return text[:width - 1] + "…"
+    return f"{sep.join(kept)}{sep}… (+{more} more)"
 
 
 def identity(args: argparse.Namespace) -> tuple[str, str]:
@@ -54,6 +80,7 @@ def table(headers: list[str], rows: list[list[str]]) -> None:
     if not rows:
         echo("(none)")
         return
+    rows = [[visible(str(x), lines=False) for x in row] for row in rows]  # one line each
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     for row in [headers, *rows]:
         echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
