@@ -76,3 +76,29 @@ def test_the_queue_names_every_channel_a_request_touches(page: Any, bench: Bench
     pg.goto(bench.url + "/")
     cell = pg.locator(f"tr[data-id='{tk}'] td").first.inner_text()
     assert "CH1" in cell and "CH3" in cell, cell
+
+
+def test_a_page_left_open_says_its_request_was_edited(page: Any, bench: Bench) -> None:
+    """Oscar approves the output enable with an edit (a new proposal, still pending) while
+    olga's page shows the old one: her page says so at once and will not approve from it;
+    before, only a change of status showed the banner."""
+    pg = page
+    tk = submit(bench, "VOLT 1,(@1);OUTP ON,(@1)")
+    with pg.expect_response(lambda r: r.url.endswith("/events")):
+        pg.goto(f"{bench.url}/requests/{tk}")
+    pg.wait_for_timeout(500)  # the stream's headers are out; its subscription follows them
+    assert pg.locator("#changed-banner").is_hidden()
+    with bench.http("oscar") as h:
+        shown = h.get(f"/v1/takeover/{tk}").json()
+        seen, run = shown["proposalHash"], shown["runId"]
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["output_enable"], "edits": {"CH1.voltage": "2"},
+                         "proposalHash": seen})
+        assert r.status_code == 200, r.text
+        assert r.json()["request"]["status"] == "pending"
+    pg.wait_for_selector("#changed-banner:not([hidden])")
+    assert "edited since the page loaded" in pg.inner_text("#changed-banner")
+    pg.check("#kind-setpoint")
+    assert pg.locator("#approve-button").is_disabled()
+    assert status(bench, tk) == "pending"
+    assert bench.psu("OUTP? (@1)") == "0"
