@@ -14,8 +14,8 @@ from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import CommandSpec, Profile, ProfileError, ScpiError, classify
 
-__all__ = ["applies", "build_handoff", "describe", "present_words", "show_value",
-           "snapshot_key"]
+__all__ = ["applies", "build_handoff", "cover_words", "describe", "present_words",
+           "show_value", "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
@@ -62,6 +62,20 @@ def present_words(profile: Profile | None, needed: list[dict[str, Any]] | None) 
             label = spec.label if spec is not None else name
             out.append(f"CH{entry.get('channel')} {label} "
                        f"{show_value(profile, name, value)} as it is now")
+    return out
+
+
+def cover_words(profile: Profile | None, cover: list[dict[str, Any]] | None) -> list[str]:
+    """The approved setpoint an output enable stands on (the handoff's ``setpoint_cover``),
+    in the words beside its box: ``5.000 V (olga, tk-…)``, each field. The console shows
+    them and the approval's journaled meaning keeps them: what the person read is what was
+    recorded, values included."""
+    out: list[str] = []
+    for entry in cover or []:
+        for f in entry.get("fields") or []:
+            by = ", ".join(f.get("by") or []) or "?"
+            out.append(f"{show_value(profile, str(f.get('field')), f.get('value'), '—')} "
+                       f"({by}, {f.get('request') or '?'})")
     return out
 
 

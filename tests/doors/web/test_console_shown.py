@@ -102,3 +102,40 @@ def test_a_page_left_open_says_its_request_was_edited(page: Any, bench: Bench) -
     assert pg.locator("#approve-button").is_disabled()
     assert status(bench, tk) == "pending"
     assert bench.psu("OUTP? (@1)") == "0"
+
+
+def test_the_journal_keeps_the_words_beside_the_box_that_was_ticked(page: Any,
+                                                                     bench: Bench) -> None:
+    """An output enable standing on an approved setpoint: its box reads 'turns ON and the
+    DUT is energized at 5.000 V (olga, tk-…), 0.100 A (olga, tk-…)'. The approval's
+    journaled meaning said only '...turns ON and the DUT is energized': the values the
+    person read were not what was recorded. Now the meaning is the box's words."""
+    pg = page
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script", "goal": "cover"}).json()["id"]
+        r = h.post(f"/v1/runs/{run}/scpi",
+                   json={"instrument": "psu", "command": "VOLT 5,(@1);CURR 0.1,(@1)"})
+        first = r.json()["takeover"]["id"]
+    with bench.http("olga") as h:
+        seen = h.get(f"/v1/takeover/{first}").json()["proposalHash"]
+        done = h.post(f"/v1/runs/{run}/takeover/{first}/grant",
+                      json={"approve": ["setpoint"], "proposalHash": seen})
+        assert done.json()["request"]["status"] == "executed", done.text
+    with bench.http("bot") as h:
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu", "command": "OUTP ON,(@1)"})
+        tk = r.json()["takeover"]["id"]
+        assert r.json()["takeover"]["approvalsMissing"] == ["output_enable"], r.text
+    pg.goto(f"{bench.url}/requests/{tk}")
+    box = " ".join(pg.locator("label.decision").filter(
+        has=pg.locator("#kind-output_enable")).inner_text().split())
+    assert box.endswith(f"at 5.000 V (olga, {first}), 0.100 A (olga, {first})"), box
+    pg.check("#kind-output_enable")
+    pg.click("#approve-button")
+    pg.wait_for_url(re.compile(f"/requests/{tk}$"))
+    assert status(bench, tk) == "executed"
+    assert bench.psu("OUTP? (@1)") == "1"
+    with bench.http("olga") as h:
+        events = h.get(f"/v1/runs/{run}/journal").json()["events"]
+    meanings = [e["data"]["meaning"] for e in events
+                if e["type"] == "approval_granted" and e.get("requestId") == tk]
+    assert meanings == [box], meanings
