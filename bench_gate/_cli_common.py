@@ -40,6 +40,18 @@ def say(text: str) -> None:
     print(visible(text, lines=False), flush=True)
 
 
+def _parts(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep``; a SCPI message (``sep`` ';') into its units as the lexer
+    finds them, so a ';' inside a quoted string never counts as a unit of its own."""
+    if sep == ";":
+        from .scpi import ScpiError, lex
+        try:
+            return [u.text for u in lex(text)]
+        except ScpiError:
+            pass
+    return text.split(sep)
+
+
 def clip(text: str, width: int, sep: str = ";") -> str:
     """``text`` cut to about ``width`` characters, never silently: whole parts (message
     units) that fit, then how many more there are; a first part longer than ``width`` is
@@ -47,7 +59,7 @@ def clip(text: str, width: int, sep: str = ";") -> str:
     complete, and a value of 12 showed as 1."""
     if len(text) <= width:
         return text
-    parts = text.split(sep)
+    parts = _parts(text, sep)
     kept: list[str] = []
     for part in parts:
         if len(sep.join([*kept, part])) + 1 > width:
