@@ -94,6 +94,10 @@ def summary(tk: dict[str, Any]) -> None:
     run = h.get("run") or {}
     echo(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
     _line("command", tk["message"])
+    for e in h.get("edited") or []:  # an approver's edit: what runs is no longer the above
+        changed = ", ".join(f"{k}={v}" for k, v in (e.get("edits") or {}).items())
+        _line("edited", f"by {e.get('by')} at {e.get('at')}: {changed}; what runs now: "
+                        f"{'; '.join(e.get('commands') or [])} (not the command as sent)")
     _line("requester", f"{run.get('principal')} ({run.get('kind')}), goal: "
                        f"{h.get('goal') or '-'}")
     _line("rationale", h.get("rationale") or "-")

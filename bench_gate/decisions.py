@@ -310,6 +310,11 @@ class Decisions(Part):
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
                                           req.snapshot, req.revision)
         self._reshow(req, profile, limits)
+        # Who changed it, and what runs now: the command as sent stays the requester's, and
+        # the next approver must not have to guess why the actions say otherwise.
+        req.handoff["edited"] = [*(req.handoff.get("edited") or []), {
+            "by": who.name, "at": rfc3339(self.clock()), "edits": dict(edits),
+            "commands": [a.canonical for a in req.actions], "revision": req.revision}]
         return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
                       data={"by": who.name, "edits": edits, "old_commands": old_commands,
                             "new_commands": [a.canonical for a in req.actions],

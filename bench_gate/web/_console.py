@@ -52,6 +52,7 @@ class Console:
         self.templates.env.globals["show"] = views.show
         self.templates.env.globals["what_changes"] = views.what_changes
         self.templates.env.globals["channels"] = views.channels
+        self.templates.env.globals["edit_words"] = views.edit_words
         self.templates.env.globals["badges"] = views.badges
         self.templates.env.globals["utc"] = views.utc
         self.templates.env.globals["label"] = views.label

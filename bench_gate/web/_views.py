@@ -31,6 +31,7 @@ __all__ = [
     "deciders",
     "diff_rows",
     "edit_fields",
+    "edit_words",
     "flatten",
     "limits_of",
     "outcome_words",
@@ -196,7 +197,19 @@ def badges(req: AnyRequest) -> list[tuple[str, str]]:
         out.append(("plan", "STANDING PLAN"))
     if req.handoff.get("stale_diff"):
         out.append(("stale", "RESUBMITTED AFTER A CHANGE"))
+    edited = req.handoff.get("edited")
+    editors = dict.fromkeys(str(e.get("by")) for e in edited if isinstance(e, dict)) \
+        if isinstance(edited, list) else {}
+    if editors:
+        out.append(("edited", "EDITED BY " + ", ".join(editors)))
     return out
+
+
+def edit_words(edit: dict[str, Any]) -> str:
+    """One edit an approver made, in words: ``CH1.voltage=2; runs VOLT 2.0,(@1); OUTP
+    1,(@1)`` (the console and ``bench-gate show`` say it beside the command as sent)."""
+    changed = ", ".join(f"{k}={v}" for k, v in (edit.get("edits") or {}).items())
+    return f"{changed}; what runs now: {'; '.join(edit.get('commands') or [])}"
 
 
 def channels(req: AnyRequest) -> str:

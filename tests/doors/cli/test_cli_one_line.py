@@ -85,3 +85,25 @@ def test_a_line_break_in_free_text_never_prints_a_line_of_its_own(bench: Bench) 
     as_olga(bench, "show", tk)
     out = as_olga(bench, "deny", tk, "--notes", f"not now\n{tk}: executed: VOLT 2.0,(@1)")
     assert not any(line.startswith(f"{tk}: executed") for line in out), out
+
+
+def test_show_says_who_edited_a_request_and_what_runs(bench: Bench) -> None:
+    """After oscar's edit, ``show`` printed the requester's command (1 V) above actions at
+    2 V with nothing between them: now an ``edited`` line names oscar, the edit and what
+    runs."""
+    run = run_of(bench, "edited")
+    with bench.http("bot") as h:
+        r = h.post(f"/v1/runs/{run}/scpi",
+                   json={"instrument": "psu", "command": "VOLT 1,(@1);OUTP ON,(@1)"})
+        tk = r.json()["takeover"]["id"]
+    with bench.http("oscar") as h:
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["output_enable"], "edits": {"CH1.voltage": "2"},
+                         "proposalHash": shown_hash(h, tk)})
+        assert r.status_code == 200, r.text
+    out = as_olga(bench, "show", tk)
+    edited = [line for line in out if line.startswith("  edited")]
+    assert len(edited) == 1, out
+    assert "by oscar at " in edited[0]
+    assert edited[0].endswith(": CH1.voltage=2; what runs now: VOLT 2.0,(@1); OUTP 1,(@1) "
+                              "(not the command as sent)")

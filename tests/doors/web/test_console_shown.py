@@ -139,3 +139,24 @@ def test_the_journal_keeps_the_words_beside_the_box_that_was_ticked(page: Any,
     meanings = [e["data"]["meaning"] for e in events
                 if e["type"] == "approval_granted" and e.get("requestId") == tk]
     assert meanings == [box], meanings
+
+
+def test_an_edited_request_says_who_edited_it_and_what_runs(page: Any, bench: Bench) -> None:
+    """Oscar approved the output enable with CH1.voltage=2 on 'VOLT 1,(@1);OUTP ON,(@1)'.
+    Olga's page showed 'Command as sent: VOLT 1,(@1);OUTP ON,(@1)' above actions at 2 V
+    with no word of an edit: the rationale argued for 1 V, the setpoint she approves is
+    oscar's. The page (and the queue) now say who edited it, what, and what runs."""
+    pg = page
+    tk = submit(bench, "VOLT 1,(@1);OUTP ON,(@1)")
+    with bench.http("oscar") as h:
+        shown = h.get(f"/v1/takeover/{tk}").json()
+        r = h.post(f"/v1/runs/{shown['runId']}/takeover/{tk}/grant",
+                   json={"approve": ["output_enable"], "edits": {"CH1.voltage": "2"},
+                         "proposalHash": shown["proposalHash"]})
+        assert r.status_code == 200, r.text
+    pg.goto(f"{bench.url}/requests/{tk}")
+    said = " ".join(pg.inner_text("p.edited").split())
+    assert said.startswith("Edited before approval by oscar at"), said
+    assert "CH1.voltage=2; what runs now: VOLT 2.0,(@1); OUTP 1,(@1)" in said
+    pg.goto(bench.url + "/")
+    assert "EDITED BY oscar" in pg.locator(f"tr[data-id='{tk}']").inner_text()
