@@ -40,7 +40,7 @@ from .wire import rfc3339
 __all__ = ["EDITED_SHOWN", "Decisions", "GrantResult"]
 
 #: The parts of a handoff made from its actions: an edit makes them again.
-EDITED_SHOWN = ("actions", "reversibility", "risk", "proposed", "diff")
+EDITED_SHOWN = ("actions", "reversibility", "risk", "proposed", "diff", "diff_words")
 
 
 @dataclass(slots=True)

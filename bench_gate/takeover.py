@@ -17,7 +17,7 @@ from typing import Any
 
 from .core import MAX_RETRIES, Core, Instrument, Part, new_id
 from .errors import InvalidInput, NotFound, Refused
-from .handoff import build_handoff, snapshot_key
+from .handoff import build_handoff, shown_fields, snapshot_key
 from .models import (
     ApprovalKind,
     Event,
@@ -122,6 +122,8 @@ class Requests(Part):
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, **{f: snap.values.get(snapshot_key(ch, f)) for f in rest}}
                 for ch, rest in energize.items()]
+            req.handoff["setpoint_needed_shown"] = shown_fields(
+                inst.profile, req.handoff["setpoint_needed"])
         cover = self.setpoints.cover(inst, actions, snap)
         if cover:  # the setpoint approval an output enable stands on (setpointCover)
             req.handoff["setpoint_cover"] = cover

@@ -107,3 +107,32 @@ def test_show_says_who_edited_a_request_and_what_runs(bench: Bench) -> None:
     assert "by oscar at " in edited[0]
     assert edited[0].endswith(": CH1.voltage=2; what runs now: VOLT 2.0,(@1); OUTP 1,(@1) "
                               "(not the command as sent)")
+
+
+def test_show_gives_every_value_its_unit(bench: Bench) -> None:
+    """``show`` printed the change as ``ch1.voltage: 0.0 → 2.0`` and ``ch1.output: 0 →
+    1``, and the setpoints an output enable stands on as ``CH1 voltage 5.0``: no unit, no
+    label, while the console said ``CH1 voltage setpoint 0.000 V → 2.000 V``. Each is now
+    said in the console's words, from the server (a lab's own profile need not be on the
+    reviewer's machine)."""
+    run = run_of(bench, "units")
+    with bench.http("bot") as h:
+        r = h.post(f"/v1/runs/{run}/scpi",
+                   json={"instrument": "psu", "command": "VOLT 5,(@1);CURR 0.1,(@1)"})
+        first = r.json()["takeover"]["id"]
+    out = as_olga(bench, "show", first)
+    assert "  change        CH1 voltage setpoint 0.000 V → 5.000 V" in out, out
+    assert "  change        CH1 current limit 1.000 A → 0.100 A" in out, out
+    as_olga(bench, "approve", first, "--setpoint")
+    with bench.http("bot") as h:
+        on = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                  "command": "OUTP ON,(@1)"}).json()
+        needs = h.post(f"/v1/runs/{run}/scpi", json={
+            "instrument": "psu", "command": "CURR 0.2,(@3);OUTP ON,(@3)"}).json()
+    out = as_olga(bench, "show", on["takeover"]["id"])
+    assert "  change        CH1 output OFF → ON" in out, out
+    assert any(line.startswith("  setpoint      CH1 voltage 5.000 V approved by olga at ")
+               and line.endswith(f" in {first}") for line in out), out
+    out = as_olga(bench, "show", needs["takeover"]["id"])
+    assert any(line.startswith("  setpoint      CH3 voltage 0.000 V: not set here")
+               for line in out), out
