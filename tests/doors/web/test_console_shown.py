@@ -160,3 +160,28 @@ def test_an_edited_request_says_who_edited_it_and_what_runs(page: Any, bench: Be
     assert "CH1.voltage=2; what runs now: VOLT 2.0,(@1); OUTP 1,(@1)" in said
     pg.goto(bench.url + "/")
     assert "EDITED BY oscar" in pg.locator(f"tr[data-id='{tk}']").inner_text()
+
+
+def test_the_timeline_shows_what_an_edit_showed_and_what_each_approval_meant(
+        page: Any, bench: Bench) -> None:
+    """The run timeline opened only the first handoff ('what was shown'): after an edit,
+    what the next approver was shown (the proposal_edited event's actions, margins, diff)
+    and the words each approver ticked (the approval's meaning) were in the journal but not
+    on the page."""
+    pg = page
+    tk = submit(bench, "VOLT 1,(@1);OUTP ON,(@1)")
+    with bench.http("oscar") as h:
+        shown = h.get(f"/v1/takeover/{tk}").json()
+        run = shown["runId"]
+        r = h.post(f"/v1/runs/{run}/takeover/{tk}/grant",
+                   json={"approve": ["output_enable"], "edits": {"CH1.voltage": "3"},
+                         "proposalHash": shown["proposalHash"]})
+        assert r.status_code == 200, r.text
+    pg.goto(f"{bench.url}/runs/{run}")
+    edited = pg.locator("tr.ev-proposal_edited details.shown-edited")
+    edited.locator("summary").click()
+    # The journal's JSON as the first handoff's is shown (tojson: '→' is \u2192).
+    assert '"words": "CH1 voltage setpoint 0.000 V \\u2192 3.000 V"' in edited.inner_text()
+    meaning = pg.locator("tr.ev-approval_granted p.meaning").inner_text()
+    assert meaning == ("I approve the output enable: the output of CH1 turns ON and the DUT "
+                       "is energized")
