@@ -308,7 +308,7 @@ class Decisions(Part):
         # so no approval this edit voids counts again after an edit back.
         req.revision += 1
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                          req.snapshot, req.revision)
+                                          req.snapshot, req.revision, request=req.id)
         self._reshow(req, profile, limits)
         # Who changed it, and what runs now: the command as sent stays the requester's, and
         # the next approver must not have to guess why the actions say otherwise.

@@ -98,13 +98,15 @@ class Requests(Part):
         if energize and ApprovalKind.SETPOINT not in required:
             required = [ApprovalKind.SETPOINT, *required]
         created = self.clock()
+        request_id = new_id("tk")
         req = TakeoverRequest(
-            id=new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            id=request_id, run_id=run.id, instrument=inst.config.name, message=message,
             actions=actions, required=required, reason=reason, step_id=step_id,
             rationale=rationale, confidence=confidence, idempotency_key=idempotency_key,
             timeout_minutes=timeout, created_at=created,
             expires_at=created + timedelta(minutes=timeout), snapshot=snap,
-            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
+            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap,
+                                        request=request_id),
             supersedes=supersedes.id if supersedes is not None else None,
             bench=self.config.bench, on_resend=on_resend)
         history = self.store.recent(run.id, limit=40)
