@@ -15,7 +15,7 @@ from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import CommandSpec, Profile, ProfileError, ScpiError, classify
 
 __all__ = ["applies", "build_handoff", "change_words", "cover_words", "describe",
-           "present_words", "show_value", "shown_fields", "snapshot_key"]
+           "edit_words", "present_words", "show_value", "shown_fields", "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
@@ -88,6 +88,13 @@ def shown_fields(profile: Profile | None, entries: list[dict[str, Any]] | None
     """``setpoint_needed``'s entries with each value as a person reads it (``1.000 A``)."""
     return [{k: v if k == "channel" else show_value(profile, k, v, "—") for k, v in e.items()}
             for e in entries or []]
+
+
+def edit_words(edit: dict[str, Any]) -> str:
+    """One edit an approver made (the handoff's ``edited``), in words: ``CH1.voltage=2;
+    what runs now: VOLT 2.0,(@1); OUTP 1,(@1)``, beside the command as sent."""
+    changed = ", ".join(f"{k}={v}" for k, v in (edit.get("edits") or {}).items())
+    return f"{changed}; what runs now: {'; '.join(edit.get('commands') or [])}"
 
 
 def cover_words(profile: Profile | None, cover: list[dict[str, Any]] | None) -> list[str]:

@@ -31,7 +31,6 @@ __all__ = [
     "deciders",
     "diff_rows",
     "edit_fields",
-    "edit_words",
     "flatten",
     "limits_of",
     "outcome_words",
@@ -204,12 +203,6 @@ def badges(req: AnyRequest) -> list[tuple[str, str]]:
         out.append(("edited", "EDITED BY " + ", ".join(editors)))
     return out
 
-
-def edit_words(edit: dict[str, Any]) -> str:
-    """One edit an approver made, in words: ``CH1.voltage=2; runs VOLT 2.0,(@1); OUTP
-    1,(@1)`` (the console and ``bench-gate show`` say it beside the command as sent)."""
-    changed = ", ".join(f"{k}={v}" for k, v in (edit.get("edits") or {}).items())
-    return f"{changed}; what runs now: {'; '.join(edit.get('commands') or [])}"
 
 
 def channels(req: AnyRequest) -> str:
