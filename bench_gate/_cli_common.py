@@ -15,8 +15,8 @@ from .client import Client
 from .doorway import CHANGED_EXIT, ERROR_EXIT
 from .texts import visible
 
-__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "echo", "finite", "identity",
-           "port", "print_json", "seconds", "table", "until", "whole"]
+__all__ = ["BROKEN", "CHANGED", "ERROR", "CliError", "client_for", "clip", "echo", "finite",
+           "identity", "port", "print_json", "say", "seconds", "table", "until", "whole"]
 
 ERROR = ERROR_EXIT
 #: ``approve``/``deny``: the proposal changed since it was shown; nothing was decided.
@@ -80,6 +80,44 @@ def whole(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def say(text: str) -> None:
+    """Print ``text`` as one line: a line break in it (a goal's, a question's, a close
+    reason's) is escaped too, never a line of its own that reads as a row, an event or an
+    option the server never sent."""
+    print(visible(text, lines=False), flush=True)
+
+
+def _parts(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep``; a SCPI message (``sep`` ';') into its units as the lexer
+    finds them, so a ';' inside a quoted string never counts as a unit of its own."""
+    if sep == ";":
+        from .scpi import ScpiError, lex
+        try:
+            return [u.text for u in lex(text)]
+        except ScpiError:
+            pass
+    return text.split(sep)
+
+
+def clip(text: str, width: int, sep: str = ";") -> str:
+    """``text`` cut to about ``width`` characters, never silently: whole parts (message
+    units) that fit, then how many more there are; a first part longer than ``width`` is
+    cut with an ellipsis. 'VOLT 1,(@1);...;VOLT 12,(@2)' cut at 40 read '...;VOLT 1', as if
+    complete, and a value of 12 showed as 1."""
+    if len(text) <= width:
+        return text
+    parts = _parts(text, sep)
+    kept: list[str] = []
+    for part in parts:
+        if len(sep.join([*kept, part])) + 1 > width:
+            break
+        kept.append(part)
+    more = len(parts) - len(kept)
+    if not kept:
+        return text[:width - 1] + "…"
+    return f"{sep.join(kept)}{sep}… (+{more} more)"
+
+
 def identity(args: argparse.Namespace) -> tuple[str, str]:
     """The server and the token a command speaks with."""
     token = args.token or os.environ.get("BENCH_GATE_TOKEN")
@@ -101,6 +139,7 @@ def table(headers: list[str], rows: list[list[str]]) -> None:
     if not rows:
         echo("(none)")
         return
+    rows = [[visible(str(x), lines=False) for x in row] for row in rows]  # one line each
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     for row in [headers, *rows]:
         echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from ._cli_common import CHANGED, CliError, client_for, echo, identity, print_json
+from ._cli_common import CHANGED, CliError, client_for, echo, identity, print_json, say
 from ._cli_show import said, summary
 from ._cli_shown import recall, remember
 from .client import Client, ProposalChangedError
@@ -98,7 +98,7 @@ def approve(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        echo(said(req, result["message"]))
+        say(said(req, result["message"]))
         if req.get("supersededBy"):
             echo(f"fresh request: {req['supersededBy']} (bench-gate show "
                  f"{req['supersededBy']})")
@@ -116,5 +116,5 @@ def deny(args: argparse.Namespace) -> int:
             return _changed(args, tk["id"], exc, "denied")
     if args.json:
         return print_json(req)
-    echo(said(req))  # a denial that suspended its run says so in its outcome
+    say(said(req))  # a denial that suspended its run says so in its outcome
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from ._cli_common import CliError, client_for, echo, print_json, table, until
+from ._cli_common import CliError, client_for, clip, echo, print_json, say, table, until
 from ._cli_show import said
 from .client import ApiError, Client, segment
 from .doorway import exit_code, follow_remote
@@ -36,7 +36,7 @@ def pending(args: argparse.Namespace) -> int:
                                      offset=args.offset)
     if args.json:
         return print_json(page)
-    rows = [[tk["id"], tk["runId"], tk["instrument"], tk["message"][:40],
+    rows = [[tk["id"], tk["runId"], tk["instrument"], clip(tk["message"], 40),
              ",".join(tk["approvalsMissing"]) or "-",
              ",".join(a["kind"] for a in tk["approvalsGiven"]) or "-",
              until(tk["expiresAt"])] for tk in page]
@@ -105,7 +105,7 @@ def runs(args: argparse.Namespace) -> int:
     if args.json:
         return print_json(found)
     table(["RUN", "KIND", "PRINCIPAL", "STATUS", "GOAL"],
-          [[r["id"], r["kind"], r["principal"], r["status"], (r.get("goal") or "")[:40]]
+          [[r["id"], r["kind"], r["principal"], r["status"], clip(r.get("goal") or "", 40, " ")]
            for r in found])
     return 0
 
@@ -119,8 +119,8 @@ def journal(args: argparse.Namespace) -> int:
         d = e.get("data") or {}
         what = d.get("message") or d.get("command") or d.get("outcome") or d.get("reason") \
             or d.get("by") or d.get("status") or ""
-        echo(f"{e['seq']:>6}  {e['at'][:19]}  {e['type']:<20} {e.get('requestId') or '':<40} "
-             f"{what}".rstrip())
+        say(f"{e['seq']:>6}  {e['at'][:19]}  {e['type']:<20} {e.get('requestId') or '':<40} "
+            f"{what}".rstrip())
     return 0
 
 
@@ -179,7 +179,7 @@ def watch(args: argparse.Namespace) -> int:
                 raise CliError(f"lost {args.url}: {item}") from item
             if isinstance(item, BaseException):
                 raise item
-            echo(item)
+            say(item)
     finally:
         c.close()
     return 0
@@ -193,7 +193,7 @@ def wait(args: argparse.Namespace) -> int:
     def stale(tk: dict[str, Any]) -> None:
         if tty:
             print("\r\033[K", end="")
-        echo(f"{said(tk)}; following its fresh request {tk['supersededBy']}")
+        say(f"{said(tk)}; following its fresh request {tk['supersededBy']}")
 
     def waiting(tk: dict[str, Any]) -> None:
         if not tty:
@@ -216,7 +216,7 @@ def wait(args: argparse.Namespace) -> int:
         line = said(tk)
         if tk.get("notes") and tk["notes"] not in line:
             line += f" (notes: {tk['notes']})"
-        echo(line)
+        say(line)
     return exit_code(tk["status"])
 
 
@@ -275,17 +275,17 @@ def questions(args: argparse.Namespace) -> int:
     if not asks:
         echo("(none)")
     for q in asks:
-        echo(f"{q['id']}  {q['status'].upper()}  asked by {q['askedBy']} (run {q['runId']}), "
-             f"expires in {until(q['expiresAt'])}")
+        say(f"{q['id']}  {q['status'].upper()}  asked by {q['askedBy']} (run {q['runId']}), "
+            f"expires in {until(q['expiresAt'])}")
         for i, item in enumerate(q["questions"], start=1):
-            echo(f"  {i}. {item['text']}")
+            say(f"  {i}. {item['text']}")
             for o in item["options"]:
-                echo(f"     - {o['label']}" + (f": {o['description']}" if o["description"]
-                                               else ""))
+                say(f"     - {o['label']}" + (f": {o['description']}" if o["description"]
+                                              else ""))
             if item["allowFreeText"]:
                 echo("     - (or a free-text answer)")
         if q.get("outcome") and q["status"] != "open":
-            echo(f"  outcome {q['outcome']}")
+            say(f"  outcome {q['outcome']}")
     return 0
 
 
@@ -303,5 +303,5 @@ def answer(args: argparse.Namespace) -> int:
                          json={"answers": answers, "notes": args.notes or ""})
     if args.json:
         return print_json(done)
-    echo(said(done))  # "q-…: answered by olga: …", the status said once
+    say(said(done))  # "q-…: answered by olga: …", the status said once
     return 0

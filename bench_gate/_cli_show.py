@@ -42,6 +42,8 @@ def _margins(h: dict[str, Any]) -> None:
 def _setpoints(tk: dict[str, Any], h: dict[str, Any]) -> None:
     """The setpoint approval an energize stands on, or the one it still needs."""
     needed = h.get("setpointNeeded") if "setpoint" in tk["approvalsMissing"] else None
+    # Each value with its unit as the server shows it (a gateway before it: the raw value).
+    needed = h.get("setpointNeededShown") or needed if needed else None
     for need in needed or []:
         # Every field under the envelope (an SMU's level and limit in both functions too).
         values = ", ".join(f"{k} {v}" for k, v in need.items() if k != "channel")
@@ -55,16 +57,18 @@ def _setpoints(tk: dict[str, Any], h: dict[str, Any]) -> None:
         for f in cover.get("fields") or []:
             by = f.get("by")
             who = ", ".join(by) if isinstance(by, list) else str(by or "?")
-            _line("setpoint", f"CH{cover['channel']} {f['field']} {f.get('value')} approved "
+            _line("setpoint", f"CH{cover['channel']} {f['field']} "
+                              f"{f.get('shown') or f.get('value')} approved "
                               f"by {who} at {f.get('at') or '?'} in {f.get('request') or '?'}")
 
 
 def _stale(tk: dict[str, Any], h: dict[str, Any]) -> None:
     earlier = tk.get("supersedes") or "the earlier request"
-    for key, pair in (h.get("staleDiff") or {}).items():
-        old, new = [*pair, None, None][:2]
-        _line("changed", f"{key}: {old} → {new} (since {earlier} was approved; this is its "
-                         "fresh request)")
+    pairs = h.get("staleDiff") or {}
+    words = h.get("staleDiffWords") or [f"{k}: {[*v, None, None][0]} → {[*v, None, None][1]}"
+                                        for k, v in pairs.items()]
+    for said_ in words:
+        _line("changed", f"{said_} (since {earlier} was approved; this is its fresh request)")
     if tk.get("supersededBy"):
         _line("fresh", f"{tk['supersededBy']} (bench-gate show {tk['supersededBy']})")
 
@@ -94,6 +98,10 @@ def summary(tk: dict[str, Any]) -> None:
     run = h.get("run") or {}
     echo(f"{tk['id']}  {tk['status'].upper()}  on {tk['instrument']}  (run {tk['runId']})")
     _line("command", tk["message"])
+    for e in h.get("edited") or []:  # an approver's edit: what runs is no longer the above
+        changed = ", ".join(f"{k}={v}" for k, v in (e.get("edits") or {}).items())
+        _line("edited", f"by {e.get('by')} at {e.get('at')}: {changed}; what runs now: "
+                        f"{'; '.join(e.get('commands') or [])} (not the command as sent)")
     _line("requester", f"{run.get('principal')} ({run.get('kind')}), goal: "
                        f"{h.get('goal') or '-'}")
     _line("rationale", h.get("rationale") or "-")
@@ -109,8 +117,10 @@ def summary(tk: dict[str, Any]) -> None:
     for e in (h.get("history") or [])[-RECENT:]:
         _line("earlier", f"{e.get('at')}  {e.get('command') or e.get('type')}"
                          + (f" ({e['status']})" if e.get("status") else ""))
-    for key, (old, new) in (h.get("diff") or {}).items():
-        _line("change", f"{key}: {old} → {new}")
+    # Each change with its label and unit, as the console's table shows it.
+    for words in h.get("diffWords") or [f"{k}: {old} → {new}"
+                                        for k, (old, new) in (h.get("diff") or {}).items()]:
+        _line("change", words)
     _stale(tk, h)
     _setpoints(tk, h)
     _line("required", ", ".join(tk["required"]))

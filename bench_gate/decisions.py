@@ -40,7 +40,7 @@ from .wire import rfc3339
 __all__ = ["EDITED_SHOWN", "Decisions", "GrantResult"]
 
 #: The parts of a handoff made from its actions: an edit makes them again.
-EDITED_SHOWN = ("actions", "reversibility", "risk", "proposed", "diff")
+EDITED_SHOWN = ("actions", "reversibility", "risk", "proposed", "diff", "diff_words")
 
 
 @dataclass(slots=True)
@@ -305,12 +305,18 @@ class Decisions(Part):
                 a.canonical = unit.canonical
                 a.new = render_value(unit.value) if unit.value is not None else None
                 a.words = describe(profile, a)
+        self.snaps.described(req.actions, req.snapshot, profile)
         # A new revision: never an earlier proposal again, even with the same commands,
         # so no approval this edit voids counts again after an edit back.
         req.revision += 1
         req.proposal_hash = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                          req.snapshot, req.revision)
+                                          req.snapshot, req.revision, request=req.id)
         self._reshow(req, profile, limits)
+        # Who changed it, and what runs now: the command as sent stays the requester's, and
+        # the next approver must not have to guess why the actions say otherwise.
+        req.handoff["edited"] = [*(req.handoff.get("edited") or []), {
+            "by": who.name, "at": rfc3339(self.clock()), "edits": dict(edits),
+            "commands": [a.canonical for a in req.actions], "revision": req.revision}]
         return [Event(run_id=req.run_id, request_id=req.id, type=EventType.PROPOSAL_EDITED,
                       data={"by": who.name, "edits": edits, "old_commands": old_commands,
                             "new_commands": [a.canonical for a in req.actions],

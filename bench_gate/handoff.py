@@ -14,8 +14,8 @@ from .config import ChannelLimits
 from .models import Action, Event, EventType, Run, Snapshot, TakeoverRequest
 from .scpi import CommandSpec, Profile, ProfileError, ScpiError, classify
 
-__all__ = ["applies", "build_handoff", "describe", "present_words", "show_value",
-           "snapshot_key"]
+__all__ = ["applies", "build_handoff", "change_words", "cover_words", "describe",
+           "edit_words", "present_words", "show_value", "shown_fields", "snapshot_key"]
 
 
 def snapshot_key(channel: int | None, field: str) -> str:
@@ -62,6 +62,52 @@ def present_words(profile: Profile | None, needed: list[dict[str, Any]] | None) 
             label = spec.label if spec is not None else name
             out.append(f"CH{entry.get('channel')} {label} "
                        f"{show_value(profile, name, value)} as it is now")
+    return out
+
+
+def change_words(profile: Profile | None, pairs: dict[str, Any] | None) -> list[str]:
+    """State changes (``{"ch1.voltage": [old, new]}``) as a person reads them, each with
+    its label and unit: ``CH1 voltage setpoint 0.000 V → 2.000 V``, ``CH1 output OFF →
+    ON``. The CLI printed ``ch1.voltage: 0.0 → 2.0`` and ``ch1.output: 0 → 1``."""
+    out: list[str] = []
+    for key, pair in (pairs or {}).items():
+        old, new = [*pair, None, None][:2]
+        ch, _, name = key.partition(".")
+        if not name:
+            ch, name = "", key
+        spec = profile.fields.get(name) if profile is not None else None
+        where = f"{ch.upper()} " if ch else ""
+        out.append(f"{where}{spec.label if spec is not None else name} "
+                   f"{show_value(profile, name, old, '—')} → "
+                   f"{show_value(profile, name, new, '—')}")
+    return out
+
+
+def shown_fields(profile: Profile | None, entries: list[dict[str, Any]] | None
+                 ) -> list[dict[str, Any]]:
+    """``setpoint_needed``'s entries with each value as a person reads it (``1.000 A``)."""
+    return [{k: v if k == "channel" else show_value(profile, k, v, "—") for k, v in e.items()}
+            for e in entries or []]
+
+
+def edit_words(edit: dict[str, Any]) -> str:
+    """One edit an approver made (the handoff's ``edited``), in words: ``CH1.voltage=2;
+    what runs now: VOLT 2.0,(@1); OUTP 1,(@1)``, beside the command as sent."""
+    changed = ", ".join(f"{k}={v}" for k, v in (edit.get("edits") or {}).items())
+    return f"{changed}; what runs now: {'; '.join(edit.get('commands') or [])}"
+
+
+def cover_words(profile: Profile | None, cover: list[dict[str, Any]] | None) -> list[str]:
+    """The approved setpoint an output enable stands on (the handoff's ``setpoint_cover``),
+    in the words beside its box: ``5.000 V (olga, tk-…)``, each field. The console shows
+    them and the approval's journaled meaning keeps them: what the person read is what was
+    recorded, values included."""
+    out: list[str] = []
+    for entry in cover or []:
+        for f in entry.get("fields") or []:
+            by = ", ".join(f.get("by") or []) or "?"
+            out.append(f"{show_value(profile, str(f.get('field')), f.get('value'), '—')} "
+                       f"({by}, {f.get('request') or '?'})")
     return out
 
 
@@ -242,7 +288,9 @@ def build_handoff(
         "snapshot_at": snap.taken_at.isoformat(),
         "proposed": proposed,
         "diff": diff,
+        "diff_words": change_words(profile, diff),
         "stale_diff": ({k: list(v) for k, v in stale_diff.items()} if stale_diff else None),
+        "stale_diff_words": change_words(profile, stale_diff) if stale_diff else None,
         "required": [k.value for k in req.required],
         "expires_at": req.expires_at.isoformat(),
         "proposal_hash": req.proposal_hash,

@@ -39,12 +39,15 @@ PLAN_OUTPUT = "a standing plan that switches outputs on, unattended, inside its 
 
 
 def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
-                     message: str = "", present: Iterable[str] = ()) -> str:
+                     message: str = "", present: Iterable[str] = (),
+                     cover: Iterable[str] = ()) -> str:
     """What an approval of ``kind`` means, in the words its approver is shown beside the
     box they tick (the console's request page): ``I approve the setpoint: CH1 voltage
     setpoint 0.000 V → 5.000 V``. Built from each action's ``words``, and for a setpoint
     the ``present`` fields it approves as they are (``handoff.present_words``); ``message``
-    (the request's command) is what a state change shows when no action has words."""
+    (the request's command) is what a state change shows when no action has words; for an
+    output enable, ``cover`` is the approved setpoint it stands on (``handoff.cover_words``),
+    the values its approver read beside the box."""
     kind = ApprovalKind(kind)
     actions = list(actions)
     scope = "; ".join(a.words for a in actions if a.effect == "plan")
@@ -59,8 +62,9 @@ def approval_meaning(kind: ApprovalKind | str, actions: Iterable[Action], *,
     if kind is ApprovalKind.OUTPUT_ENABLE:
         channels = ", ".join(f"CH{a.channel}" for a in actions
                              if a.approval is ApprovalKind.OUTPUT_ENABLE)
+        at = ", ".join(cover)
         return (f"I approve the output enable: the output of {channels} turns ON and the "
-                "DUT is energized")
+                "DUT is energized" + (f" at {at}" if at else ""))
     changes = "; ".join(a.words or a.canonical for a in actions
                         if a.effect not in ("read", "select"))
     return f"I approve the state change: {changes or message}"

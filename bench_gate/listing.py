@@ -38,10 +38,11 @@ __all__ = ["FORMAT", "LISTED_HANDOFF", "AnyRequest", "ListedAction", "ListedAppr
            "ListedSnapshot", "RequestSummary", "listed_document", "summaries", "summary_of"]
 
 #: The handoff keys a list keeps: who asked (``run``), a standing ``plan``, a resubmission
-#: after a change (``stale_diff``), what the console's queue shows. The rest (the run's
+#: after a change (``stale_diff``), an edit by an approver (``edited``), what the console's
+#: queue shows. The rest (the run's
 #: history, snapshots, proposed state) is most of a request's size and is read with the
 #: request itself (``get_request``).
-LISTED_HANDOFF = ("run", "plan", "stale_diff")
+LISTED_HANDOFF = ("run", "plan", "stale_diff", "edited")
 
 #: What a list document is made from, by the request's own JSON keys (pydantic's
 #: ``include``): the fields a list door shows, and of each action and the snapshot only

@@ -310,16 +310,21 @@ class Event(BaseModel):
 
 
 def proposal_hash(instrument: str, canonical: list[str], snapshot: Snapshot,
-                  revision: int = 0) -> str:
+                  revision: int = 0, request: str = "") -> str:
     """sha256 over the instrument identity, the canonical commands and the snapshot shown,
     with the stored states it recalls (a slot saved again since is another proposal) and,
     once a request was edited, its revision: an edit back to earlier values is a new
-    proposal, so no approval an edit voided ever counts again."""
+    proposal, so no approval an edit voided ever counts again. With ``request``, the request
+    it was shown as: two requests asking the same thing from the same state (another run, its
+    own rationale) had one hash, and a grant naming the one a person was shown approved the
+    other, never shown."""
     shown: dict[str, Any] = {"instrument": instrument, "idn": snapshot.idn,
                              "commands": canonical, "snapshot": snapshot.values}
     if snapshot.recalled:
         shown["recalled"] = snapshot.recalled
     if revision:  # absent before any edit: a request's first hash is what it always was
         shown["revision"] = revision
+    if request:
+        shown["request"] = request
     body = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()

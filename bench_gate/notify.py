@@ -73,8 +73,11 @@ class Notifier:
     def request_changed(self, req: TakeoverRequest) -> None:
         """A request moved: wake its waiters, tell subscribers and the other gateways."""
         self.wake(req.id)
+        # The proposal too: a page left open on a pending request learns it was edited
+        # (a new proposal, still pending), not only that its status moved.
         message = {"id": req.id, "run_id": req.run_id, "status": req.status.value,
-                   "instrument": req.instrument, "bench": req.bench or self.bench}
+                   "instrument": req.instrument, "bench": req.bench or self.bench,
+                   "proposal_hash": req.proposal_hash}
         self.publish("request", **message)
         with contextlib.suppress(GatewayError):  # a lost notification is caught by the sweep
             self.store.notify({"type": "request", "origin": self.origin, **message})

@@ -191,13 +191,15 @@ class PlanDesk(Part):
         required = [ApprovalKind.SETPOINT] + (
             [ApprovalKind.OUTPUT_ENABLE] if scope.output_enable else [])
         created = self.clock()
+        request_id = new_id("tk")
         req = TakeoverRequest(
-            id=new_id("tk"), run_id=run.id, instrument=scope.instrument,
+            id=request_id, run_id=run.id, instrument=scope.instrument,
             message=f"plan: {'; '.join(words)}", actions=actions, required=required,
             reason=rationale or f"{run.kind.value} {run.principal} asks for a standing plan",
             rationale=rationale, timeout_minutes=self.requests.timeout(None), created_at=created,
             expires_at=created + timedelta(minutes=self.requests.timeout(None)), snapshot=snap,
-            proposal_hash=proposal_hash(scope.instrument, [scope.digest(), *words], snap),
+            proposal_hash=proposal_hash(scope.instrument, [scope.digest(), *words], snap,
+                                        request=request_id),
             plan_id=plan_id, bench=self.config.bench)
         history = self.store.recent(run.id, limit=40)
         req.handoff = build_handoff(req, run, inst.profile, limits, history, dict(snap.values))
@@ -333,7 +335,8 @@ class PlanDesk(Part):
             created_at=created, expires_at=created + timedelta(minutes=1), snapshot=live,
             proposal_hash="", plan_id=plan.id, bench=self.config.bench)
         req.proposal_hash = proposal_hash(inst.config.name,
-                                          [a.canonical for a in req.actions], live)
+                                          [a.canonical for a in req.actions], live,
+                                          request=req.id)
         by = f"plan {plan.id} (approved by {', '.join(plan.approved_by)})"
         req.approvals = [Approval(kind=k, by=by, proposal_hash=req.proposal_hash,
                                   people=list(plan.approved_by), tokens=list(plan.tokens))

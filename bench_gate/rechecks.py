@@ -243,9 +243,12 @@ class Rechecks(Part):
     def unfit_to_run(req: TakeoverRequest) -> str | None:
         """Invariant 3, checked again at the last moment: the approvals are bound to exactly
         this proposal (its commands and the snapshot shown), and none is missing."""
-        expected = proposal_hash(req.instrument, [a.canonical for a in req.actions],
-                                 req.snapshot, req.revision)
-        if expected != req.proposal_hash:
+        commands = [a.canonical for a in req.actions]
+        # Bound to the request (one held before hashes named it: its content alone).
+        expected = {proposal_hash(req.instrument, commands, req.snapshot, req.revision,
+                                  request=req.id),
+                    proposal_hash(req.instrument, commands, req.snapshot, req.revision)}
+        if req.proposal_hash not in expected:
             return "the proposal does not match its hash"
         if req.missing():
             return "approvals missing for this exact proposal: " + ", ".join(

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from .auth import held_at, revoked_tokens
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
-from .handoff import snapshot_key
+from .handoff import show_value, snapshot_key
 from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
 from .plans import PlanScope, within
 
@@ -156,6 +156,7 @@ class Setpoints(Part):
                 source = (stored.get("source") or {}).get(f) or {}
                 shown.append({
                     "field": f, "value": stored.get(f),
+                    "shown": show_value(inst.profile, f, stored.get(f)),
                     "by": (stored.get("by_field") or {}).get(f) or stored.get("people") or [],
                     "at": source.get("at") or stored.get("at"),
                     "request": source.get("request") or stored.get("request")})

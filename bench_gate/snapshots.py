@@ -227,7 +227,23 @@ class Snapshots(Part):
                 unpredictable=u.writes and unpredictable(u.effect, u.value), applies=u.note)
             action.words = describe(inst.profile, action)
             actions.append(action)
+        if snap is not None:
+            self.described(actions, snap, inst.profile)
         return actions
+
+    @classmethod
+    def described(cls, actions: list[Action], snap: Snapshot, profile: Profile) -> None:
+        """Each action's old value is the one it finds: the state the units before it leave
+        (``passed_through``), not the snapshot. 'VOLT 5.9,(@1);VOLT 0.1,(@1)' read
+        '0.000 V -> 5.900 V' then '0.000 V -> 0.100 V', as if the second set nothing new."""
+        states = cls.passed_through(actions, snap, profile)
+        for before, a in zip(states, actions[1:], strict=False):
+            if a.field is None:
+                continue
+            key = _keys(profile, a.channel, a.field)[0]
+            if key in before and before[key] != a.old:
+                a.old = before[key]
+                a.words = describe(profile, a)
 
     @staticmethod
     def proposed(actions: list[Action], snap: Snapshot, profile: Profile | None = None

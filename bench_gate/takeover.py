@@ -17,7 +17,7 @@ from typing import Any
 
 from .core import MAX_RETRIES, Core, Instrument, Part, new_id
 from .errors import InvalidInput, NotFound, Refused
-from .handoff import build_handoff, snapshot_key
+from .handoff import build_handoff, shown_fields, snapshot_key
 from .models import (
     ApprovalKind,
     Event,
@@ -98,13 +98,15 @@ class Requests(Part):
         if energize and ApprovalKind.SETPOINT not in required:
             required = [ApprovalKind.SETPOINT, *required]
         created = self.clock()
+        request_id = new_id("tk")
         req = TakeoverRequest(
-            id=new_id("tk"), run_id=run.id, instrument=inst.config.name, message=message,
+            id=request_id, run_id=run.id, instrument=inst.config.name, message=message,
             actions=actions, required=required, reason=reason, step_id=step_id,
             rationale=rationale, confidence=confidence, idempotency_key=idempotency_key,
             timeout_minutes=timeout, created_at=created,
             expires_at=created + timedelta(minutes=timeout), snapshot=snap,
-            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap),
+            proposal_hash=proposal_hash(inst.config.name, [a.canonical for a in actions], snap,
+                                        request=request_id),
             supersedes=supersedes.id if supersedes is not None else None,
             bench=self.config.bench, on_resend=on_resend)
         history = self.store.recent(run.id, limit=40)
@@ -122,6 +124,8 @@ class Requests(Part):
             req.handoff["setpoint_needed"] = [
                 {"channel": ch, **{f: snap.values.get(snapshot_key(ch, f)) for f in rest}}
                 for ch, rest in energize.items()]
+            req.handoff["setpoint_needed_shown"] = shown_fields(
+                inst.profile, req.handoff["setpoint_needed"])
         cover = self.setpoints.cover(inst, actions, snap)
         if cover:  # the setpoint approval an output enable stands on (setpointCover)
             req.handoff["setpoint_cover"] = cover

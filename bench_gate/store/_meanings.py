@@ -4,7 +4,12 @@ shown before it is hashed into the journal's chain, so the chain holds them too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..models import ApprovalKind, Event, EventType, TakeoverRequest
+
+if TYPE_CHECKING:
+    from ..scpi import Profile
 
 __all__ = ["with_meanings"]
 
@@ -15,7 +20,7 @@ def with_meanings(req: TakeoverRequest, events: list[Event]) -> list[Event]:
     approval_meaning`), before it is hashed into the chain."""
     from ..journal import approval_meaning
 
-    present = _present(req)
+    present, cover = _present(req), _cover(req)
     for ev in events:
         if ev.type is EventType.APPROVAL_GRANTED and "meaning" not in ev.data \
                 and ev.request_id == req.id and "kind" in ev.data:
@@ -24,8 +29,17 @@ def with_meanings(req: TakeoverRequest, events: list[Event]) -> list[Event]:
             except ValueError:
                 continue
             ev.data["meaning"] = approval_meaning(kind, req.actions, message=req.message,
-                                                  present=present)
+                                                  present=present, cover=cover)
     return events
+
+
+def _profile(req: TakeoverRequest) -> Profile | None:
+    from ..scpi import ProfileError, get_profile
+
+    try:
+        return get_profile(str(req.handoff.get("profile") or ""))
+    except (ProfileError, OSError, KeyError):
+        return None
 
 
 def _present(req: TakeoverRequest) -> list[str]:
@@ -34,10 +48,15 @@ def _present(req: TakeoverRequest) -> list[str]:
     if not needed:
         return []
     from ..handoff import present_words
-    from ..scpi import ProfileError, get_profile
 
-    try:
-        profile = get_profile(str(req.handoff.get("profile") or ""))
-    except (ProfileError, OSError, KeyError):
-        profile = None
-    return present_words(profile, needed)
+    return present_words(_profile(req), needed)
+
+
+def _cover(req: TakeoverRequest) -> list[str]:
+    """The approved setpoint ``req``'s output enable stands on, as its approver read it."""
+    cover = req.handoff.get("setpoint_cover")
+    if not cover:
+        return []
+    from ..handoff import cover_words
+
+    return cover_words(_profile(req), cover)

@@ -22,6 +22,7 @@ from ..auth import Tokens
 from ..doorway import problem_of
 from ..errors import GatewayError, InstrumentError, NotFound
 from ..gateway import Gateway, RequestPage, RequestSort
+from ..handoff import edit_words
 from ..models import Principal, Status, TakeoverRequest
 from . import _views as views
 from ._plots import Samples
@@ -51,6 +52,8 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.globals["show"] = views.show
         self.templates.env.globals["what_changes"] = views.what_changes
+        self.templates.env.globals["channels"] = views.channels
+        self.templates.env.globals["edit_words"] = edit_words
         self.templates.env.globals["badges"] = views.badges
         self.templates.env.globals["utc"] = views.utc
         self.templates.env.globals["label"] = views.label

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..auth import TOKEN_IN_TEXT, carries_token
 from ..errors import GatewayError, NotFound
-from ..handoff import present_words
+from ..handoff import cover_words, present_words
 from ..journal import PLAN_OUTPUT, PLAN_SETPOINT
 from ..models import ApprovalKind, Principal, Run, RunKind, RunStatus, Status, TakeoverRequest
 from ..states import TERMINAL
@@ -57,6 +57,8 @@ async def request_page(console: Console, request: Request, req: TakeoverRequest,
                              if a.approval is ApprovalKind.SETPOINT),
                            *present_words(profile, req.handoff.get("setpoint_needed"))],
         "cover": views.cover_rows(req, profile),
+        # The words beside the output enable's box, as its approval's meaning keeps them.
+        "cover_words": cover_words(profile, req.handoff.get("setpoint_cover")),
         # A plan's two halves are standing approvals of its scope (journal.approval_meaning).
         "plan_words": [a.words for a in req.actions if a.effect == "plan"],
         "plan_setpoint": PLAN_SETPOINT, "plan_output": PLAN_OUTPUT,

@@ -24,6 +24,7 @@ __all__ = [
     "EditField",
     "Waterfall",
     "badges",
+    "channels",
     "check_edit",
     "cover_rows",
     "decider_names",
@@ -135,21 +136,28 @@ def limits_of(profile: Profile | None, limits: dict[int, ChannelLimits], channel
 
 def edit_fields(req: TakeoverRequest, profile: Profile | None,
                 limits: dict[int, ChannelLimits]) -> list[EditField]:
-    """The setpoints a decider may change in place before approving."""
-    out: list[EditField] = []
-    seen: set[str] = set()
+    """The setpoints a decider may change in place before approving. A field the message
+    sets more than once holds the value it leaves (the last), and its note says each step:
+    an edit replaces every one (``Decisions._apply_edits``), and the first value in the box
+    read as the setpoint while the last one ran."""
+    steps: dict[str, list[str]] = {}
     for a in req.actions:
         if a.effect != "setpoint" or a.channel is None or a.field not in ("voltage", "current") \
                 or a.new is None:
             continue
-        key = f"CH{a.channel}.{a.field}"
-        if key in seen:
-            continue
-        seen.add(key)
-        low, high, note = limits_of(profile, limits, a.channel, a.field)
-        spec = profile.fields.get(a.field) if profile is not None else None
-        out.append(EditField(key=key, label=label(profile, f"ch{a.channel}.{a.field}"),
-                             value=a.new, unit=spec.unit if spec is not None else "",
+        steps.setdefault(f"CH{a.channel}.{a.field}", []).append(a.new)
+    out: list[EditField] = []
+    for key, values in steps.items():
+        ch, _, name = key.partition(".")
+        channel = int(ch[2:])
+        low, high, note = limits_of(profile, limits, channel, name)
+        if len(values) > 1:
+            said = ", then ".join(show(profile, name, v) for v in values)
+            note = (f"set {len(values)} times in this message: {said}; a change replaces "
+                    f"every one; {note}")
+        spec = profile.fields.get(name) if profile is not None else None
+        out.append(EditField(key=key, label=label(profile, f"ch{channel}.{name}"),
+                             value=values[-1], unit=spec.unit if spec is not None else "",
                              low=low, high=high, limit_note=note))
     return out
 
@@ -188,7 +196,19 @@ def badges(req: AnyRequest) -> list[tuple[str, str]]:
         out.append(("plan", "STANDING PLAN"))
     if req.handoff.get("stale_diff"):
         out.append(("stale", "RESUBMITTED AFTER A CHANGE"))
+    edited = req.handoff.get("edited")
+    editors = dict.fromkeys(str(e.get("by")) for e in edited if isinstance(e, dict)) \
+        if isinstance(edited, list) else {}
+    if editors:
+        out.append(("edited", "EDITED BY " + ", ".join(editors)))
     return out
+
+
+
+def channels(req: AnyRequest) -> str:
+    """Every channel a request touches, for the queue's first column (``CH1, CH3``)."""
+    return ", ".join(f"CH{c}" for c in sorted({a.channel for a in req.actions
+                                                if a.channel is not None}))
 
 
 def what_changes(req: AnyRequest) -> str:

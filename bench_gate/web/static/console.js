@@ -65,10 +65,21 @@ function liveEvents() {
     const msg = JSON.parse(ev.data);
     if (page === "queue") refreshQueue(msg.status === "pending");
     const article = document.querySelector("article.request");
-    if (article && article.dataset.id === msg.id && article.dataset.status !== msg.status) {
+    if (article && article.dataset.id === msg.id) {
+      // A new status, or a new proposal while still pending (another operator approved it
+      // with an edit): what this page shows is no longer what would run.
+      const edited = msg.proposalHash && article.dataset.hash !== msg.proposalHash;
       const banner = document.getElementById("changed-banner");
-      if (banner) { banner.hidden = false; banner.firstChild.textContent =
-        "This request is now " + msg.status + ". "; }
+      if (banner && article.dataset.status !== msg.status) {
+        banner.hidden = false;
+        banner.firstChild.textContent = "This request is now " + msg.status + ". ";
+      } else if (banner && edited) {
+        banner.hidden = false;
+        banner.firstChild.textContent = "This request was edited since the page loaded: " +
+          "what it would run is not what this page shows. Nothing is approved from it. ";
+      }
+      const form = document.getElementById("approve-form");
+      if (form && edited) { form.dataset.stale = "1"; form.dispatchEvent(new Event("change")); }
     }
   });
   // An agent's questions wait in the same queue as approvals.
@@ -118,7 +129,7 @@ function approveForm() {
       if (!bad && v !== Number(input.dataset.original)) edited = true;
     });
     if (error) { error.hidden = problems.length === 0; error.textContent = problems.join("; "); }
-    button.disabled = !ticked || problems.length > 0;
+    button.disabled = !ticked || problems.length > 0 || form.dataset.stale === "1";
     button.textContent = edited ? "Approve ticked, with my changes" : "Approve ticked";
   };
   form.addEventListener("input", check);

@@ -204,7 +204,7 @@ def test_a_stale_request_shows_its_diff_and_its_fresh_request(
     fresh = re.search(r"fresh request: (tk-\S+)", out)
     assert fresh, out
     code, out, _ = run_main(bench, "olga", capsys, "show", fresh.group(1))
-    assert re.search(rf"changed\s+ch2\.current: \S+ → 0\.3\S* \(since {tk} was approved",
+    assert re.search(rf"changed\s+CH2 current limit \S+ A → 0\.300 A \(since {tk} was approved",
                      out), out
 
 
@@ -284,7 +284,7 @@ def test_an_energize_shows_the_setpoint_approval_it_stands_on(
     assert code == 0, err
     _, [on] = held(bench, "bot", "OUTP ON,(@1)")
     code, out, _ = run_main(bench, "olga", capsys, "show", on)
-    assert re.search(rf"setpoint\s+CH1 voltage 1\.2 approved by olga at \S+Z in {volts}",
+    assert re.search(rf"setpoint\s+CH1 voltage 1\.200 V approved by olga at \S+Z in {volts}",
                      out), out
     assert "needs a setpoint approval too" not in out
     front_panel(bench, "CURR 0.2,(@2)")  # CH2: within the envelope, no approved setpoint
