@@ -222,7 +222,8 @@ class Intake(Part):
         reason = ""
         if run is not None and run.status is RunStatus.CLOSED:
             reason = "the run is closed: nothing more runs in it; start a new run"
-        elif not read_only and not all(self.interlocks.allowed(u) for u in c.units):
+        elif not read_only and (self.core.registry.lost is not None  # fenced: no write
+                                or not all(self.interlocks.allowed(u) for u in c.units)):
             try:
                 self.interlocks.check(instrument)  # an emergency stop refuses every write
             except Refused as exc:
