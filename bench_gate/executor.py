@@ -83,7 +83,10 @@ class Executor(Part):
 
     async def run_approved(self) -> None:
         """Execute approved requests this bench owns that nobody is executing: after a
-        restart, and as the fallback when a notification from another gateway was lost."""
+        restart, and as the fallback when a notification from another gateway was lost.
+        None once fenced (another gateway took the bench): they are the new owner's to run."""
+        if self.core.registry.lost is not None:
+            return
         for req in self.store.list_requests(status=Status.APPROVED, limit=10_000):
             if self.core.owns(req) and req.id not in self._in_flight and not req.on_resend:
                 self.core.spawn(self.execute(req.id))

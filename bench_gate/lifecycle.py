@@ -152,5 +152,5 @@ class Lifecycle(Part):
             k: v for k, v in message.items() if k not in ("type", "origin")})
         if message.get("status") == Status.APPROVED.value and \
                 message.get("bench") == self.config.bench and \
-                not self._executor.in_flight(request_id):
+                self.registry.lost is None and not self._executor.in_flight(request_id):
             self.core.spawn(self._executor.execute(request_id))

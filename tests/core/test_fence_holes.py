@@ -10,7 +10,8 @@ from pathlib import Path
 from bench_gate.config import default_config
 from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal
+from bench_gate.lifecycle import SWEEP_SECONDS
+from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
 from tests.conftest import own_port
@@ -47,3 +48,60 @@ async def test_a_fenced_gateway_sends_no_unapproved_write_either(
     finally:
         await gw.close()
         gw.store.close()
+
+
+async def test_a_fenced_gateway_leaves_the_benchs_approved_requests_to_its_owner(
+        sim: SimBenchThread, tmp_path: Path, script: Principal) -> None:
+    """Both gateways serve one bench name on one store: the fenced one's sweep (and its
+    PostgreSQL notices) took every approved request of the bench as its own, and failed
+    it, -203: an approval the new owner recorded (its long way: the lock busy, a restart)
+    never ran. Now the fenced gateway leaves it; the owner runs it."""
+    config = default_config(sim.psu_port, sim.dmm_port)
+    for ic in config.instruments:
+        ic.socket_port = 0
+    db = tmp_path / "bench.db"
+    fenced: Gateway | None = Gateway(config, SqliteStore(db))
+    assert fenced is not None
+    await fenced.start()
+    owner: Gateway | None = None
+    try:
+        run = fenced.create_run(script, "script")
+        held = (await fenced.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert held is not None and held.status is Status.PENDING
+        # A claim gone stale (its gateway paused): the next start takes the bench over.
+        fenced.store.kv_put(TABLE, config.bench, {
+            "instance": "paused", "host": "elsewhere", "pid": 1, "heartbeat": 0.0,
+            "rules": {}})
+        deadline = time.monotonic() + 10
+        while fenced.core.registry.lost is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert fenced.core.registry.lost is not None
+        # Approved as the owner's grant records it when it cannot run it at once.
+        req = fenced.get_request(held.id)
+        req.approvals = [Approval(kind=ApprovalKind.SETPOINT, by="olga",
+                                  proposal_hash=req.proposal_hash)]
+        req.status = Status.APPROVED
+        assert fenced.store.save_request(req, req.version, [Event(
+            run_id=run.id, request_id=req.id, type=EventType.APPROVAL_GRANTED,
+            data={"kind": "setpoint", "by": "olga", "proposal_hash": req.proposal_hash})])
+        await asyncio.sleep(3 * SWEEP_SECONDS + 0.5)  # the fenced gateway's sweeps
+        assert fenced.get_request(held.id).status is Status.APPROVED, \
+            fenced.get_request(held.id).outcome
+        await fenced.close()  # its operator restarts it (one read log per bench name):
+        fenced.store.close()
+        fenced = None
+        owner = Gateway(config, SqliteStore(db))
+        await owner.start()  # the bench's gateway now: its start runs what is approved
+        done = owner.get_request(held.id)
+        while done.status in (Status.APPROVED, Status.EXECUTING) and \
+                time.monotonic() < deadline + 10:
+            await asyncio.sleep(0.1)
+            done = owner.get_request(held.id)
+        assert done.status is Status.EXECUTED, (done.status, done.outcome)
+        with own_port(sim.psu_resource_name, panel=True) as psu:
+            assert float(psu.query("VOLT? (@1)")) == 2.5
+    finally:
+        for gw in (owner, fenced):
+            if gw is not None:
+                await gw.close()
+                gw.store.close()
