@@ -212,6 +212,28 @@ class Interlocks(Part):
             return exc.message
         return None
 
+    async def keep_held(self) -> None:
+        """Each sweep: the stops held here alone (the store refused them when pressed) are
+        kept in the store once it is back, so a restart and the other benches of the store
+        see them too; a stop cleared meanwhile is deleted again."""
+        held = dict(self._held)
+        if not held or await asyncio.to_thread(self._keep_keys, held) is not None:
+            return
+        for key, record in held.items():
+            if self._held.get(key) is record:
+                del self._held[key]
+            elif key not in self._held:  # cleared while it was being kept
+                with contextlib.suppress(StoreError):
+                    await asyncio.to_thread(self.store.kv_delete, STOPS, key)
+
+    def _keep_keys(self, records: dict[str, dict[str, Any]]) -> str | None:
+        try:
+            for key, record in records.items():
+                self.store.kv_put(STOPS, key, record)
+        except StoreError as exc:
+            return exc.message
+        return None
+
     def or_held(self, hook: Callable[[str, list[int]], None]
                 ) -> Callable[[str, list[int]], None]:
         """``hook`` (ending the plans over channels the gateway just made safe), or, when

@@ -116,6 +116,7 @@ class Lifecycle(Part):
                 self._beat = asyncio.ensure_future(asyncio.to_thread(self.registry.beat))
                 await asyncio.shield(self._beat)
                 self._fenced()
+                await self._executor.interlocks.keep_held()  # a stop the store refused
                 await self.sweep()
                 await self._executor.run_approved()
                 self._retention.tick()  # starts an archive at most hourly; never waits
