@@ -330,6 +330,8 @@ class Interlocks(Part):
         """An operator ends the stop (suspended runs stay suspended until released)."""
         require_operator(who)
         refuse_revoked(self.store, who)
+        if self.core.registry.lost is not None:  # the bench's stops are its new owner's
+            raise Refused(-203, self.core.registry.lost)
         stopped = self.stopped()
         names = [instrument] if instrument else list(stopped)
         if instrument and instrument not in stopped:

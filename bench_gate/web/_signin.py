@@ -7,7 +7,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from ._console import checked_form, console_of, first, form_of, require_decider, same_origin
+from ._console import (
+    checked_form,
+    console_of,
+    first,
+    form_of,
+    require_decider,
+    same_origin,
+    shown_error,
+)
 from ._session import COOKIE, LOGIN_CSRF_COOKIE, Sessions, new_token
 
 __all__ = ["router"]
@@ -68,7 +76,7 @@ async def clear_stop(request: Request) -> Response:
     """Ending the emergency stop: operators only (as `bench-gate stop --clear`)."""
     console, session, me, _ = await checked_form(request)
     require_decider(me, "clearing the emergency stop")
-    cleared = console.gateway.clear_stop(me)
+    cleared = shown_error(console.gateway.clear_stop, me)  # a fenced gateway: -203
     console.say(session, "ok", f"Stop cleared by {me.name}: "
                 f"{', '.join(cleared) or 'nothing was stopped'}; writes are judged again")
     return RedirectResponse("/", status_code=303)

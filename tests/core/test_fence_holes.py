@@ -7,7 +7,10 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from bench_gate.config import default_config
+from bench_gate.errors import Refused
 from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
 from bench_gate.lifecycle import SWEEP_SECONDS
@@ -20,7 +23,7 @@ from tests.conftest import own_port
 async def _fenced(gw: Gateway) -> None:
     gw.store.kv_put(TABLE, gw.config.bench, {
         "instance": "the-other-one", "host": "elsewhere", "pid": 1,
-        "heartbeat": gw.store.clock_seconds(), "rules": {}})
+        "heartbeat": 0.0, "rules": {}})  # gone since: the next start takes the bench
     deadline = time.monotonic() + 10
     while gw.core.registry.lost is None and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -105,3 +108,38 @@ async def test_a_fenced_gateway_leaves_the_benchs_approved_requests_to_its_owner
             if gw is not None:
                 await gw.close()
                 gw.store.close()
+
+
+async def test_a_fenced_gateway_clears_no_stop_of_the_bench(
+        sim: SimBenchThread, tmp_path: Path, olga: Principal) -> None:
+    """The stops of a bench name are kept under that name in the store: the owner's and
+    the fenced gateway's alike. An operator on the fenced one cleared the stop in force
+    on the instrument the new owner serves."""
+    config = default_config(sim.psu_port, sim.dmm_port)
+    for ic in config.instruments:
+        ic.socket_port = 0
+    db = tmp_path / "bench.db"
+    gw = Gateway(config, SqliteStore(db))
+    await gw.start()
+    try:
+        await gw.emergency_stop(olga, "test", "psu")
+        await _fenced(gw)
+        with pytest.raises(Refused, match="no longer serves bench") as refused:
+            gw.clear_stop(olga, "psu")
+        assert refused.value.code == -203
+        assert "psu" in gw.stopped()
+    finally:
+        await gw.close()
+        gw.store.close()
+    again = Gateway(config, SqliteStore(db))  # the bench's gateway, restarted
+    await again.start()
+    try:
+        assert "psu" in again.stopped()
+        run = again.create_run(Principal(name="bot2"), "script")
+        result = await again.submit(run.id, "psu", "OUTP 1,(@1)")
+        assert result.code == -203 and "psu is stopped" in result.reason, result
+        with own_port(sim.psu_resource_name, panel=True) as psu:
+            assert psu.query("OUTP? (@1)").strip() == "0"
+    finally:
+        await again.close()
+        again.store.close()
