@@ -42,7 +42,7 @@ async def test_a_fenced_gateway_sends_no_unapproved_write_either(
         with own_port(sim.dmm_resource_name, panel=True) as dmm:
             before = dmm.query("FUNC?").strip()
         await _fenced(gw)
-        for message in ("CONF:CURR:DC", "*CLS", "SYST:BEEP"):  # no approval needed
+        for message in ("CONF:CURR:DC", "MEAS:CURR:DC?", "*CLS", "SYST:BEEP"):  # unattended
             result = await gw.submit(run.id, "dmm", message)
             assert result.code == -203 and "no longer serves bench" in result.reason, \
                 (message, result)
