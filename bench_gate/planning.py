@@ -347,7 +347,8 @@ class PlanDesk(Part):
         unjournaled.clear()
         events.append(Event(run_id=run.id, request_id=req.id, type=EventType.APPROVAL_GRANTED,
                             data={"kinds": [k.value for k in required], "by": by,
-                                  "plan_id": plan.id, "writes_left": plan.writes_left}))
+                                  "plan_id": plan.id, "writes_left": plan.writes_left,
+                                  "proposal_hash": req.proposal_hash}))
         stored = self.store.create_request(req, events)
         if stored.id != req.id:
             return stored

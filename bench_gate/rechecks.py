@@ -210,7 +210,8 @@ class Rechecks(Part):
         behind the gateway's back (an approval, an ``approved`` status, a changed proposal
         with its hash recomputed) runs nothing: ``journal verify`` cannot see such an edit
         (the requests table is no part of the chain). A plan's step is approved by its plan
-        (its event names no hash), its plan by a request checked the same way."""
+        (its event names the step's hash; one journaled before that, none), its plan by a
+        request checked the same way."""
         wanted = req.valid_approvals() if approvals is None else approvals
         if not wanted:
             return None
@@ -223,11 +224,11 @@ class Rechecks(Part):
                 continue  # an edited row proves nothing
             kinds = [ev.data["kind"]] if "kind" in ev.data else ev.data.get("kinds") or []
             shown = ev.data.get("proposal_hash")
-            for kind in kinds:
+            for kind in kinds:  # a step's names its hash (one journaled before, none)
                 held.add((str(kind), str(ev.data.get("by")),
                           None if step and shown is None else str(shown)))
-        missing = [a for a in wanted if (a.kind.value, a.by,
-                                         None if step else a.proposal_hash) not in held]
+        missing = [a for a in wanted if (a.kind.value, a.by, a.proposal_hash) not in held
+                   and not (step and (a.kind.value, a.by, None) in held)]
         if missing and self.store.segments():  # [journal] keep_days archived the oldest
             first = self.store.chain(0, 1)  # the oldest event still in the store
             since = datetime.fromisoformat(str(first[0][4])) if first else None
