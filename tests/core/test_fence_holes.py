@@ -13,6 +13,7 @@ from bench_gate.config import default_config
 from bench_gate.errors import Refused
 from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
+from bench_gate.leases import LEASES
 from bench_gate.lifecycle import SWEEP_SECONDS
 from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
 from bench_gate.store import SqliteStore
@@ -143,3 +144,30 @@ async def test_a_fenced_gateway_clears_no_stop_of_the_bench(
     finally:
         await again.close()
         again.store.close()
+
+
+async def test_a_fenced_gateway_runs_out_no_lease_of_the_bench(
+        sim: SimBenchThread, tmp_path: Path) -> None:
+    """A lease is renewed in the memory of the gateway its client talks to: the new
+    owner's. The fenced gateway, sharing the bench name, found every lease of the bench
+    unrenewed and ran it out: CH1, on for a client alive on the owner, switched off, and
+    its plans ended. Now the leases are the owner's (it runs out the fenced one's too)."""
+    config = default_config(sim.psu_port, sim.dmm_port)
+    config.policy.lease_seconds = 1.5
+    gw = Gateway(config, SqliteStore(tmp_path / "bench.db"))
+    await gw.start()
+    try:
+        await _fenced(gw)
+        with own_port(sim.psu_resource_name, panel=True) as psu:
+            psu.write("VOLT 1,(@1)")
+            psu.write("OUTP 1,(@1)")  # switched on by the owner, for its client
+            assert psu.query("OUTP? (@1)").strip() == "1"
+            gw.store.kv_put(LEASES, f"run-on-the-owner/{config.bench}/psu", {
+                "run_id": "run-on-the-owner", "instrument": "psu",
+                "bench": config.bench, "channels": [1]})
+            await asyncio.sleep(1.5 + 6 * SWEEP_SECONDS)
+            assert psu.query("OUTP? (@1)").strip() == "1"
+        assert gw.store.kv_get(LEASES, f"run-on-the-owner/{config.bench}/psu") is not None
+    finally:
+        await gw.close()
+        gw.store.close()
