@@ -137,7 +137,10 @@ class Terms(Part):
 
     def sweep(self) -> list[str]:
         """Close every run of this bench silent for a whole term, and of a bench whose
-        gateway is gone (kept here from when it was found gone); returns their ids."""
+        gateway is gone (kept here from when it was found gone); returns their ids. None
+        on a fenced gateway: its bench's clients are heard by the new owner, not here."""
+        if self.core.registry.lost is not None:
+            return []
         closed = []
         live: dict[str, bool] = {}
         for run_id, record in self.store.kv_items(TERMS):

@@ -15,7 +15,15 @@ from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
 from bench_gate.leases import LEASES
 from bench_gate.lifecycle import SWEEP_SECONDS
-from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
+from bench_gate.models import (
+    Approval,
+    ApprovalKind,
+    Event,
+    EventType,
+    Principal,
+    RunStatus,
+    Status,
+)
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
 from tests.conftest import own_port
@@ -168,6 +176,27 @@ async def test_a_fenced_gateway_runs_out_no_lease_of_the_bench(
             await asyncio.sleep(1.5 + 6 * SWEEP_SECONDS)
             assert psu.query("OUTP? (@1)").strip() == "1"
         assert gw.store.kv_get(LEASES, f"run-on-the-owner/{config.bench}/psu") is not None
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+async def test_a_fenced_gateway_closes_no_run_of_the_bench(
+        sim: SimBenchThread, tmp_path: Path, script: Principal) -> None:
+    """A run's term is its keeper's, the bench name's gateway, which hears its client in
+    memory: the new owner now. The fenced gateway, sharing the name, heard nothing and
+    closed the run of a client alive on the owner, its requests cancelled."""
+    config = default_config(sim.psu_port, sim.dmm_port)
+    gw = Gateway(config, SqliteStore(tmp_path / "bench.db"))
+    await gw.start()
+    try:
+        run = gw.create_run(script, "agent", heartbeat_seconds=2)
+        held = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert held is not None and held.status is Status.PENDING
+        await _fenced(gw)  # its client heartbeats on the new owner from now on
+        await asyncio.sleep(2 + 6 * SWEEP_SECONDS)
+        assert gw.get_run(run.id).status is RunStatus.ACTIVE
+        assert gw.get_request(held.id).status is Status.PENDING
     finally:
         await gw.close()
         gw.store.close()
