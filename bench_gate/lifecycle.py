@@ -133,10 +133,16 @@ class Lifecycle(Part):
                 await self._leases.sweep()
 
     def _fenced(self) -> None:
-        """Say once, on every console and watcher, that another gateway took the bench."""
+        """Say once, on every console and watcher, that another gateway took the bench, and
+        let go of its instruments' locks."""
         if self.registry.lost is not None and not self._told_lost:
             self._told_lost = True
             self.core.notifier.publish("alert", alert="bench_lost", reason=self.registry.lost)
+            # The instrument lock goes with the connection that took it: closed, it frees
+            # the instrument for the new owner, and a lane with no lock never takes it again.
+            for inst in self.instruments.values():
+                if inst.lane.lock is not None:
+                    self.core.spawn(inst.lane.close())
 
     def _on_remote(self, message: dict[str, Any]) -> None:
         """A change made by another gateway (called from the store's listener thread)."""

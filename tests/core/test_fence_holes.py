@@ -200,3 +200,32 @@ async def test_a_fenced_gateway_closes_no_run_of_the_bench(
     finally:
         await gw.close()
         gw.store.close()
+
+
+async def test_a_fenced_gateway_lets_go_of_the_instrument_locks(
+        sim: SimBenchThread, tmp_path: Path, script: Principal) -> None:
+    """The lock goes with the connection that took it: a fenced gateway kept its psu and
+    meter locked, so the new owner could neither lock them nor write. Now it closes them,
+    and a read it still answers never takes a lock again."""
+    gw = Gateway(default_config(sim.psu_port, sim.dmm_port),
+                 SqliteStore(tmp_path / "bench.db"))
+    await gw.start()
+    try:
+        with own_port(sim.psu_resource_name) as psu:
+            assert psu.query("SYST:LOCK:REQ?").strip() == "0", "the gateway holds it"
+        await _fenced(gw)
+        run = gw.create_run(script, "script")
+        deadline = time.monotonic() + 10
+        with own_port(sim.psu_resource_name) as psu:
+            while psu.query("SYST:LOCK:REQ?").strip() != "1" and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert psu.query("SYST:LOCK:OWN?").strip('"').startswith("LAN")
+            read = await gw.submit(run.id, "psu", "MEAS:VOLT? (@1)")  # still answered
+            assert read.code == 0, read
+            psu.write("VOLT 1.5,(@1)")  # the new owner's connection, not a panel
+            assert psu.query("SYST:ERR?").startswith("+0"), "locked again by the fenced one"
+            assert float(psu.query("VOLT? (@1)")) == 1.5
+            psu.write("SYST:LOCK:REL")
+    finally:
+        await gw.close()
+        gw.store.close()
