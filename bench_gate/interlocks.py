@@ -160,7 +160,7 @@ class Interlocks(Part):
         # an output on, and the stop stays in force here until it is kept or cleared.
         making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
                   for n in names]
-        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, records))
+        keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, self._keyed(records)))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         seconds = time.perf_counter() - started
@@ -170,7 +170,7 @@ class Interlocks(Part):
         for name, record in learnt.items():
             record["idn"] = self.core.instruments[name].idn
         if store_error is None and learnt:
-            store_error = await asyncio.to_thread(self._keep, learnt)
+            store_error = await asyncio.to_thread(self._keep, self._keyed(learnt))
         if store_error is None:  # the store holds it now: it is the store's to clear
             for name in names:
                 if self._held.get(self.core.qualified(name)) is records[name]:
@@ -202,12 +202,17 @@ class Interlocks(Part):
                                    instruments=names)
         return data
 
-    def _keep(self, records: dict[str, dict[str, Any]]) -> str | None:
-        """Keep the stops in the store (on a worker thread); why not, if not."""
+    def _keyed(self, by_name: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {self.core.qualified(n): r for n, r in by_name.items()}
+
+    def _keep(self, records: dict[str, dict[str, Any]],
+              tables: tuple[str, ...] = (STOPPING, STOPS)) -> str | None:
+        """Keep the stops (by qualified name) in ``tables`` of the store, on a worker
+        thread; why not, if not. A stop is unfinished (STOPPING) until journaled: a crash."""
         try:
-            for name, record in records.items():  # unfinished until journaled (a crash)
-                self.store.kv_put(STOPPING, self.core.qualified(name), record)
-                self.store.kv_put(STOPS, self.core.qualified(name), record)
+            for key, record in records.items():
+                for table in tables:
+                    self.store.kv_put(table, key, record)
         except StoreError as exc:
             return exc.message
         return None
@@ -217,7 +222,7 @@ class Interlocks(Part):
         kept in the store once it is back, so a restart and the other benches of the store
         see them too; a stop cleared meanwhile is deleted again."""
         held = dict(self._held)
-        if not held or await asyncio.to_thread(self._keep_keys, held) is not None:
+        if not held or await asyncio.to_thread(self._keep, held, (STOPS,)) is not None:
             return
         for key, record in held.items():
             if self._held.get(key) is record:
@@ -225,14 +230,6 @@ class Interlocks(Part):
             elif key not in self._held:  # cleared while it was being kept
                 with contextlib.suppress(StoreError):
                     await asyncio.to_thread(self.store.kv_delete, STOPS, key)
-
-    def _keep_keys(self, records: dict[str, dict[str, Any]]) -> str | None:
-        try:
-            for key, record in records.items():
-                self.store.kv_put(STOPS, key, record)
-        except StoreError as exc:
-            return exc.message
-        return None
 
     def or_held(self, hook: Callable[[str, list[int]], None]
                 ) -> Callable[[str, list[int]], None]:
