@@ -30,7 +30,7 @@ from .runs import Runs
 from .setpoints import Setpoints
 from .snapshots import Snapshots
 from .states import Event as Move
-from .store import canonical_at, canonical_data, link
+from .store import intact
 from .wire import rfc3339
 
 __all__ = ["Rechecks", "Refusal"]
@@ -218,9 +218,7 @@ class Rechecks(Part):
         step = req.plan_id is not None and bool(req.handoff.get("auto_step"))
         held: set[tuple[str, str, str | None]] = set()
         for ev in self.store.request_events(req.id, EventType.APPROVAL_GRANTED.value, 1000):
-            if not ev.hash or link(ev.seq, ev.run_id, ev.request_id, ev.type.value,
-                                   canonical_at(ev.at), canonical_data(ev.data),
-                                   ev.prev) != ev.hash:
+            if not intact(ev):
                 continue  # an edited row proves nothing
             kinds = [ev.data["kind"]] if "kind" in ev.data else ev.data.get("kinds") or []
             shown = ev.data.get("proposal_hash")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ._audit import archive, default_archive_dir, export_run, verify_file, verify_store
 from ._base import LISTED_HANDOFF, PendingCheck, RequestPage, RequestSort, Store
-from ._chain import GENESIS, Segment, canonical_at, canonical_data, link
+from ._chain import GENESIS, Segment, canonical_at, canonical_data, intact, link
 from ._readlog import READ_LOG_TABLE, ReadLog, ReadTemplate, flat_data, rows_of
 from ._readlog import Row as ReadRow
 from ._readlog import row as read_row
@@ -22,7 +22,7 @@ __all__ = ["GENESIS", "LISTED_HANDOFF", "MIGRATIONS", "POSTGRES_MIGRATIONS", "RE
            "ChainReport", "PendingCheck", "PostgresStore", "Problem", "ReadLog", "ReadRow",
            "ReadTemplate", "RequestPage", "RequestSort", "Segment", "SqliteStore", "Store",
            "archive", "canonical_at", "canonical_data", "default_archive_dir", "export_run",
-           "flat_data", "link", "open_store", "read_row", "rows_of", "verify_file",
+           "flat_data", "intact", "link", "open_store", "read_row", "rows_of", "verify_file",
            "verify_store"]
 
 #: URL schemes that select the PostgreSQL store (libpq accepts both).

@@ -150,6 +150,11 @@ class Link:
             raise ValueError(f"not a journal line: {exc!r} in {dict(line)!r:.200}") from exc
 
 
+def intact(ev: Event) -> bool:
+    """``ev``'s own hash is what its fields give: a row edited in place is not."""
+    return bool(ev.hash) and Link.of(ev).expected() == ev.hash
+
+
 def event_line(ev: Event) -> dict[str, Any]:
     """One event as a line of an export or a segment: every hashed field, and its hash."""
     return {"seq": ev.seq, "run": ev.run_id, "request": ev.request_id,
