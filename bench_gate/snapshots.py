@@ -7,6 +7,7 @@ checked on that predicted state before anything is sent.
 from __future__ import annotations
 
 import dataclasses
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -32,6 +33,9 @@ from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
 __all__ = ["JUDGED_STATES", "Snapshots", "normalize", "unverifiable"]
 
+#: Character response data (IEEE 488.2 §8.7.1): what a ``word`` field answers.
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
 
 def normalize(profile: Profile, fld: str, raw: str, where: str = "",
               channel: int | None = None) -> str:
@@ -40,6 +44,8 @@ def normalize(profile: Profile, fld: str, raw: str, where: str = "",
     so is a bit field with no bit for ``channel`` (it fails closed: maybe energized)."""
     spec = profile.fields.get(fld)
     text = raw.strip().strip('"')
+    if spec is not None and spec.word and not _WORD.fullmatch(raw.strip()):
+        raise InstrumentError(f"{where or fld}: answer {raw!r} is not one word")
     if spec is None or spec.type == "text":
         return text
     if spec.bits:

@@ -34,6 +34,9 @@ def check_model(model: ProfileModel) -> None:
         if not channel.defaults.keys() <= model.fields.keys():
             raise ProfileError(f"{model.name}: channel {number}: defaults name unknown fields")
     for name, spec in model.fields.items():
+        if spec.word and (spec.type != "text" or spec.bits):
+            raise ProfileError(f"{model.name}: field {name!r}: word is for a text field "
+                               "read by a query of its own")
         if spec.guards is not None and spec.type != "boolean":
             raise ProfileError(f"{model.name}: field {name!r}: guards is for a boolean field")
         held = {f for fields in spec.off_holds.values() for f in fields}

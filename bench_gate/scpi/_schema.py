@@ -243,6 +243,11 @@ class FieldSpec(BaseModel):
     #: other value, or an unread one, is outside the envelope (the DL3021's short-circuit
     #: and list modes draw what no level names), wherever the mode was set.
     bounded_when: tuple[str, ...] = ()
+    #: A text field whose answer is one word, character response data (IEEE 488.2 §8.7.1:
+    #: a letter, then letters, digits and ``_``; never a ``;``), as a mode's ``OFF|PAR|SER``:
+    #: it may join a compound query (scpi/compound.py). An answer that is not one word is an
+    #: I/O failure, never a value.
+    word: bool = False
     #: For a text field that says what a channel still does while its safe-action field
     #: reads off (an SMU's output-off state): each value (as the snapshot holds it, any
     #: case) -> the bounded fields still in force then. A value with none holds nothing the

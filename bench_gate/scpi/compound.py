@@ -7,14 +7,16 @@ IEEE 488.2 §7.4.1 lets one program message carry several query message units jo
 response message (§8.4.1). Every unit is written from the root (a leading ``:``, SCPI-99
 §6.2.4), so no unit is read under the header path the one before it left.
 
-Only number and boolean fields read by a query of their own (no register bits) join: their
-answers (numbers, §8.7.2-§8.7.4, or the profile's boolean words, character data §8.7.1) hold
-no ``;``, so the answers split back one to one, and each is then normalized as a separate
-answer would be: garbage fails closed. A text field's answer may hold a ``;`` (string data),
-so it is asked alone. ``*IDN?`` comes last (its answer is arbitrary ASCII response data,
-allowed only as a response message's last element, §8.7.11, and may hold a ``;``): it takes
-whatever follows the fields' answers, and the caller compares it whole with the identity it
-expects, so an answer missing or added anywhere never passes as the same instrument.
+Only number and boolean fields read by a query of their own (no register bits), and text
+fields the profile says answer one word (``word``), join: their answers (numbers,
+§8.7.2-§8.7.4, or words, character data §8.7.1) hold no ``;``, so the answers split back one
+to one, and each is then normalized as a separate answer would be: garbage (a word field's
+answer that is not one word included) fails closed. Any other text field's answer may hold a
+``;`` (string data), so it is asked alone. ``*IDN?`` comes last (its answer is arbitrary
+ASCII response data, allowed only as a response message's last element, §8.7.11, and may
+hold a ``;``): it takes whatever follows the fields' answers, and the caller compares it
+whole with the identity it expects, so an answer missing or added anywhere never passes as
+the same instrument.
 
 A public module: what is rendered, and how an answer splits, is tested on its own.
 """
@@ -69,8 +71,8 @@ class ReadPlan:
 def joins(profile: Profile, field_name: str) -> bool:
     """Whether ``field_name`` may be asked inside a compound query on ``profile``."""
     spec = profile.fields[field_name]
-    return (profile.model.compound_queries and spec.type in ("number", "boolean")
-            and not spec.bits)
+    return (profile.model.compound_queries and not spec.bits
+            and (spec.type in ("number", "boolean") or spec.word))
 
 
 def read_plan(profile: Profile, fields: list[Field] | tuple[Field, ...],

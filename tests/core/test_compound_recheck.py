@@ -7,18 +7,23 @@ recheck and the write share one lane turn: no other job reaches the supply betwe
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench_gate.config import BenchConfig
+from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
 from bench_gate.models import Approval, ApprovalKind, Event, EventType, Principal, Status
 from bench_gate.scpi import get_profile
+from bench_gate.snapshots import normalize
 from bench_gate.store import SqliteStore
 from tests.conftest import Clock
 from tests.faults import Fault, FaultLink
@@ -225,3 +230,61 @@ async def test_pyvisa_sims_own_backend_is_read_one_query_a_message(
     finally:
         await gw.close()
         gw.store.close()
+
+
+@pytest.mark.parametrize("pairing, status", [
+    ('"OFF"', {Status.FAILED}),  # string data where one word is asked
+    # a ';' inside: every later answer shifts (a word where a number is asked), and the
+    # identity with them
+    ("OFF;OFF", {Status.FAILED, Status.STALE}),
+    ("", {Status.FAILED}),
+])
+async def test_a_pairing_answer_that_is_not_one_word_writes_nothing(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any, pairing: str, status: set[Status]) -> None:
+    """OUTP:PAIR? joins CH2's compound query as one word (``word: true``): an answer that
+    is not one word fails closed, and one with a ';' shifts every later answer."""
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = _Mangled(PyvisaLink(psu))
+
+    def swap(answer: str) -> str:
+        asked = link.calls[-1].split(";")
+        parts = answer.split(";")
+        parts[asked.index(":OUTP:PAIR?")] = pairing
+        return ";".join(parts)
+
+    gw = Gateway(config, SqliteStore(db_path), links={"psu": link}, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@2)")).request
+        assert req is not None and req.status is Status.PENDING
+        assert req.snapshot.values["ch2.pairing"] == "OFF"
+        link.calls.clear()
+        link.mangle = swap
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+    finally:
+        await gw.close()
+        gw.store.close()
+    recheck = [c for c in link.calls if c.endswith(";*IDN?")]
+    assert recheck and ":OUTP:PAIR?" in recheck[0].split(";"), link.calls
+    assert "OUTP:PAIR?" not in link.calls  # never asked alone
+    assert done.status in status, done.outcome
+    assert "nothing was written" in (done.outcome or ""), done.outcome
+    assert not any(c.startswith("VOLT 2.5") for c in link.calls)
+    assert Decimal(front_panel.query("VOLT? (@2)")) == 0
+
+
+@given(answer=st.text(max_size=12))
+def test_a_word_field_takes_one_word_or_fails_closed(answer: str) -> None:
+    """Any answer to a ``word`` field: one word (IEEE 488.2 §8.7.1) is its value, anything
+    else an I/O failure, never a value."""
+    profile = get_profile("e36312a")
+    word = re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", answer.strip())
+    if word:
+        assert normalize(profile, "pairing", answer) == answer.strip()
+    else:
+        with pytest.raises(InstrumentError, match="not one word"):
+            normalize(profile, "pairing", answer)

@@ -25,8 +25,8 @@ def test_the_e36312a_reads_its_number_and_boolean_fields_and_idn_in_one_message(
     fields = [*state_fields("e36312a", 2), *state_fields("e36312a", 3)]
     plan = read_plan(E36312A, fields)
     assert plan.message is not None and plan.message.endswith(";" + IDN)
-    # OUTP:PAIR? answers text (a word that might be any string data): asked on its own.
-    assert plan.alone == ((2, "pairing"),)
+    # OUTP:PAIR? answers one word (OFF, PAR, SER: character data, never a ';'): it joins.
+    assert (2, "pairing") in plan.joined and plan.alone == ()
     assert set(plan.joined) | set(plan.alone) == set(fields)
     units = classify(plan.message, "e36312a").units
     assert [u.canonical for u in units[:-1]] == [
@@ -97,3 +97,31 @@ def test_an_answer_missing_never_splits(answers: list[str], missing: int) -> Non
     short = ";".join([*([*answers] * n)[: max(0, n - missing)], "Keysight,E36312A,1,2"])
     with pytest.raises(CompoundAnswerError):
         plan.split(short)
+
+
+def _e36312a_with(tmp_path: Path, old: str, new: str) -> Path:
+    shipped = Path(__file__).resolve().parents[2] / "bench_gate" / "profiles" / "e36312a.yaml"
+    text = shipped.read_text(encoding="utf-8")
+    assert old in text
+    name = f"e36312a-{tmp_path.name[-12:].lower().replace('_', '-')}"
+    path = tmp_path / "edited.yaml"
+    path.write_text(text.replace("name: e36312a", f"name: {name}").replace(old, new),
+                    encoding="utf-8")
+    return path
+
+
+def test_a_text_field_the_profile_does_not_call_a_word_is_asked_alone(tmp_path: Path) -> None:
+    """String data may hold a ';' (IEEE 488.2 §8.7.8): only ``word: true`` joins a text
+    field, and without it the field is asked on its own, as before."""
+    profile = get_profile(str(_e36312a_with(tmp_path, "type: text, word: true,", "type: text,")))
+    assert not joins(profile, "pairing")
+    plan = read_plan(profile, [*state_fields("e36312a", 2), *state_fields("e36312a", 3)])
+    assert plan.alone == ((2, "pairing"),)
+    assert plan.message is not None and "OUTP:PAIR?" not in plan.message
+
+
+def test_word_is_for_a_text_field(tmp_path: Path) -> None:
+    path = _e36312a_with(tmp_path, "tracking: {label: CH3 tracks CH2, type: boolean,",
+                         "tracking: {label: CH3 tracks CH2, type: boolean, word: true,")
+    with pytest.raises(ProfileError, match="word is for a text field"):
+        get_profile(str(path))
