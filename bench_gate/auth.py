@@ -159,7 +159,8 @@ def refuse_revoked(store: Store, who: Principal, revoked: frozenset[str] | None 
                    ) -> None:
     """PermissionDenied when ``who``'s token was revoked, looked up now: a verified token
     is trusted ``VERIFIED_SECONDS`` without a lookup, and a decision that lets a write go
-    (a grant, clearing a stop, releasing a run) is never made with a revoked one."""
+    (a grant, clearing a stop, releasing a run), or any other a person makes (a denial, a
+    takeover, an answer to an agent), is never made with a revoked one."""
     if who.token and who.token in (revoked_tokens(store) if revoked is None else revoked):
         raise PermissionDenied(f"the token {who.token} of {who.name} was revoked: it "
                                "decides nothing")
