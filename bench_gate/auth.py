@@ -52,19 +52,32 @@ _CACHE_MAX = 4096
 RECHECK_SECONDS = 1.0
 
 
-_RE_SPACES = re.compile(r"\s+")
+#: Whitespace, and the braille blank (U+2800), which shows as a space but is not one.
+_RE_SPACES = re.compile(r"[\s\u2800]+")
+#: Unicode's default-ignorable code points (DerivedCoreProperties.txt) that are not format
+#: characters: they show as nothing (a grapheme joiner, variation selectors, Hangul
+#: fillers, Khmer inherent vowels, Mongolian variation selectors, musical format marks,
+#: tag variation selectors), so ``olga`` with one reads ``olga``.
+_RE_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 
 
 def normalize_name(name: str) -> str:
     """A person's name as identities are compared: Unicode NFKC, case-folded, invisible
-    format characters (zero-width spaces, direction marks) removed, runs of whitespace made
-    one space, trimmed. ``Olga``, ``olga `` and ``OLGA`` are one person.
+    characters (format characters such as zero-width spaces and direction marks, and every
+    other default-ignorable one: a grapheme joiner, a variation selector, a Hangul filler)
+    removed, runs of whitespace (and blanks that show as one) made one space, trimmed.
+    ``Olga``, ``olga ``, ``OLGA`` and ``olga<U+034F>`` are one person.
 
     Token names are unique in this form, and a verified token's Principal carries it, so
     every comparison of people (who requested, who approved what) sees one spelling."""
-    # Format characters go first: removed after, "o<ZWSP><U+0301>" came out as an
+    # Invisible characters go first: removed after, "o<ZWSP><U+0301>" came out as an
     # uncomposed "o<U+0301>", a second name for "ó" (and normalizing again changed it).
-    text = "".join(c for c in name if unicodedata.category(c) != "Cf")
+    # (No character's NFKC or case folding makes an invisible one.)
+    text = _RE_IGNORABLE.sub("", "".join(c for c in name
+                                         if unicodedata.category(c) != "Cf"))
     text = unicodedata.normalize("NFKC", text)
     text = unicodedata.normalize("NFKC", text.casefold())
     return _RE_SPACES.sub(" ", text).strip()
@@ -146,7 +159,8 @@ def refuse_revoked(store: Store, who: Principal, revoked: frozenset[str] | None 
                    ) -> None:
     """PermissionDenied when ``who``'s token was revoked, looked up now: a verified token
     is trusted ``VERIFIED_SECONDS`` without a lookup, and a decision that lets a write go
-    (a grant, clearing a stop, releasing a run) is never made with a revoked one."""
+    (a grant, clearing a stop, releasing a run), or any other a person makes (a denial, a
+    takeover, an answer to an agent), is never made with a revoked one."""
     if who.token and who.token in (revoked_tokens(store) if revoked is None else revoked):
         raise PermissionDenied(f"the token {who.token} of {who.name} was revoked: it "
                                "decides nothing")

@@ -348,6 +348,7 @@ class Decisions(Part):
         req = self.requests.get(request_id)
         run = self.runs.get(req.run_id)
         require_operator(approver)
+        refuse_revoked(self.store, approver)  # a denial decides too (and suspends a run)
         if req.status is Status.PENDING and req.proposal_hash != proposal_hash:
             raise ProposalChanged(req.id, req.status.value, "deny", proposal_hash,
                                   req.proposal_hash)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .approvals import require_operator
+from .approvals import person, require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused, StoreError, TransitionError
@@ -313,7 +313,11 @@ class Interlocks(Part):
         suspended = []
         for run_id in sorted(runs):
             run = self.store.get_run(run_id)
-            if run is None or run.status is not RunStatus.ACTIVE:
+            # A run its own requester took over is suspended too: left taken over, it was
+            # theirs to release, and no other person would have looked at it.
+            if run is None or not (run.status is RunStatus.ACTIVE or (
+                    run.status is RunStatus.TAKEN_OVER
+                    and person(run.takeover_by or "") == person(run.principal))):
                 continue
             run.status = RunStatus.SUSPENDED
             run.takeover_reason = f"suspended by the emergency stop ({who.name})"

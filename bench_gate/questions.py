@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from .auth import refuse_token
+from .auth import refuse_revoked, refuse_token
 from .config import PolicyConfig
 from .errors import InvalidInput, NotFound, PermissionDenied, TransitionError
 from .models import Event, EventType, Principal, RunStatus
@@ -255,6 +255,7 @@ class QuestionDesk:
         if not who.operates:
             raise PermissionDenied(f"{who.name} is a {who.role.value}; answering needs an "
                                    "operator")
+        refuse_revoked(self.store, who)  # an answer steers an agent: looked up now
         ask = self.get(question_id)
         if who.name == ask.asked_by:
             raise PermissionDenied(f"{who.name} asked this question; another person must "

@@ -59,10 +59,7 @@ class Rechecks(Part):
         """The owner's own rules, checked again just before it executes: a decision made on
         another gateway, or before a restart or a config change, never skips them."""
         run = self.runs.get(req.run_id)
-        gone = self._run_refusal(req, run)
-        if gone is not None:
-            return gone
-        gone = self.withdrawn_refusal(req)
+        gone = self._run_refusal(req, run) or self.withdrawn_refusal(req, run)
         if gone is not None:
             return gone
         if req.plan_id is not None and req.handoff.get("auto_step"):
@@ -98,13 +95,14 @@ class Rechecks(Part):
             return Refusal(Move.EXPIRE, f"expired at {when} while it waited for the "
                            "instrument", f"expired: its time ran out at {when} while it "
                            "waited for the instrument; nothing was written")
-        why = self._run_refusal(req, self.runs.get(req.run_id))
+        run = self.runs.get(req.run_id)
+        why = self._run_refusal(req, run)
         if why is not None:
             return Refusal(Move.FAIL, why, f"failed: {why} (it ended while the write waited "
                            "for the instrument); nothing was written")
         # A token revoked while the write waited here (behind another write, a slow read):
         # the checks before the lane turn passed, but its approvals no longer count.
-        why = self.withdrawn_refusal(req)
+        why = self.withdrawn_refusal(req, run)
         if why is not None:
             return Refusal(Move.FAIL, why, f"failed: {why} (revoked while the write waited "
                            "for the instrument); nothing was written")
@@ -134,11 +132,18 @@ class Rechecks(Part):
         return f"this bench's rules refuse its plan now: {why}" if why else None
 
 
-    def withdrawn_refusal(self, req: TakeoverRequest) -> str | None:
+    def withdrawn_refusal(self, req: TakeoverRequest, run: Run | None = None) -> str | None:
         """Invariant 3 at the last moment: an approval given with a token revoked since
         (through any door: the CLI on the store, another gateway) no longer counts, whether
-        it waited for a second approval, a resend, or its bench."""
-        gone = withdrawn(req.valid_approvals(), revoked_tokens(self.store), self.store)
+        it waited for a second approval, a resend, or its bench. With ``run`` (its run),
+        nothing runs for a requester whose token was revoked since either: the sweep closes
+        such a run within ``SWEEP_SECONDS``, and a door trusts a verified token a moment
+        longer, so a write its plan covered ran unattended for the revoked token."""
+        revoked = revoked_tokens(self.store)
+        if run is not None and run.token and run.token in revoked:
+            return (f"the token {run.token} its run {run.id} was made with was revoked: "
+                    "nothing more runs in it")
+        gone = withdrawn(req.valid_approvals(), revoked, self.store)
         if gone:
             return (f"{withdrawn_words(gone)} no longer counts: the token it was given with "
                     "was revoked")

@@ -171,6 +171,7 @@ class Runs(Part):
         one another operator holds) would turn it into a takeover of their own, theirs to
         release."""
         require_operator(operator)
+        refuse_revoked(self.store, operator)  # a takeover holds the run's writes: a decision
         refuse_token(reason, "reason")
         run = self.get(run_id)
         why = own_release(run, operator, "take it over")

@@ -77,3 +77,20 @@ async def test_her_own_takeover_is_hers_to_end(gateway: Gateway, olga: Principal
     other = gateway.create_run(script, "script")  # not hers: any operator, as before
     gateway.take_over(other.id, olga, "looking")
     assert gateway.release(other.id, olga).status is RunStatus.ACTIVE
+
+
+async def test_an_emergency_stop_during_her_own_takeover_is_still_a_suspension(
+        gateway: Gateway, olga: Principal, pete: Principal) -> None:
+    """The stop suspends the runs whose writes it cancelled, so that another person looks
+    at them: a run its own requester had taken over was left taken over, theirs to end."""
+    run = gateway.create_run(olga, "script")
+    gateway.take_over(run.id, olga, "driving it by hand")
+    held = (await gateway.submit(run.id, "psu", "VOLT 1.5,(@1)")).request
+    assert held is not None and held.status.value == "pending"
+    await gateway.emergency_stop(pete, "test", "psu")
+    assert gateway.get_request(held.id).status.value == "cancelled"
+    assert gateway.get_run(run.id).status is RunStatus.SUSPENDED
+    gateway.clear_stop(pete, "psu")
+    with pytest.raises(PermissionDenied, match="other than its requester"):
+        gateway.release(run.id, Principal(name="Olga", role=Role.OPERATOR))
+    assert gateway.release(run.id, pete).status is RunStatus.ACTIVE  # another person looked

@@ -2,7 +2,8 @@
 revoked on the store by another process (``bench-gate token revoke``) still passes the
 HTTP door for that moment. A grant looked the token up again; clearing an emergency stop
 and releasing a suspended run did not, so a just-revoked operator token could let writes
-reach the instrument again. Every decision that lets a write go now looks it up."""
+reach the instrument again. Every decision that lets a write go now looks it up, and so
+does every other decision a person makes (a denial, a takeover, an answer)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,36 @@ def test_a_just_revoked_admin_token_never_makes_another(bench: Bench) -> None:
         assert r.status_code == 403, r.text
     with bench.http("ada") as h:
         assert not [t for t in h.get("/v1/tokens").json() if t["name"] == "mallory-2"]
+
+
+def test_a_just_revoked_operator_token_decides_nothing_at_all(bench: Bench) -> None:
+    """Denying, taking a run over and answering an agent's question are decisions too: a
+    denial suspends a run (three in a row), a takeover holds its writes, an answer steers
+    an agent. None is made with a token revoked a moment ago on the store."""
+    with bench.http("bot") as bot:
+        run = bot.post("/v1/runs", json={"kind": "agent", "goal": "ramp"}).json()["id"]
+        held = bot.post(f"/v1/runs/{run}/scpi",
+                        json={"instrument": "psu", "command": "VOLT 1.75,(@1)"})
+        assert held.status_code == 202, held.text
+        tk = held.json()["takeover"]
+        asked = bot.post(f"/v1/runs/{run}/questions", json={"questions": [
+            {"text": "Which channel?", "options": [{"label": "CH1"}, {"label": "CH2"}]}]})
+        assert asked.status_code == 201, asked.text
+    decisions = {
+        "deny": (f"/v1/runs/{run}/takeover/{tk['id']}/deny",
+                 {"notes": "no", "proposalHash": tk["proposalHash"]}),
+        "take-over": (f"/v1/runs/{run}/takeover/request", {"reason": "mine now"}),
+        "answer": (f"/v1/questions/{asked.json()['id']}/answer",
+                   {"answers": [{"choice": "CH2"}]}),
+    }
+    for what, (path, body) in decisions.items():
+        with operator(bench, f"mallory-{what}") as mallory:
+            revoke_on_the_store(bench, f"mallory-{what}")
+            r = mallory.post(path, json=body)
+        assert r.status_code == 403, f"{what}: {r.text}"
+        assert "revoked" in r.text, r.text
+    with bench.http("olga") as olga:
+        assert olga.get(f"/v1/takeover/{tk['id']}").json()["status"] == "pending"
+        assert olga.get(f"/v1/runs/{run}").json()["status"] == "active"
+        assert olga.get(f"/v1/questions/{asked.json()['id']}").json()["status"] == "open"
+        olga.post(f"/v1/runs/{run}/close")

@@ -20,6 +20,12 @@ from bench_gate.auth import TOKEN_PREFIX, normalize_name
 
 from .._http_bench import Bench, shown_hash, start_bench
 
+#: Characters that show as nothing (Unicode's default-ignorable code points that are not
+#: format characters: a grapheme joiner, variation selectors, Hangul fillers, Khmer inherent
+#: vowels, Mongolian variation selectors...): ``olga`` with one is ``olga`` to a reader.
+INVISIBLE = ["\u034f", "\ufe0f", "\ufe00", "\u3164", "\u115f", "\u1160", "\uffa0",
+             "\u17b4", "\u180b", "\U000e0100"]
+
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
@@ -31,6 +37,8 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     ("olga", "olga"), ("Olga", "olga"), ("olga ", "olga"), ("  OLGA\t", "olga"),
     ("ol\u200bga", "olga"), ("\u2060Olga\u200e", "olga"), ("Ｏｌｇａ", "olga"),
     ("Straße", "strasse"), ("ada  lovelace", "ada lovelace"), ("\u00a0bot\u00a0", "bot"),
+    *((f"ol{mark}ga{mark}", "olga") for mark in INVISIBLE),
+    ("olga\u2800", "olga"), ("ada\u2800lovelace", "ada lovelace"),
 ])
 def test_normalize_name(raw: str, normal: str) -> None:
     assert normalize_name(raw) == normal
@@ -43,7 +51,8 @@ def create(bench: Bench, name: str, role: str = "operator") -> httpx.Response:
 
 
 @pytest.mark.parametrize("spelling", ["Olga", "olga ", " OLGA", "olga", "ol\u200bga",
-                                      "Ｏｌｇａ"])
+                                      "Ｏｌｇａ", "olga\u2800",
+                                      *(f"olga{mark}" for mark in INVISIBLE)])
 def test_a_second_spelling_of_a_name_is_refused_over_http(bench: Bench,
                                                           spelling: str) -> None:
     r = create(bench, spelling)
@@ -131,3 +140,30 @@ def test_a_second_spelling_of_the_requester_cannot_approve_its_request(bench: Be
         refused = _grant(h, run, tk["id"], tk["proposalHash"], "setpoint")
     assert refused.status_code == 403, refused.text
     assert "cannot approve it" in refused.json()["reason"]
+
+
+@pytest.mark.parametrize("mark", INVISIBLE)
+def test_an_invisible_mark_in_a_name_is_not_a_second_approver(bench: Bench, mark: str) -> None:
+    """``bot`` plus a character that shows as nothing (a token made for it before names
+    lost such characters, or by a careless admin pasting the name) is ``bot``: it cannot
+    approve bot's own request, proven on the PSU's own port."""
+    secret = TOKEN_PREFIX + "invisible" + hashlib.sha256(mark.encode()).hexdigest()[:32]
+    assert bench.server.running is not None
+    bench.server.running.gateway.store.kv_put(
+        "tokens", hashlib.sha256(secret.encode()).hexdigest(),
+        {"id": f"tok-invisible-{ord(mark[0]):x}", "name": f"bot{mark}", "role": "operator",
+         "created_at": "2024-01-01T00:00:00+00:00", "revoked_at": None})
+    before = bench.psu("VOLT? (@3)")
+    volts = f"{1 + INVISIBLE.index(mark) / 8:.3f}"  # a value no other case sets
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                 "command": f"VOLT {volts},(@3)"})
+        assert r.status_code == 202, r.text
+        tk: dict[str, Any] = r.json()["takeover"]
+    with _as(bench, secret) as h:
+        assert h.get("/v1/runs", params={"limit": 1}).status_code == 200
+        refused = _grant(h, run, tk["id"], tk["proposalHash"], "setpoint")
+    assert refused.status_code == 403, refused.text
+    assert "cannot approve it" in refused.json()["reason"]
+    assert bench.psu("VOLT? (@3)") == before
