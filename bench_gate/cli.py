@@ -169,7 +169,8 @@ def parser() -> argparse.ArgumentParser:
     for sp in (a, d):
         sp.add_argument("--hash", metavar="PROPOSAL_HASH", help=(
             "decide only on this proposal (the hash `show` printed); without it, on the "
-            "proposal fetched and printed now. A proposal that changed exits 9"))
+            "proposal you were last shown (a request never shown to you is printed and "
+            "nothing is decided). A proposal that changed exits 9"))
     st = cmd("stop", remote.stop, "EMERGENCY STOP: every output off at once, pending requests "
                             "cancelled, writes refused until an operator clears it")
     where = st.add_mutually_exclusive_group()

@@ -51,7 +51,11 @@ def write_lines(path: Path, header: Mapping[str, Any], events: Iterable[Event]) 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     count = 0
-    with tmp.open("w", encoding="utf-8") as out:
+    # Readable by its owner only, as the store it comes from (a leftover first: O_TRUNC
+    # would keep its mode).
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with open(fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(dict(header), separators=_SEP) + "\n")
         for ev in events:
             out.write(json.dumps(event_line(ev), separators=_SEP, default=str) + "\n")

@@ -4,6 +4,7 @@ crash, and a schema versioned by migrations from the first version on."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -149,6 +150,18 @@ def _statements(script: str) -> Iterator[str]:
             buffer = ""
 
 
+def _create_private(path: Path) -> None:
+    """A new store file readable by its owner only (the journal says who approved what;
+    SQLite gives its -wal and -shm files the database file's permissions)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"cannot create the store {str(path)!r}: {exc.strerror or exc}") \
+            from exc
+
+
 class SqliteStore(SqlStore):
     """The store in one SQLite file (or ``:memory:``)."""
 
@@ -162,6 +175,7 @@ class SqliteStore(SqlStore):
                              f"{'.'.join(map(str, _SQLITE_MIN))} or newer")
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(self.path))
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False,
                                        isolation_level=None)
