@@ -29,6 +29,7 @@ from .store import Store
 from .texts import RE_TOKEN, TOKEN_PREFIX, hidden, redact
 
 __all__ = [
+    "ANONYMOUS_PREFIX",
     "TOKEN_IN_TEXT",
     "TOKEN_PREFIX",
     "Tokens",
@@ -62,6 +63,11 @@ _RE_IGNORABLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
     "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+
+
+#: The socket door's name for a connection without a token (``script@<peer address>``):
+#: no token takes it, or its holder would own (and could never approve) those runs.
+ANONYMOUS_PREFIX = "script@"
 
 
 def normalize_name(name: str) -> str:
@@ -209,6 +215,10 @@ class Tokens:
         if not person or len(person) > 64:
             raise InvalidInput(f"a token needs a name of 1 to 64 characters, not {name!r}",
                                field="name")
+        if person.startswith(ANONYMOUS_PREFIX):
+            raise InvalidInput(f"{person!r} is how the socket door names a connection "
+                               "without a token (script@<address>): give the token a "
+                               "name of its own", field="name")
         try:
             role = Role(role)
         except ValueError as exc:

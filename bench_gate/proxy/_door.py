@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..auth import ANONYMOUS_PREFIX
 from ..doorway import scpi_code, submit
 from ..errors import GatewayError, Refused
 from ..models import Principal, Role, RunKind, Status
@@ -48,7 +49,7 @@ class Connection:
         self.reader = reader
         self.transport = transport
         self.peer = peer
-        self.principal = Principal(name=f"script@{peer}", role=Role.REQUESTER)
+        self.principal = Principal(name=f"{ANONYMOUS_PREFIX}{peer}", role=Role.REQUESTER)
         self.run_id: str | None = None
         self.goal: str | None = None
         self.rationale: str | None = None

@@ -167,3 +167,18 @@ def test_an_invisible_mark_in_a_name_is_not_a_second_approver(bench: Bench, mark
     assert refused.status_code == 403, refused.text
     assert "cannot approve it" in refused.json()["reason"]
     assert bench.psu("VOLT? (@3)") == before
+
+
+@pytest.mark.parametrize("name", ["script@127.0.0.1", "Script@127.0.0.1", "script@::1",
+                                  "script@lab-pc"])
+def test_the_socket_doors_name_for_a_tokenless_connection_is_no_tokens_name(
+        bench: Bench, name: str) -> None:
+    """``script@<address>`` is the principal of a socket-door connection without a token:
+    a token of that name would own those runs (see, cancel, release them)."""
+    r = create(bench, name)
+    assert r.status_code == 422, r.text
+    assert "socket door" in r.json()["reason"]
+    assert r.json()["errors"][0]["loc"] == ["body", "name"]
+    with bench.http("ada") as h:
+        names = [t["name"] for t in h.get("/v1/tokens").json()]
+    assert not any(n.startswith("script@") for n in names)
