@@ -20,12 +20,14 @@ batches, off the read's path.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import logging
 import os
 import threading
 import uuid
 import zlib
+from collections import deque
 from datetime import datetime
 from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
@@ -190,9 +192,12 @@ class ReadLog:
         except BaseException:
             os.close(self._fd)
             raise
-        self._pending: list[Record] = records
+        self._pending: deque[Record] = deque(records)
+        #: Bytes of the pending records' lines: the rest of the file past the header is
+        #: records folded already (dead), and the file is rewritten once that is large.
+        self._waiting = sum(len(r[2]) for r in records)
         self._number = records[-1][0] if records else 0
-        self._size = self._header + sum(len(r[2]) for r in records)
+        self._size = self._header + self._waiting
         if not self._header:  # a new file (or one cut short in its header) gets its header
             os.ftruncate(self._fd, 0)
             self._new_header()
@@ -271,6 +276,7 @@ class ReadLog:
                                  f"{exc.strerror or exc}; the read was not journaled") from exc
             self._number = number
             self._size += len(line)
+            self._waiting += len(line)
             self._pending.append((number, rows, line))
 
     # -- folding (the store's)
@@ -282,26 +288,34 @@ class ReadLog:
         """Records up to ``mark`` are in the journal already (a crash after a fold's commit,
         before the file was cut); numbering goes on after it."""
         with self._lock:
-            self._pending = [r for r in self._pending if r[0] > mark]
+            self._drop(mark)
             self._number = max(self._number, mark)
 
     def take(self, limit: int) -> list[Record]:
         with self._lock:
-            return self._pending[:limit]
+            return list(itertools.islice(self._pending, limit))
 
     def folded(self, upto: int) -> None:
         """Records up to ``upto`` are committed to the journal: drop them, and cut the file
-        when nothing else waits (or rewrite it with what waits, once it is large)."""
+        when nothing else waits (or rewrite it with what waits, once what was folded from
+        it is large: not at every fold of a long backlog, which would copy it each time
+        while reads wait for the lock)."""
         with self._lock:
-            self._pending = [r for r in self._pending if r[0] > upto]
+            self._drop(upto)
             try:
                 if not self._pending:
                     os.ftruncate(self._fd, self._header)
                     self._size = self._header
-                elif self._size > self.compact_bytes:
+                elif self._size - self._header - self._waiting > self.compact_bytes:
                     self._compact()
             except OSError as exc:  # the records are committed: a longer file only waits
                 logger.warning("read log %s: cannot cut it: %s", self.path, exc)
+
+    def _drop(self, upto: int) -> None:
+        """Forget the pending records numbered up to ``upto`` (they come in order)."""
+        pending = self._pending
+        while pending and pending[0][0] <= upto:
+            self._waiting -= len(pending.popleft()[2])
 
     def _compact(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

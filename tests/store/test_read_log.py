@@ -193,6 +193,35 @@ def test_a_long_log_is_rewritten_with_only_what_waits(
     store.close()
 
 
+def test_a_long_backlog_is_not_rewritten_at_every_fold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads logged while the store could not take them (locked by another process) fold
+    in batches once it can: the file is rewritten when what was folded from it is large,
+    not at every batch (each rewrite copies the whole backlog while reads wait)."""
+    monkeypatch.setattr(ReadLog, "compact_bytes", 2000)
+    path = tmp_path / "reads.log"
+    store = SqliteStore(tmp_path / "store.db")
+    log = ReadLog(path)
+    store.attach_reads(log)
+    for n in range(200):
+        store.log_read(read("run-a", n))
+    size = path.stat().st_size
+    assert size > 10 * ReadLog.compact_bytes  # the backlog alone is over the size
+    rewrites, inode, dead = 0, path.stat().st_ino, 0
+    while batch := log.take(4):
+        store.fold_rows([row for r in batch for row in r[1]], log.id, batch[-1][0])
+        log.folded(batch[-1][0])
+        dead += sum(len(r[2]) for r in batch)
+        if path.exists() and path.stat().st_ino != inode:
+            rewrites, inode = rewrites + 1, path.stat().st_ino
+    assert log.pending == 0
+    assert 1 <= rewrites <= dead // ReadLog.compact_bytes, (rewrites, dead)
+    assert responses(store, "run-a") == [str(n) for n in range(200)]
+    assert verify_store(store).intact
+    log.close()
+    store.close()
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.sampled_from(["read", "write", "fold", "look"]), min_size=1,
