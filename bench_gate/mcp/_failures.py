@@ -12,17 +12,12 @@ import logging
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp_types import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
     CallToolResult,
-    ErrorData,
-    JSONRPCError,
     TextContent,
 )
 from pydantic import ValidationError
@@ -30,6 +25,7 @@ from pydantic import ValidationError
 from ..texts import redact
 from ._arguments import ToolArguments
 from ._backend import ToolFailure
+from ._lines import DRAIN_SECONDS, InFlight, answer_bad_lines, pass_answers
 from ._results import Problem
 
 __all__ = ["GateServer", "problem"]
@@ -87,34 +83,20 @@ class GateServer(MCPServer):
 
     async def run_stdio_async(self) -> None:
         """The SDK's stdio server, with every line that is not a JSON-RPC message answered
-        (``answer_bad_lines``): the SDK passes it on as an exception and nothing answers."""
+        (``answer_bad_lines``): the SDK passes it on as an exception and nothing answers.
+        At the end of input the SDK cancels the calls still in flight, unanswered: the end
+        reaches it only once each request read has its answer (``InFlight``), or after
+        ``DRAIN_SECONDS``; a client that pipes its requests and closes stdin at once still
+        reads every answer."""
         async with stdio_server() as (read, write), anyio.create_task_group() as tg:
             messages, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-            tg.start_soon(answer_bad_lines, read, messages, write)
+            answers, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
+            flight = InFlight()
+            tg.start_soon(answer_bad_lines, read, messages, write, flight)
+            tg.start_soon(pass_answers, outgoing, write, flight)
             low = self._lowlevel_server
-            await low.run(receive, write, low.create_initialization_options())
+            await low.run(receive, answers, low.create_initialization_options())
+            with anyio.move_on_after(DRAIN_SECONDS):  # the answers the SDK wrote last
+                await flight.passed.wait()
             tg.cancel_scope.cancel()
-
-
-def bad_line(exc: Exception) -> JSONRPCError:
-    """The JSON-RPC error for a line that is not a message: -32700 when it is not JSON
-    (nor UTF-8), -32600 when it is JSON but no message. The rule, never the line."""
-    invalid = isinstance(exc, ValidationError) and any(
-        e["type"] == "json_invalid" for e in exc.errors(include_input=False))
-    code, what = (PARSE_ERROR, "Parse error: a line that is not JSON") if invalid else (
-        INVALID_REQUEST, "Invalid Request: a JSON line that is not one JSON-RPC 2.0 message "
-        "(a request, notification or response object)")
-    return JSONRPCError(jsonrpc="2.0", id=None,
-                        error=ErrorData(code=code, message=f"{what}; it was ignored"))
-
-
-async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exception],
-                           messages: MemoryObjectSendStream[SessionMessage | Exception],
-                           write: MemoryObjectSendStream[SessionMessage]) -> None:
-    """Hand each message of ``read`` on to ``messages``; answer each line that was none."""
-    async with read, messages:
-        async for item in read:
-            if isinstance(item, Exception):
-                await write.send(SessionMessage(bad_line(item)))
-            else:
-                await messages.send(item)
+            await write.aclose()  # stdout's writer ends with it (the SDK closed only ours)

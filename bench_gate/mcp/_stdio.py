@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ._backend import ToolFailure
+from ._lines import DRAIN_SECONDS
 from ._server import AgentSession
 
 __all__ = ["GONE_REASON", "client_gone", "serve_stdio"]
@@ -48,8 +49,11 @@ async def serve_stdio(run: Callable[[], Awaitable[None]], session: AgentSession,
     gone = False
     try:
         async with anyio.create_task_group() as tg:
+            served = anyio.Event()
+
             async def serve() -> None:
                 await run()
+                served.set()
                 tg.cancel_scope.cancel()
 
             async def watch() -> None:
@@ -59,6 +63,9 @@ async def serve_stdio(run: Callable[[], Awaitable[None]], session: AgentSession,
                 gone = True
                 # First, before anything in flight ends: the run's requests never run.
                 await session.close(GONE_REASON)
+                if os.getppid() == parent:  # only stdin ended: the client may still read
+                    with anyio.move_on_after(DRAIN_SECONDS + 1):  # what is in flight answers
+                        await served.wait()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(serve)
