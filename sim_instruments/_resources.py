@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.resources
 import pathlib
 import shutil
 import tempfile
+import threading
 from typing import Any
 
 import pyvisa
+import pyvisa_sim.parser
 import yaml
 
 __all__ = [
@@ -55,13 +58,34 @@ def open_resource_manager(definition: pathlib.Path | None = None) -> pyvisa.Reso
     return pyvisa.ResourceManager(f"{path}@sim")
 
 
+#: pyvisa-sim's parse of a definition file, by its text: parsing the bench (64 kB, pyyaml's
+#: pure-Python loader) took most of a fresh bench's start (0.3 s to 2 s on a busy machine),
+#: and every test's bench starts one. Each library still gets a deep copy of its own.
+_PARSED: dict[str, dict[str, Any]] = {}
+_PARSED_LOCK = threading.Lock()
+_parse_file = pyvisa_sim.parser.parse_file
+
+
+def _parse_file_once(fullpath: str | pathlib.Path) -> dict[str, Any]:
+    """``pyvisa_sim.parser.parse_file``, parsing each distinct text once per process."""
+    text = pathlib.Path(fullpath).read_text(encoding="utf-8")
+    with _PARSED_LOCK:
+        if text not in _PARSED:
+            _PARSED[text] = _parse_file(fullpath)
+        return copy.deepcopy(_PARSED[text])
+
+
+pyvisa_sim.parser.parse_file = _parse_file_once
+
+
 def open_fresh_resource_manager(
     definition: pathlib.Path | None = None,
 ) -> pyvisa.ResourceManager:
     """A resource manager over new simulated instruments, in their default state.
 
     pyvisa-sim parses the file once, when the library opens, so a private copy under a
-    unique path gives a private library; the copy is removed straight away.
+    unique path gives a private library; the copy is removed straight away. (The parse of
+    a text seen before is a deep copy of the first one: :func:`_parse_file_once`.)
     """
     source = definition if definition is not None else bench_yaml_path()
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:

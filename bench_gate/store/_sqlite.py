@@ -4,6 +4,7 @@ crash, and a schema versioned by migrations from the first version on."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -23,6 +24,9 @@ from ._sql import SqlStore, Tx
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
 
+#: Seconds a statement waits for SQLite's lock held by another connection (a backup, another
+#: process) before it fails with StoreError: ``SqliteStore(path, busy_timeout=...)``.
+BUSY_TIMEOUT = 5.0
 #: Rows in one INSERT (eight parameters each, well under SQLite's 32,766).
 _MAX_ROWS = 2000
 #: ``RETURNING`` (3.35) and ``ON CONFLICT`` upserts (3.24), in ``_queries.py``.
@@ -168,8 +172,10 @@ class SqliteStore(SqlStore):
     _listed = q.LISTED_UTF8
     _clock_sql = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = str(path)
+        self.busy_timeout = busy_timeout
+        busy = f"PRAGMA busy_timeout={_milliseconds(busy_timeout)}"
         if sqlite3.sqlite_version_info < _SQLITE_MIN:  # ON CONFLICT ... RETURNING
             raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old: the store needs "
                              f"{'.'.join(map(str, _SQLITE_MIN))} or newer")
@@ -181,14 +187,14 @@ class SqliteStore(SqlStore):
                                        isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.execute(busy)
             # Reads' journal entries commit here: same file and WAL, no fsync per commit.
             self._fast = self._db
             if self.path != ":memory:":  # another connection would open another database
                 self._fast = sqlite3.connect(self.path, check_same_thread=False,
                                              isolation_level=None)
                 self._fast.execute("PRAGMA synchronous=NORMAL")
-                self._fast.execute("PRAGMA busy_timeout=5000")
+                self._fast.execute(busy)
             # A read while another thread holds the store (a write waiting for SQLite's
             # lock, up to busy_timeout) reads the last commit here at once: WAL lets it. So
             # the loop never stalls behind a locked store (a safe action runs on it).
@@ -196,7 +202,7 @@ class SqliteStore(SqlStore):
             if self.path != ":memory:":
                 self._reader = sqlite3.connect(self.path, check_same_thread=False,
                                                isolation_level=None)
-                self._reader.execute("PRAGMA busy_timeout=5000")
+                self._reader.execute(busy)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {self.path!r}: {exc}") from exc
         self._lock = threading.RLock()
@@ -384,6 +390,15 @@ class SqliteStore(SqlStore):
             if self._reader is not self._db:
                 self._reader.close()
             self._db.close()
+
+
+def _milliseconds(seconds: object) -> int:
+    """``busy_timeout`` in SQLite's milliseconds: a number of seconds in (0, 3600]."""
+    if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds) or not 0 < seconds <= 3600):
+        raise StoreError(f"busy_timeout must be seconds, more than 0 and at most 3600, "
+                         f"not {seconds!r}")
+    return max(1, round(seconds * 1000))
 
 
 def _head(db: sqlite3.Connection) -> tuple[int, str]:

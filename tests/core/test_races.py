@@ -69,10 +69,14 @@ def check_consistent(gw: Gateway, link: FaultLink) -> Counter[str]:
     statuses: Counter[str] = Counter()
     writes = Counter(c for c in link.calls if not c.rstrip().endswith("?")
                      and not c.split(" ")[0].endswith("?"))
-    for req in gw.store.list_requests(limit=100_000):
+    requests = gw.store.list_requests(limit=100_000)
+    by_request: dict[tuple[str, str | None], list[Any]] = {}
+    for run_id in {req.run_id for req in requests}:  # each run's journal read once
+        for event in gw.store.journal(run_id, limit=100_000):
+            by_request.setdefault((run_id, event.request_id), []).append(event)
+    for req in requests:
         statuses[req.status.value] += 1
-        journal = [e for e in gw.store.journal(req.run_id, limit=100_000)
-                   if e.request_id == req.id]
+        journal = by_request.get((req.run_id, req.id), [])
         moved_to = [e for e in journal if e.data.get("status") in {s.value for s in TERMINAL}]
         if req.status in TERMINAL:
             assert len(moved_to) == 1, (req.id, req.status, [e.type for e in moved_to])

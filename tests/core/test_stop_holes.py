@@ -10,14 +10,14 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pyvisa
 
-from bench_gate.config import InstrumentConfig
+from bench_gate.config import BenchConfig, InstrumentConfig
 from bench_gate.errors import StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
@@ -28,9 +28,35 @@ from tests import pg
 from tests._http_bench import Bench, start_bench
 from tests.conftest import Clock, own_port, served_bench
 from tests.core.test_emergency_stop import energize, outputs, panel, switch_on
-from tests.core.test_leases import LEASE, plan_and_energize
+from tests.core.test_leases import LEASE, plan_and_energize, until
 from tests.core.test_plans import active_plan
 from tests.instruments.test_dp832 import LIMITS as DP832_LIMITS
+
+#: The busy timeout of the gateway's store in the tests of a locked store below: its writes
+#: give up at once (the product's default, 5 s, only made each test wait). That the safe
+#: action never waits for the store is proven on the default store, whose writes still wait
+#: while the outputs go off: test_the_stop_goes_before_a_waiting_store_write, the breach.
+BUSY = 0.2
+
+
+@pytest.fixture
+async def gateway(config: BenchConfig, db_path: Path, clock: Clock) -> AsyncIterator[Gateway]:
+    gw = Gateway(config, SqliteStore(db_path, busy_timeout=BUSY), clock=clock)
+    await gw.start()
+    yield gw
+    await gw.close()
+    gw.store.close()
+
+
+@pytest.fixture
+async def waiting_gateway(config: BenchConfig, db_path: Path, clock: Clock
+                          ) -> AsyncIterator[Gateway]:
+    """The gateway on the default store: its writes wait up to 5 s for SQLite's lock."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    yield gw
+    await gw.close()
+    gw.store.close()
 
 
 def off_within(front_panel: Any, seconds: float, channels: tuple[int, ...] = (1, 2, 3)
@@ -83,13 +109,15 @@ async def test_stop_does_not_wait_for_a_locked_store(
 
 
 async def test_a_breach_is_made_safe_while_the_store_is_locked(
-        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        waiting_gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
         front_panel: Any, db_path: Path) -> None:
     """CH1 on inside a standing plan; the panel puts its current limit above the envelope
     while another writer holds the store. The watch ended the plans over CH1 before it sent
     the safe action, and ending them waited for the store, then raised: CH1 stayed on,
     check after check. Now the channel goes off at once; the plan that could not be ended
-    cannot switch it on again (the instrument is held stopped until a person clears it)."""
+    cannot switch it on again (the instrument is held stopped until a person clears it).
+    On the default store (5 s): a watch that ended the plans first would be 5 s late."""
+    gateway = waiting_gateway
     run = gateway.create_run(script, "script", goal="sweep")
     plan_id = await active_plan(gateway, run.id, olga, pete)
     for message in ("CURR 0.5,(@1)", "VOLT 0.5,(@1)", "OUTP ON,(@1)"):
@@ -100,7 +128,8 @@ async def test_a_breach_is_made_safe_while_the_store_is_locked(
         front_panel.write("CURR 1.5,(@1)")
         off = await asyncio.to_thread(off_within, front_panel, 3.5, (1,))  # watch: 1 s
         assert off is not None, "CH1 left on, over its limit, while the store was locked"
-        await asyncio.sleep(6)  # the hook's store write times out (busy_timeout 5 s)
+        # The hook's store write times out (5 s): the supply is held stopped.
+        await until(lambda: "psu" in gateway.stopped(), 10)
     finally:
         other.execute("ROLLBACK")
         other.close()
@@ -145,16 +174,24 @@ def test_the_doors_stop_at_once_while_a_store_write_waits(bench: Bench, door: st
                 with bench.http("bot") as h:
                     pressed = pool.submit(h.post, "/v1/bench/stop", json={})
                     assert off.result() is not None, f"still on: {panel(bench)}"
+                    let_go(other)  # off while the write still waited (up to 5 s): done
                     assert pressed.result().status_code == 200
             else:
                 script.write("GATE:STOP")
                 assert off.result() is not None, f"still on: {panel(bench)}"
+                let_go(other)
         waiting.join(timeout=30)
     finally:
-        other.execute("ROLLBACK")
+        let_go(other)
         other.close()
         script.close()
     assert panel(bench) == [0, 0, 0]
+
+
+def let_go(other: sqlite3.Connection) -> None:
+    """The other writer lets go of SQLite's lock (if it still holds it)."""
+    if other.in_transaction:
+        other.execute("ROLLBACK")
 
 
 def put_waiting(store: Any) -> None:
@@ -285,7 +322,7 @@ async def test_a_lost_clients_lease_is_made_safe_while_the_store_is_locked(
     store. The lease sweep ended the plans over CH1 before the safe action, and that waited
     for the store, then raised, every sweep: CH1 stayed on. It is now switched off, and the
     plan that could not be ended holds the supply stopped. (The bound is generous: the
-    socket door's own close of the run still waits the store's 5 s on the loop.)"""
+    socket door's own close of the run still waits the store's busy timeout on the loop.)"""
     gateway.config.policy.lease_seconds = LEASE
     gateway.config.policy.on_client_lost = "safe"
     gateway.config.policy.watch_seconds = 0  # the lease alone, not the envelope watch
@@ -299,9 +336,40 @@ async def test_a_lost_clients_lease_is_made_safe_while_the_store_is_locked(
             off_within, front_panel, LEASE + 9, (1,)))
         client.close()  # the script is gone
         assert await polling is not None, "CH1 left on after its lease ran out"
-        await asyncio.sleep(5.5)  # the plan's end waits for the store, then fails
+        # The plan's end waits for the store, then fails: the supply is held stopped.
+        await until(lambda: "psu" in gateway.stopped(), 5.5)
     finally:
         other.execute("ROLLBACK")
         other.close()
     assert front_panel.query("OUTP? (@1)").strip() == "0"
     assert "psu" in gateway.stopped()
+
+
+@pytest.mark.parametrize("dropped", [False, True], ids=["stop", "after a dropped connection"])
+async def test_the_stop_goes_before_a_waiting_store_write(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any, dropped: bool) -> None:
+    """The order the stop tests of a locked store above rely on, on the default store (its
+    writes wait up to 5 s for SQLite's lock): the outputs go off while the stop's store
+    write still waits, not after it gave up. The other writer lets go once they are off."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        await energize(gw, script, olga)
+        if dropped:
+            await gw.instrument("psu").lane.link.close()
+        other.execute("BEGIN IMMEDIATE")  # the store's write lock, held
+        polling = asyncio.ensure_future(asyncio.to_thread(off_within, front_panel, 2.5))
+        stop = asyncio.ensure_future(gw.emergency_stop(olga, "test"))
+        off = await polling
+        assert off is not None, f"outputs still {outputs(front_panel)} with the store locked"
+        let_go(other)
+        done = await asyncio.wait_for(stop, 60)
+        assert done["instruments"]["psu"]["errors"] == []
+        assert "psu" in gw.stopped() and outputs(front_panel) == [0, 0, 0]
+    finally:
+        let_go(other)
+        other.close()
+        await gw.close()
+        gw.store.close()

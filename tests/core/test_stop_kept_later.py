@@ -12,6 +12,7 @@ from typing import Any
 
 from bench_gate.config import BenchConfig
 from bench_gate.gateway import Gateway
+from bench_gate.interlocks import STOPS
 from bench_gate.lifecycle import SWEEP_SECONDS
 from bench_gate.models import Principal
 from bench_gate.store import SqliteStore
@@ -22,7 +23,8 @@ from tests.core.test_emergency_stop import energize, outputs
 async def test_a_stop_pressed_while_the_store_was_locked_is_kept_once_it_is_back(
         config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
         olga: Principal, front_panel: Any) -> None:
-    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    # Its writes give up on the locked store at once (the default, 5 s, only made it wait).
+    gw = Gateway(config, SqliteStore(db_path, busy_timeout=0.2), clock=clock)
     await gw.start()
     try:
         await energize(gw, script, olga)
@@ -35,7 +37,12 @@ async def test_a_stop_pressed_while_the_store_was_locked_is_kept_once_it_is_back
             other.execute("ROLLBACK")
             other.close()
         assert outputs(front_panel) == [0, 0, 0]
-        await asyncio.sleep(4 * SWEEP_SECONDS + 1)  # the store is back for a few sweeps
+        # The store is back for a few sweeps (the bound): the stop is kept in it.
+        deadline = time.monotonic() + 4 * SWEEP_SECONDS + 1
+        while not any(key.endswith("/psu") for key, _ in gw.store.kv_items(STOPS)):
+            if time.monotonic() > deadline:
+                break  # the restart below says what is missing
+            await asyncio.sleep(0.05)
     finally:
         await gw.close()
         gw.store.close()
