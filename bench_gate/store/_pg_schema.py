@@ -1,11 +1,11 @@
 """The PostgreSQL store's schema: its migrations, entry for entry the same changes as the
-SQLite store's (``bench_gate.store._sqlite.MIGRATIONS``), written in PostgreSQL's dialect.
+SQLite store's (``bench_gate.store._sqlite_schema.MIGRATIONS``), written in PostgreSQL's dialect.
 ``PostgresStore.migrate`` applies them.
 """
 
 from __future__ import annotations
 
-from ._sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from ._sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
 
 __all__ = ["MIGRATIONS"]
 
