@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,9 +44,21 @@ STOPPING = "stops_unfinished"
 
 
 def _resource(text: str) -> str:
-    """A VISA resource in one spelling: case, board 0 (``TCPIP0`` is ``TCPIP``), localhost."""
-    parts = text.strip().upper().replace("LOCALHOST", "127.0.0.1").split("::")
+    """A VISA resource in one spelling: case, spaces, board 0 (``TCPIP0`` is ``TCPIP``),
+    localhost, an IPv4 address however the socket reads it (``2130706433``, ``0x7f000001``,
+    ``127.1``: inet_aton's forms, no name looked up), a port's leading zeros. A spelling
+    left apart here (a host name's alias) is one instrument by its ``*IDN?``."""
+    parts = [p.strip() for p in text.strip().upper().split("::")]
     parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
+    if parts[0] != "TCPIP" or len(parts) < 2:
+        return "::".join(parts)
+    if parts[1] == "LOCALHOST":
+        parts[1] = "127.0.0.1"
+    elif re.fullmatch(r"[0-9A-FX.]+", parts[1]):
+        with contextlib.suppress(OSError):
+            parts[1] = socket.inet_ntoa(socket.inet_aton(parts[1].lower()))
+    if len(parts) == 4 and parts[3] == "SOCKET" and parts[2].isdigit():
+        parts[2] = str(int(parts[2]))
     return "::".join(parts)
 
 
