@@ -97,7 +97,6 @@ class Gateway:
                                              safety, interlocks, leases)
         #: The envelope watch: a breach nobody wrote is made safe within watch_seconds.
         self.watch = Watch(core, safety)
-        snaps.seen = self.watch.seen  # a breach a snapshot shows: made safe at once
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         interlocks.on_stop.append(plans.stand_down)  # a stop ends the plans on what it stops

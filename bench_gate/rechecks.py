@@ -159,12 +159,9 @@ class Rechecks(Part):
                          fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:
         """The live state of ``fields``, read on the lane's turn, or why it could not be."""
         try:
-            live = await self.snaps.read_state(link, inst, fields)
+            return await self.snaps.read_state(link, inst, fields)
         except InstrumentError as exc:
             return exc
-        if self.snaps.seen is not None:  # after this lane turn: a breach it shows is made safe
-            self.core.spawn(self.snaps.seen(inst, live))  # (it waits for this turn's end)
-        return live
 
     def live_refusal(self, req: TakeoverRequest, inst: Instrument,
                  live: Snapshot | InstrumentError) -> Refusal | None:

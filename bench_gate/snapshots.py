@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Awaitable, Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -150,9 +149,6 @@ class Snapshots(Part):
     def __init__(self, core: Core) -> None:
         super().__init__(core)
         self.memories = Memories(core)
-        #: Told each live snapshot a proposal is judged on (a request held, a plan, the
-        #: recheck): a breach it shows is made safe at once (Watch.seen), not left on.
-        self.seen: Callable[[Instrument, Snapshot], Awaitable[bool]] | None = None
 
     def every_field(self, inst: Instrument) -> list[tuple[int | None, str]]:
         """Every field of every channel (not the measured ones): a whole stored state."""
@@ -220,10 +216,7 @@ class Snapshots(Part):
 
     async def snapshot(self, inst: Instrument, fields: list[tuple[int | None, str]]
                         ) -> Snapshot:
-        snap = await inst.lane.run(lambda link: self.read_state(link, inst, fields))
-        if self.seen is not None and await self.seen(inst, snap):  # made safe: as it is now
-            snap = await inst.lane.run(lambda link: self.read_state(link, inst, fields))
-        return snap
+        return await inst.lane.run(lambda link: self.read_state(link, inst, fields))
 
     def actions(self, inst: Instrument, c: Classification, snap: Snapshot | None
                  ) -> list[Action]:

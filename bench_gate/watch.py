@@ -21,7 +21,7 @@ from . import envelope
 from .core import Core, Instrument, Part
 from .errors import GatewayError, InstrumentError
 from .instruments import AsyncLink
-from .models import Event, EventType, Snapshot
+from .models import Event, EventType
 from .safety import Safed, Safety
 from .scpi.compound import IDN
 
@@ -72,16 +72,6 @@ class Watch(Part):
         else:
             self._report(inst, safed)
         return safed
-
-    async def seen(self, inst: Instrument, snap: Snapshot) -> bool:
-        """A live snapshot read for a proposal: an energized channel it shows outside the
-        envelope gets a check now (the safe action at once), whatever the proposal's fate
-        (refused, stale) and however long the period (0: no sweeps). True if it acted."""
-        limits = self.config.envelope.get(inst.config.name)
-        if limits and inst.profile.safe_action is not None and envelope.breaches(
-                inst.profile, limits, snap.values):
-            return await self.check(inst) is not None
-        return False
 
     async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | None:
         # An instrument that answers nothing at all is unreachable, not breached: its lane

@@ -61,22 +61,16 @@ async def test_turning_it_off_is_held_shown_and_refused_on_a_live_channel(
 
 async def test_a_read_back_that_finds_it_off_on_a_live_channel_makes_it_safe(
         gateway: Gateway, script: Principal, olga: Principal, front_panel: Any) -> None:
-    """Turned off at the panel under a live output: any write whose effect the gateway
-    cannot predict reads every channel to be held; that snapshot finds it, and the output
-    is switched off at once (Watch.seen), before anyone approves anything."""
+    """Turned off at the panel under a live output: the read-back of any write (here one
+    whose effect the gateway cannot predict, so judged by its read-back alone) finds it and
+    switches the output off."""
     gateway.config.envelope["psu"][1] = OVP_LIMITS
     front_panel.write("VOLT 1,(@1);:OUTP 1,(@1);:VOLT:PROT:STAT 0,(@1)")
     run = gateway.create_run(script, "script")
     req = (await gateway.submit(run.id, "psu", "TRIG:SOUR BUS,(@2)")).request
     assert req is not None
-    assert panel(front_panel, "OUTP? (@1)") == 0
-    assert req.snapshot.values["ch1.output"] == "0", "held on the state made safe"
-    found = [e.data for e in gateway.journal(f"bench:{gateway.bench}", limit=100)
-             if e.type.value == "envelope_breach"]
-    assert any(b["channel"] == 1 and b["field"] == "ovp_enabled"
-               for f in found for b in f["breaches"]), found
     final = (await grant_all(gateway, req.id, olga)).request
-    assert final.status is Status.EXECUTED, final.outcome
+    assert "over-voltage protection is OFF" in (final.outcome or ""), final.outcome
     assert panel(front_panel, "OUTP? (@1)") == 0
 
 

@@ -93,9 +93,7 @@ async def test_the_save_and_the_recall_one_after_the_other_are_each_judged(
         gateway: Gateway, script: Principal, olga: Principal, sim: SimBenchThread,
         front_panel: Any) -> None:
     """The same steps in messages of their own: the recall is judged on the record the
-    save made. The save's snapshot showed CH2 on at 20 V and made it safe at once
-    (Watch.seen), so the slot holds CH2 off at 20 V: the recall brings that back, and
-    CH2 is never on at 20 V again."""
+    save made (CH2 on at 20 V) and refused before it is sent."""
     run = gateway.create_run(script, "script")
     assert (await _approved(gateway, run.id, "*SAV 3", olga)).status is Status.EXECUTED
     for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)"):
@@ -103,12 +101,11 @@ async def test_the_save_and_the_recall_one_after_the_other_are_each_judged(
     assert front_panel.query("*OPC?") == "1"
     saved = await _approved(gateway, run.id, "*SAV 3", olga)
     assert saved.receipt.stored["slot 3"]["ch2.voltage"] == "20.0"
-    assert saved.receipt.stored["slot 3"]["ch2.output"] == "0", "made safe before the save"
-    assert front_panel.query("OUTP? (@2)") == "0"
+    assert front_panel.query("OUTP? (@2)") == "0", "the save's read-back made CH2 safe"
     seen = _watch_ch2(sim)
     done = await _approved(gateway, run.id, "*RCL 3", olga)
-    assert getattr(done, "status", None) is Status.EXECUTED, done
-    assert seen and all(out == 0 for out, _ in seen), seen
+    assert getattr(done, "status", None) == "refused" and done.code == -222, done
+    assert all(out == 0 for out, _ in seen), seen
 
 
 @pytest.mark.parametrize("name", available_profiles())
