@@ -203,8 +203,8 @@ async def test_1_a_breach_set_at_the_panel_is_switched_off_by_the_watch(
         bench: Bench, gw: Gateway, port: Any) -> None:
     at_panel(port, bench.case.over)
     assert bench.case.outputs(port)[0], "the panel could not switch it on"
-    ok = await until(lambda: not any(bench.case.outputs(port)), 3 * 1.0 + 5)
-    assert ok, [(e.type, e.data) for e in gw.journal(f"bench:{gw.bench}", limit=50)] + [gw.watch.checks]
+    # within the watch's period (1 s), and a few for a loaded machine
+    assert await until(lambda: not any(bench.case.outputs(port)), 8.0)
     assert await until(lambda: bool(breaches(gw, f"bench:{gw.bench}")))
     found = breaches(gw, f"bench:{gw.bench}")
     assert found[0]["found_by"] == "watch" and found[0]["instrument"] == bench.name
@@ -285,8 +285,9 @@ async def test_4_energizing_needs_both_approvals_in_every_spelling(
         part = await gw.grant(req.id, olga, [first.value], proposal_hash=req.proposal_hash)
         assert part.request.status is Status.PENDING, (message, part.request.outcome)
         assert other in part.missing, (message, part.missing)
-        assert other.value.replace("_", " ") in part.message.replace("_", " ") \
-            or other.value in str(part.missing), (message, part.message)
+        words = ("no approved setpoint for CH1" if other is ApprovalKind.SETPOINT
+                 else "the output enable of CH1")
+        assert words in part.message, (message, part.message)
         assert not any(bench.case.outputs(port)), message
         rest = [k.value for k in part.request.missing()]
         done = await gw.grant(req.id, olga, rest, proposal_hash=req.proposal_hash)
@@ -299,7 +300,7 @@ async def test_5_a_recall_of_an_over_limit_state_is_refused_before_it_is_sent(
     gw = quiet_gw
     at_panel(port, bench.case.over)
     save = [m.replace("RCL", "SAV").replace("rcl", "sav") for m in bench.case.recalls[:1]]
-    at_panel(port, save + ["*RST"])
+    at_panel(port, [*save, "*RST"])
     assert not any(bench.case.outputs(port))
     run = gw.create_run(script, "script")
     for spelling in bench.case.recalls:
