@@ -88,6 +88,7 @@ class Gateway:
         self._runs = runs = Runs(core, requests, self.questions)
         self._engineers = Engineers(core, runs)
         self._interlocks = interlocks = Interlocks(core, requests, runs)
+        requests.stopped = interlocks.check_write  # once the snapshot read who answers
         self._leases = leases = Leases(core)
         #: Heartbeat terms: a run whose client went silent closes (terms.py).
         self._terms = terms = Terms(core, runs)

@@ -30,7 +30,7 @@ from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
 from .safety import send_safe_action
-from .scpi import Unit
+from .scpi import Classification, Unit
 from .states import Event as Move
 from .takeover import Requests
 
@@ -131,6 +131,11 @@ class Interlocks(Part):
                     or (me.idn is not None and stop.get("idn") == me.idn)):
                 return key, stop
         return None
+
+    def check_write(self, instrument: str, c: Classification) -> None:
+        """:meth:`check`, for a message with a unit a stopped instrument does not take."""
+        if not all(self.allowed(u) for u in c.units):
+            self.check(instrument)
 
     def check(self, instrument: str) -> None:
         """Refuse a write to a stopped instrument (-203, with who stopped it), under any

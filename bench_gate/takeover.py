@@ -63,6 +63,9 @@ class Requests(Part):
         self.snaps = snaps
         self.setpoints = setpoints
         self.listeners: list[Listener] = []
+        #: Refuses (-203) a write to a stopped instrument, asked again once the snapshot
+        #: read its ``*IDN?``: another name of it no spelling rule can tell (a host alias).
+        self.stopped: Callable[[str, Classification], None] | None = None
 
     def timeout(self, minutes: int | None) -> int:
         policy = self.config.policy
@@ -85,6 +88,8 @@ class Requests(Part):
             check_pending(self.core, run)
         preliminary = self.snaps.actions(inst, c, None)
         live = await self.snaps.snapshot(inst, self.snaps.fields(inst, preliminary))
+        if self.stopped is not None:
+            self.stopped(inst.config.name, c)
         now = self.store.get_run(run.id)  # it may have closed while the snapshot was read
         if now is not None and now.status in (RunStatus.CLOSED, RunStatus.SUSPENDED):
             raise Refused(-203, f"the run is {now.status.value}: nothing more is held for it")
