@@ -321,3 +321,30 @@ async def test_5_a_recall_of_an_over_limit_state_is_refused_before_it_is_sent(
         assert result.status == "refused" and result.code == -222, (spelling, result)
     assert gw.list_requests() == []
     assert not any(bench.case.outputs(port))
+
+
+async def test_5b_a_recall_of_a_state_saved_through_the_gateway_over_the_limit_is_refused(
+        bench: Bench, quiet_gw: Gateway, port: Any, script: Principal,
+        olga: Principal) -> None:
+    """CH1 on outside at the panel (no watch); ``*SAV 1`` through the gateway stores it
+    (its read-back switches CH1 off). The gateway's record of slot 1 says what it holds:
+    its recall is refused before it is sent, in every spelling."""
+    gw = quiet_gw
+    at_panel(port, bench.case.over)
+    run = gw.create_run(script, "script")
+    sent = await gw.submit(run.id, bench.name, "*SAV 1")
+    if sent.request is None:  # the E3631A: its triggered levels, stored too, are outside
+        assert sent.status == "refused" and sent.code == -222, sent
+        return
+    saved = await gw.grant(sent.request.id, olga, list(sent.request.required),
+                           proposal_hash=sent.request.proposal_hash)
+    assert saved.request.status in (Status.EXECUTED, Status.AMBIGUOUS), saved.request.outcome
+    assert not any(bench.case.outputs(port)), "the save's read-back made it safe"
+    at_panel(port, ["*RST"])
+    for spelling in bench.case.recalls:
+        if "RCL" not in spelling.upper():
+            continue
+        result = await gw.submit(run.id, bench.name, spelling)
+        assert result.status == "refused" and result.code == -222, (spelling, result)
+        assert "nothing was sent" in result.reason, result.reason
+    assert not any(bench.case.outputs(port))
