@@ -323,6 +323,21 @@ async def test_5_a_recall_of_an_over_limit_state_is_refused_before_it_is_sent(
     assert not any(bench.case.outputs(port))
 
 
+ALL_ON = {"e36312a": ["VOLT 1,(@1:3)", "CURR 0.1,(@1:3)", "OUTP 1,(@1:3)"],
+          "dp832": [f"SOUR{ch}:VOLT 1;:SOUR{ch}:CURR 0.1;:OUTP CH{ch},ON" for ch in (1, 2, 3)],
+          "spd3303x": ["CH1:VOLT 1", "CH2:VOLT 1", "OUTP CH1,ON", "OUTP CH2,ON"],
+          "e3631a": ["OUTP ON"], "k2450": [":OUTP ON"], "dl3021": ["INP ON"]}
+
+
+async def test_3b_the_stop_switches_every_output_off(
+        bench: Bench, gw: Gateway, port: Any, olga: Principal) -> None:
+    at_panel(port, bench.case.inside + ALL_ON[bench.name])
+    assert all(bench.case.outputs(port)), bench.case.outputs(port)
+    done = await gw.emergency_stop(olga, "test", bench.name)
+    assert not any(bench.case.outputs(port)), done
+    assert port.query("*IDN?")  # still answering
+
+
 async def test_5b_a_recall_of_a_state_saved_through_the_gateway_over_the_limit_is_refused(
         bench: Bench, quiet_gw: Gateway, port: Any, script: Principal,
         olga: Principal) -> None:
