@@ -132,9 +132,10 @@ class Interlocks(Part):
                 return key, stop
         return None
 
-    def check_write(self, instrument: str, c: Classification) -> None:
-        """:meth:`check`, for a message with a unit a stopped instrument does not take."""
-        if not all(self.allowed(u) for u in c.units):
+    def check_write(self, instrument: str, c: Classification | None) -> None:
+        """:meth:`check`, for a message with a unit a stopped instrument does not take, or
+        (None) a standing plan: writes that would run unattended once the stop is cleared."""
+        if c is None or not all(self.allowed(u) for u in c.units):
             self.check(instrument)
 
     def check(self, instrument: str) -> None:

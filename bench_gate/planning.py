@@ -184,6 +184,8 @@ class PlanDesk(Part):
                                                 for f, spec in inst.profile.fields.items()
                                                 if not spec.measured
                                                 and inst.profile.has_field(f, ch)])
+        if self.requests.stopped is not None:  # a plan would outlive the stop: -203
+            self.requests.stopped(scope.instrument, None)
         plan_id = new_id("plan")
         words = scope_words(scope)
         actions = [Action(index=i, source=0, text=line, effect="plan", canonical=line,

@@ -63,9 +63,9 @@ class Requests(Part):
         self.snaps = snaps
         self.setpoints = setpoints
         self.listeners: list[Listener] = []
-        #: Refuses (-203) a write to a stopped instrument, asked again once the snapshot
-        #: read its ``*IDN?``: another name of it no spelling rule can tell (a host alias).
-        self.stopped: Callable[[str, Classification], None] | None = None
+        #: Refuses (-203) a write (None: a plan) to a stopped instrument, asked once the
+        #: snapshot read its ``*IDN?``: another name no spelling rule can tell (an alias).
+        self.stopped: Callable[[str, Classification | None], None] | None = None
 
     def timeout(self, minutes: int | None) -> int:
         policy = self.config.policy

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig, default_config
+from bench_gate.errors import Refused
 from bench_gate.gateway import Gateway
 from bench_gate.models import ApprovalKind, EventType, Principal, Status
 from bench_gate.store import SqliteStore
@@ -363,3 +364,33 @@ async def test_5b_a_recall_of_a_state_saved_through_the_gateway_over_the_limit_i
         assert result.status == "refused" and result.code == -222, (spelling, result)
         assert "nothing was sent" in result.reason, result.reason
     assert not any(bench.case.outputs(port))
+
+
+PLAN_SCOPE = {"channels": [1], "voltage": [0, 1], "current_max": 0.05, "max_step": 0.5,
+              "output_enable": True, "max_writes": 10, "timeout_minutes": 30}
+
+
+@pytest.mark.parametrize("name", ["self", "other"])
+async def test_3c_no_standing_plan_is_asked_for_on_a_stopped_instrument(
+        bench: Bench, tmp_path: Path, port: Any, script: Principal, olga: Principal,
+        pete: Principal, name: str) -> None:
+    """A stop ends every plan on the instrument, so that none switches an output back on
+    unattended once the stop is cleared. A plan asked for after the stop was held, could
+    be approved while stopped, and was active when the stop was cleared: the script then
+    switched the output on with no click. It is refused at once (-203), under any name."""
+    bench.config.instruments.append(InstrumentConfig(
+        name="other", resource=SPELLINGS["one-number"](bench.resource), profile=bench.name))
+    bench.config.envelope["other"] = dict(bench.case.limits)
+    gw = await started(bench.config, tmp_path / "bench.db")
+    try:
+        await gw.emergency_stop(olga, "test", bench.name)
+        target = bench.name if name == "self" else "other"
+        run = gw.create_run(script, "script")
+        with pytest.raises(Refused) as refused:
+            await gw.request_plan(run.id, {"instrument": target, **PLAN_SCOPE})
+        assert refused.value.code == -203 and "is stopped" in refused.value.message
+        assert gw.list_plans(run.id) == [] and gw.list_requests() == []
+        assert not any(bench.case.outputs(port))
+    finally:
+        await gw.close()
+        gw.store.close()
