@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from .approvals import person, require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
+from .core import resource_key as _resource
 from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
@@ -40,13 +40,6 @@ STOPS = "stops"
 #: Stops recorded and not yet finished (safe action, stand-down, journal event): a record
 #: left here by a crash is a stop the restart must finish.
 STOPPING = "stops_unfinished"
-
-
-def _resource(text: str) -> str:
-    """A VISA resource in one spelling: case, board 0 (``TCPIP0`` is ``TCPIP``), localhost."""
-    parts = text.strip().upper().replace("LOCALHOST", "127.0.0.1").split("::")
-    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
-    return "::".join(parts)
 
 
 class Interlocks(Part):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .core import Core, Part
+from .core import Core, Part, resource_key
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
 from .safety import send_safe_action
@@ -57,8 +57,12 @@ class Leases(Part):
         # two gateways on one store, and each lease must outlive the other's renewal.
         key = f"{req.run_id}/{self.core.qualified(req.instrument)}"
         held = self.store.kv_get(LEASES, key) or {}
+        inst = self.core.instrument(req.instrument)
+        # Which instrument it is, beyond its names: bench.toml may rename the bench or the
+        # instrument before the lease runs out, and the lease must still find its outputs.
         self.store.kv_put(LEASES, key, {
             "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
+            "resource": resource_key(inst.config.resource), "idn": inst.idn,
             "channels": sorted(set(held.get("channels", [])) | set(channels))})
         self.renew(req.run_id, client=False)  # a grant ran it, not its client
 
@@ -78,38 +82,66 @@ class Leases(Part):
 
     def held(self) -> list[dict[str, Any]]:
         """This bench's leases, each with the seconds left."""
+        return [lease for _, lease in self._held()]
+
+    def _held(self) -> list[tuple[str, dict[str, Any]]]:
+        """This bench's leases, each with its key in the store: those taken here, and those
+        taken on one of its instruments under names bench.toml no longer gives (a bench or
+        an instrument renamed), named as they are now."""
         term = self.config.policy.lease_seconds
         out = []
-        for _, lease in self.store.kv_items(LEASES):
-            if lease.get("bench") != self.config.bench:
+        alive: dict[str, bool] = {}
+        for key, lease in self.store.kv_items(LEASES):
+            name = self._mine(lease, alive)
+            if name is None:
                 continue
             run_id = str(lease["run_id"])
             since = time.monotonic() - self._renewed.setdefault(run_id, time.monotonic())
             left = term if run_id in self._connected else max(0.0, term - since)
-            out.append({**lease, "seconds_left": round(left, 1),
-                        "connected": run_id in self._connected})
+            out.append((key, {**lease, "instrument": name, "bench": self.config.bench,
+                              "seconds_left": round(left, 1),
+                              "connected": run_id in self._connected}))
         return out
+
+    def _mine(self, lease: dict[str, Any], alive: dict[str, bool]) -> str | None:
+        """The name of this bench's instrument ``lease`` was taken on, or None if it is
+        another live bench's. One taken under this bench's name on an instrument it no
+        longer has keeps its old name (its safe action cannot be sent: said so)."""
+        bench, name = str(lease.get("bench")), str(lease.get("instrument"))
+        if bench == self.config.bench and name in self.core.instruments:
+            return name
+        if bench != self.config.bench:
+            if bench not in alive:
+                alive[bench] = self.core.registry.alive(bench)
+            if alive[bench]:
+                return None  # its own gateway runs it out
+        same = next((n for n, inst in self.core.instruments.items()
+                     if lease.get("resource") == resource_key(inst.config.resource)
+                     or (inst.idn is not None and lease.get("idn") == inst.idn)), None)
+        return same or (name if bench == self.config.bench else None)
 
     async def sweep(self) -> None:
         """Apply ``on_client_lost`` to every lease that ran out. None on a fenced gateway:
         the clients renew the bench's leases on its new owner now, which runs them out."""
         if self.core.registry.lost is not None:
             return
-        for lease in self.held():
+        for key, lease in self._held():
             if lease["connected"] or lease["seconds_left"] > 0:
                 continue
-            await self._lost(lease)
+            await self._lost(key, lease)
 
-    async def _lost(self, lease: dict[str, Any]) -> None:
+    async def _lost(self, key: str, lease: dict[str, Any]) -> None:
         policy = self.config.policy
         run_id, name = str(lease["run_id"]), str(lease["instrument"])
         channels = [int(c) for c in lease["channels"]]
-        key = f"{run_id}/{self.core.qualified(name)}"
         data: dict[str, Any] = {"instrument": name, "channels": channels,
                                 "policy": policy.on_client_lost,
                                 "lease_seconds": policy.lease_seconds}
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
+        if policy.on_client_lost == "safe" and name not in self.core.instruments:
+            what = (f"this bench has no instrument {name} now (bench.toml changed): its "
+                    "outputs could not be switched off; check the bench")
         if policy.on_client_lost == "safe" and name in self.core.instruments:
             data.update(await self._make_safe(name, channels))  # first: it waits for nothing
             for hook in self.on_safed:
