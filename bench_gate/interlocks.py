@@ -104,13 +104,32 @@ class Interlocks(Part):
         me = self.core.instruments.get(instrument)
         if me is None:
             return None
-        mine = f"{self.config.bench}/"
-        for key, stop in self.store.kv_items(STOPS):
-            if not key.startswith(mine) and (
-                    stop.get("resource") == _resource(me.config.resource)
-                    or (me.idn is not None and stop.get("idn") == me.idn)):
+        for key, stop in self.store.kv_items(STOPS):  # this bench's under an old name too
+            if stop.get("resource") == _resource(me.config.resource) \
+                    or (me.idn is not None and stop.get("idn") == me.idn):
                 return key, stop
         return None
+
+    def follow_names(self) -> None:
+        """At start, before a stop is looked for or finished: a stop of this bench kept
+        under a name bench.toml now gives another instrument (names swapped, an instrument
+        renamed) moves to the name its instrument (its resource) has now. A stop stays
+        with its instrument: the stopped one is refused under its new name, and the other
+        one is neither stopped nor cleared, nor made safe, in its place. Written before
+        the old names are deleted: a crash between leaves more stopped, never less."""
+        mine = f"{self.config.bench}/"
+        named = {_resource(inst.config.resource): name
+                 for name, inst in self.core.instruments.items()}
+        for table in (STOPS, STOPPING):
+            moves = {}
+            for key, record in self.store.kv_items(table):
+                now = named.get(str(record.get("resource")))
+                if key.startswith(mine) and now is not None and key != self.core.qualified(now):
+                    moves[key] = (self.core.qualified(now), record)
+            for new, record in moves.values():
+                self.store.kv_put(table, new, record)
+            for old in set(moves) - {new for new, _ in moves.values()}:
+                self.store.kv_delete(table, old)
 
     def check(self, instrument: str) -> None:
         """Refuse a write to a stopped instrument (-203, with who stopped it), under any

@@ -64,6 +64,7 @@ class Lifecycle(Part):
         self.registry.claim()
         self._intake.open_reads()  # a crash's reads first: before anything else is journaled
         await take_locks([inst.lane for inst in self.instruments.values()])
+        self._executor.interlocks.follow_names()  # bench.toml may have renamed them
         await self._executor.interlocks.finish_cut_off()  # a stop a crash cut off: safe first
         self._runs.close_gone_clients()
         self._terms.start()  # every term starts again now: being down is no silence
