@@ -12,11 +12,13 @@ measurement whose client is still there is never cut off.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .core import Core, Part, resource_key
+from .errors import InstrumentError
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
 from .safety import send_safe_action
@@ -108,17 +110,27 @@ class Leases(Part):
         another live bench's. One taken under this bench's name on an instrument it no
         longer has keeps its old name (its safe action cannot be sent: said so)."""
         bench, name = str(lease.get("bench")), str(lease.get("instrument"))
-        if bench == self.config.bench and name in self.core.instruments:
-            return name
         if bench != self.config.bench:
             if bench not in alive:
                 alive[bench] = self.core.registry.alive(bench)
             if alive[bench]:
                 return None  # its own gateway runs it out
-        same = next((n for n, inst in self.core.instruments.items()
-                     if lease.get("resource") == resource_key(inst.config.resource)
-                     or (inst.idn is not None and lease.get("idn") == inst.idn)), None)
-        return same or (name if bench == self.config.bench else None)
+        if lease.get("resource") is not None or lease.get("idn") is not None:
+            same = next((n for n in self.core.instruments if self._is(n, lease)), None)
+            if same is not None:
+                return same  # renamed, or its name swapped with another's
+        return name if bench == self.config.bench else None
+
+    def _is(self, name: str, lease: dict[str, Any]) -> bool:
+        """Whether this bench's ``name`` is the instrument ``lease`` was taken on: the same
+        resource or ``*IDN?`` (a lease kept before leases named them: its name is all)."""
+        inst = self.core.instruments.get(name)
+        if inst is None:
+            return False
+        if lease.get("resource") is None and lease.get("idn") is None:
+            return True
+        return lease.get("resource") == resource_key(inst.config.resource) or (
+            inst.idn is not None and lease.get("idn") == inst.idn)
 
     async def sweep(self) -> None:
         """Apply ``on_client_lost`` to every lease that ran out. None on a fenced gateway:
@@ -139,10 +151,12 @@ class Leases(Part):
                                 "lease_seconds": policy.lease_seconds}
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
-        if policy.on_client_lost == "safe" and name not in self.core.instruments:
-            what = (f"this bench has no instrument {name} now (bench.toml changed): its "
-                    "outputs could not be switched off; check the bench")
-        if policy.on_client_lost == "safe" and name in self.core.instruments:
+        reachable = self._is(name, lease) or await self._asked(name, lease)
+        if policy.on_client_lost == "safe" and not reachable:
+            what = (f"the instrument it was taken on as {name} is not on this bench now "
+                    "(bench.toml changed): its outputs could not be switched off; check the "
+                    "bench")
+        if policy.on_client_lost == "safe" and reachable:
             data.update(await self._make_safe(name, channels))  # first: it waits for nothing
             for hook in self.on_safed:
                 hook(name, channels)
@@ -171,6 +185,20 @@ class Leases(Part):
             "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
             reason=f"the client of {run_id} stopped renewing its lease on {name} "
                    f"CH{', CH'.join(map(str, channels))}; {what}")
+
+    async def _asked(self, name: str, lease: dict[str, Any]) -> bool:
+        """Whether ``name`` is the lease's instrument by the ``*IDN?`` it answers now (its
+        resource spelled otherwise in bench.toml, and not asked since the start)."""
+        inst = self.core.instruments.get(name)
+        if inst is None or inst.idn is not None or lease.get("idn") is None:
+            return False
+
+        async def job(link: AsyncLink) -> str:
+            return (await link.query("*IDN?")).strip()
+
+        with contextlib.suppress(InstrumentError):
+            inst.idn = await inst.lane.run(job, urgent=True)
+        return self._is(name, lease)
 
     async def _make_safe(self, name: str, channels: list[int]) -> dict[str, Any]:
         inst = self.core.instruments[name]

@@ -9,15 +9,18 @@ instrument runs it out. Proven on the simulator's own port."""
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pyvisa
 
-from bench_gate.config import BenchConfig
+from bench_gate.config import BenchConfig, ChannelLimits, InstrumentConfig
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import Clock
 
 LEASE = 1.0
@@ -40,6 +43,13 @@ async def energize(config: BenchConfig, db_path: Path, clock: Clock, script: Pri
         gw.store.close()
     assert front_panel.query("OUTP? (@1)") == "1"
     return run.id
+
+
+def port(resource_name: str) -> Any:
+    """A simulator's own port, opened beside the front panel's (closing a resource manager
+    would close that one too)."""
+    return pyvisa.ResourceManager("@py").open_resource(
+        resource_name, read_termination="\n", write_termination="\n", timeout=2000)
 
 
 async def switched_off(front_panel: Any, seconds: float) -> bool:
@@ -76,3 +86,37 @@ async def test_a_lease_runs_out_under_the_names_bench_toml_gives_now(
     finally:
         await gw.close()
         gw.store.close()
+
+
+async def test_a_lease_switches_off_its_own_instrument_when_bench_toml_swaps_names(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any, sim: SimBenchThread) -> None:
+    """``psu`` and ``aux`` exchange resources: the lease taken on the E36312A (``psu``
+    then, ``aux`` now) switches the E36312A off, not the DP832 now called ``psu``."""
+    config.policy.lease_seconds = LEASE
+    with SimServedThread("dp832") as other:
+        config.instruments.append(InstrumentConfig(name="aux", resource=other.resource_name,
+                                                   profile="dp832", socket_port=0))
+        config.envelope["aux"] = {1: ChannelLimits(voltage=Decimal(6), current=Decimal(1))}
+        run_id = await energize(config, db_path, clock, script, olga, front_panel)
+        dp832 = port(other.resource_name)  # its own port: someone else's DUT, on
+        dp832.write("SIM:PANEL")
+        dp832.write("SOUR1:VOLT 1;:OUTP CH1,ON")
+        edited = config.model_copy(deep=True)
+        edited.instruments[0].name, edited.instruments[2].name = "aux", "psu"
+        edited.envelope = {"aux": config.envelope["psu"], "psu": config.envelope["aux"]}
+        gw = Gateway(edited, SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            assert await switched_off(front_panel, LEASE + 4.0), "the E36312A stayed on"
+            await asyncio.sleep(0.5)
+            expired = [e.data for e in gw.store.recent(run_id, limit=50)
+                       if e.type.value == "lease_expired"]
+            assert [e["instrument"] for e in expired] == ["aux"], expired
+        finally:
+            await gw.close()
+            gw.store.close()
+        try:
+            assert dp832.query("OUTP? CH1") == "ON", "the DP832 was switched off instead"
+        finally:
+            dp832.close()
