@@ -115,16 +115,23 @@ class Interlocks(Part):
         under a name bench.toml now gives another instrument (names swapped, an instrument
         renamed) moves to the name its instrument (its resource) has now. A stop stays
         with its instrument: the stopped one is refused under its new name, and the other
-        one is neither stopped nor cleared, nor made safe, in its place. Written before
-        the old names are deleted: a crash between leaves more stopped, never less."""
-        mine = f"{self.config.bench}/"
+        one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
+        a bench no gateway serves now (the bench renamed): listed and cleared here. Written
+        before the old names are deleted: a crash between leaves more stopped, never less."""
         named = {_resource(inst.config.resource): name
                  for name, inst in self.core.instruments.items()}
+        ours: dict[str, bool] = {}
         for table in (STOPS, STOPPING):
             moves = {}
             for key, record in self.store.kv_items(table):
                 now = named.get(str(record.get("resource")))
-                if key.startswith(mine) and now is not None and key != self.core.qualified(now):
+                if now is None or key == self.core.qualified(now):
+                    continue
+                bench = key.rpartition("/")[0]  # an instrument's name has no "/"
+                if bench not in ours:
+                    ours[bench] = bench == self.config.bench or \
+                        not self.core.registry.alive(bench)
+                if ours[bench]:  # this bench's, or one nobody serves now
                     moves[key] = (self.core.qualified(now), record)
             for new, record in moves.values():
                 self.store.kv_put(table, new, record)

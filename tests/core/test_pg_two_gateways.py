@@ -12,7 +12,7 @@ from typing import Any
 from bench_gate.config import InstrumentConfig, default_config
 from bench_gate.errors import GatewayError
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal, Status
+from bench_gate.models import Principal, Status, TakeoverRequest
 from bench_gate.store import PostgresStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests import pg
@@ -44,15 +44,16 @@ async def test_two_gateways_granting_at_once_on_postgresql_run_it_once(
                                        f"VOLT {volts},(@1);:OUTP ON,(@1)")).request
                 assert held is not None and held.status is Status.PENDING
 
-                async def decide(gw: Gateway, who: Principal, kind: str) -> Any:
+                async def decide(gw: Gateway, who: Principal, kind: str,
+                                 req: TakeoverRequest) -> Any:
                     try:
-                        return await gw.grant(held.id, who, [kind],
-                                              proposal_hash=held.proposal_hash)
+                        return await gw.grant(req.id, who, [kind],
+                                              proposal_hash=req.proposal_hash)
                     except GatewayError as exc:
                         return exc
 
-                got = await asyncio.gather(decide(a, olga, "setpoint"),
-                                           decide(b, pete, "output_enable"))
+                got = await asyncio.gather(decide(a, olga, "setpoint", held),
+                                           decide(b, pete, "output_enable", held))
                 after = a.get_request(held.id)
                 for _ in range(100):
                     if after.status not in (Status.PENDING, Status.APPROVED, Status.EXECUTING):

@@ -62,3 +62,36 @@ async def test_a_stop_stays_with_its_instrument_when_bench_toml_swaps_names(
             await gw.close()
             gw.store.close()
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+
+
+async def test_a_stop_of_a_renamed_bench_is_listed_and_cleared_under_its_new_name(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """bench.toml renames the bench: the stop pressed under the old name still refuses
+    writes to its supply (the same resource), and it is this bench's now: listed, and
+    cleared by an operator here (it was neither: "psu is not stopped")."""
+    gw = Gateway(config, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        await gw.emergency_stop(olga, "api", "psu")
+    finally:
+        await gw.close()
+        gw.store.close()
+    renamed = config.model_copy(update={"bench": "lab-3 bench A"})
+    gw = Gateway(renamed, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script", goal="CH1 up")
+        refused = await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+        assert refused.status == "refused" and "stopped" in refused.reason, refused
+        assert set(gw.stopped()) == {"psu"}
+        assert gw.clear_stop(olga, "psu") == ["psu"]
+        held = (await gw.submit(gw.create_run(script, "script").id, "psu",
+                                "VOLT 2,(@1)")).request
+        assert held is not None, "still stopped after the clear"
+        done = await gw.grant(held.id, olga, ["setpoint"], proposal_hash=held.proposal_hash)
+        assert done.request.status.value == "executed", done.request.outcome
+    finally:
+        await gw.close()
+        gw.store.close()
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 2
