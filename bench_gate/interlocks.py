@@ -124,10 +124,14 @@ class Interlocks(Part):
         for table in (STOPS, STOPPING):
             moves = {}
             for key, record in self.store.kv_items(table):
+                bench, _, name = key.rpartition("/")  # an instrument's name has no "/"
+                here = self.core.instruments.get(name) if bench == self.config.bench else None
+                if here is not None and _resource(here.config.resource) == record.get(
+                        "resource"):
+                    continue  # its name is still its instrument's (another may be too)
                 now = named.get(str(record.get("resource")))
-                if now is None or key == self.core.qualified(now):
+                if now is None:
                     continue
-                bench = key.rpartition("/")[0]  # an instrument's name has no "/"
                 if bench not in ours:
                     ours[bench] = bench == self.config.bench or \
                         not self.core.registry.alive(bench)

@@ -95,3 +95,26 @@ async def test_a_stop_of_a_renamed_bench_is_listed_and_cleared_under_its_new_nam
         await gw.close()
         gw.store.close()
     assert Decimal(front_panel.query("VOLT? (@1)")) == 2
+
+
+async def test_a_stop_of_an_instrument_with_two_names_stays_under_its_name_after_a_restart(
+        sim: SimBenchThread, db_path: Path, clock: Clock, olga: Principal) -> None:
+    """The DP832 is on the bench twice under one resource (``aux`` and ``aux2``): the stop
+    pressed on ``aux`` (kept under both names) is kept under both after a restart, not
+    moved to one of them."""
+    with SimServedThread("dp832") as other:
+        cfg = bench(sim, other, swapped=False)
+        cfg.instruments.append(InstrumentConfig(name="aux2", resource=other.resource_name,
+                                                profile="dp832", socket_port=0))
+        for _ in range(2):
+            gw = Gateway(cfg, SqliteStore(db_path), clock=clock)
+            await gw.start()
+            try:
+                if not gw.stopped():
+                    await gw.emergency_stop(olga, "api", "aux")
+                else:
+                    assert set(gw.stopped()) == {"aux", "aux2"}
+                    assert gw.clear_stop(olga, "aux") == ["aux"]
+            finally:
+                await gw.close()
+                gw.store.close()
