@@ -115,6 +115,8 @@ class Leases(Part):
                 alive[bench] = self.core.registry.alive(bench)
             if alive[bench]:
                 return None  # its own gateway runs it out
+        if bench == self.config.bench and self._is(name, lease):
+            return name  # still its instrument's name (another may name it too)
         if lease.get("resource") is not None or lease.get("idn") is not None:
             same = next((n for n in self.core.instruments if self._is(n, lease)), None)
             if same is not None:
