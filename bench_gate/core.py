@@ -7,6 +7,7 @@ each part (intake, snapshots, takeover, executor, runs, plans, decisions).
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from .notify import Notifier
 from .scpi import Profile, ProfileError, Timing, Unit, get_profile
 from .store import Store
 
-__all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id"]
+__all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id", "resource_key"]
 
 #: Compare-and-swap retries before a change reports that it lost too many races.
 MAX_RETRIES = 8
@@ -31,6 +32,13 @@ MAX_RETRIES = 8
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
+
+
+def resource_key(text: str) -> str:
+    """A VISA resource in one spelling: case, board 0 (``TCPIP0`` is ``TCPIP``), localhost."""
+    parts = text.strip().upper().replace("LOCALHOST", "127.0.0.1").split("::")
+    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
+    return "::".join(parts)
 
 
 @dataclass(slots=True)
