@@ -7,6 +7,9 @@ each part (intake, snapshots, takeover, executor, runs, plans, decisions).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from .notify import Notifier
 from .scpi import Profile, ProfileError, Timing, Unit, get_profile
 from .store import Store
 
-__all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id"]
+__all__ = ["MAX_RETRIES", "Core", "Instrument", "Part", "new_id", "resource_key"]
 
 #: Compare-and-swap retries before a change reports that it lost too many races.
 MAX_RETRIES = 8
@@ -31,6 +34,25 @@ MAX_RETRIES = 8
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
+
+
+def resource_key(text: str) -> str:
+    """A VISA resource in one spelling: case, spaces, board 0 (``TCPIP0`` is ``TCPIP``),
+    localhost, an IPv4 address however the socket reads it (``2130706433``, ``0x7f000001``,
+    ``127.1``: inet_aton's forms, no name looked up), a port's leading zeros. A spelling
+    left apart here (a host name's alias) is one instrument by its ``*IDN?``."""
+    parts = [p.strip() for p in text.strip().upper().split("::")]
+    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
+    if parts[0] != "TCPIP" or len(parts) < 2:
+        return "::".join(parts)
+    if parts[1] == "LOCALHOST":
+        parts[1] = "127.0.0.1"
+    elif re.fullmatch(r"[0-9A-FX.]+", parts[1]):
+        with contextlib.suppress(OSError):
+            parts[1] = socket.inet_ntoa(socket.inet_aton(parts[1].lower()))
+    if len(parts) == 4 and parts[3] == "SOCKET" and parts[2].isdigit():
+        parts[2] = str(int(parts[2]))
+    return "::".join(parts)
 
 
 @dataclass(slots=True)

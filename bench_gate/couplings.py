@@ -79,6 +79,8 @@ def carried(profile: Profile, state: Mapping[str, str]) -> dict[str, str]:
     stays; an unreadable one is carried as it is (outside)."""
     out = dict(state)
     for name, spec in profile.fields.items():
+        if not spec.copies:  # not a coupling: nothing to carry (and nothing to ask of it)
+            continue
         for source, targets in spec.copies.items() if _coupled(profile, name, state) else ():
             channel, field = _channel_of(source), source.split(".", 1)[-1]
             for stored, points in profile.fields.items():
@@ -108,7 +110,8 @@ def followers(profile: Profile, channels: set[int],
     seen = list(states) if states is not None else None
     found: set[int] = set()
     for name, spec in profile.fields.items():
-        if seen is not None and not any(_coupled(profile, name, st) for st in seen):
+        if not spec.copies or (seen is not None
+                               and not any(_coupled(profile, name, st) for st in seen)):
             continue
         for source, targets in spec.copies.items():
             if _channel_of(source) in channels:

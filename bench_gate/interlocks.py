@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 from .approvals import person, require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
+from .core import resource_key as _resource
 from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
@@ -41,25 +40,6 @@ STOPS = "stops"
 #: Stops recorded and not yet finished (safe action, stand-down, journal event): a record
 #: left here by a crash is a stop the restart must finish.
 STOPPING = "stops_unfinished"
-
-
-def _resource(text: str) -> str:
-    """A VISA resource in one spelling: case, spaces, board 0 (``TCPIP0`` is ``TCPIP``),
-    localhost, an IPv4 address however the socket reads it (``2130706433``, ``0x7f000001``,
-    ``127.1``: inet_aton's forms, no name looked up), a port's leading zeros. A spelling
-    left apart here (a host name's alias) is one instrument by its ``*IDN?``."""
-    parts = [p.strip() for p in text.strip().upper().split("::")]
-    parts[0] = re.sub(r"^([A-Z]+)0$", r"\1", parts[0])
-    if parts[0] != "TCPIP" or len(parts) < 2:
-        return "::".join(parts)
-    if parts[1] == "LOCALHOST":
-        parts[1] = "127.0.0.1"
-    elif re.fullmatch(r"[0-9A-FX.]+", parts[1]):
-        with contextlib.suppress(OSError):
-            parts[1] = socket.inet_ntoa(socket.inet_aton(parts[1].lower()))
-    if len(parts) == 4 and parts[3] == "SOCKET" and parts[2].isdigit():
-        parts[2] = str(int(parts[2]))
-    return "::".join(parts)
 
 
 class Interlocks(Part):
@@ -124,13 +104,43 @@ class Interlocks(Part):
         me = self.core.instruments.get(instrument)
         if me is None:
             return None
-        mine = f"{self.config.bench}/"
-        for key, stop in self.store.kv_items(STOPS):
-            if not key.startswith(mine) and (
-                    stop.get("resource") == _resource(me.config.resource)
-                    or (me.idn is not None and stop.get("idn") == me.idn)):
+        for key, stop in self.store.kv_items(STOPS):  # this bench's under an old name too
+            if stop.get("resource") == _resource(me.config.resource) \
+                    or (me.idn is not None and stop.get("idn") == me.idn):
                 return key, stop
         return None
+
+    def follow_names(self) -> None:
+        """At start, before a stop is looked for or finished: a stop of this bench kept
+        under a name bench.toml now gives another instrument (names swapped, an instrument
+        renamed) moves to the name its instrument (its resource) has now. A stop stays
+        with its instrument: the stopped one is refused under its new name, and the other
+        one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
+        a bench no gateway serves now (the bench renamed): listed and cleared here. Written
+        before the old names are deleted: a crash between leaves more stopped, never less."""
+        named = {_resource(inst.config.resource): name
+                 for name, inst in self.core.instruments.items()}
+        ours: dict[str, bool] = {}
+        for table in (STOPS, STOPPING):
+            moves = {}
+            for key, record in self.store.kv_items(table):
+                bench, _, name = key.rpartition("/")  # an instrument's name has no "/"
+                here = self.core.instruments.get(name) if bench == self.config.bench else None
+                if here is not None and _resource(here.config.resource) == record.get(
+                        "resource"):
+                    continue  # its name is still its instrument's (another may be too)
+                now = named.get(str(record.get("resource")))
+                if now is None:
+                    continue
+                if bench not in ours:
+                    ours[bench] = bench == self.config.bench or \
+                        not self.core.registry.alive(bench)
+                if ours[bench]:  # this bench's, or one nobody serves now
+                    moves[key] = (self.core.qualified(now), record)
+            for new, record in moves.values():
+                self.store.kv_put(table, new, record)
+            for old in set(moves) - {new for new, _ in moves.values()}:
+                self.store.kv_delete(table, old)
 
     def check_write(self, instrument: str, c: Classification | None) -> None:
         """:meth:`check`, for a message with a unit a stopped instrument does not take, or

@@ -12,11 +12,13 @@ measurement whose client is still there is never cut off.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .core import Core, Part
+from .core import Core, Part, resource_key
+from .errors import InstrumentError
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
 from .safety import send_safe_action
@@ -57,8 +59,12 @@ class Leases(Part):
         # two gateways on one store, and each lease must outlive the other's renewal.
         key = f"{req.run_id}/{self.core.qualified(req.instrument)}"
         held = self.store.kv_get(LEASES, key) or {}
+        inst = self.core.instrument(req.instrument)
+        # Which instrument it is, beyond its names: bench.toml may rename the bench or the
+        # instrument before the lease runs out, and the lease must still find its outputs.
         self.store.kv_put(LEASES, key, {
             "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
+            "resource": resource_key(inst.config.resource), "idn": inst.idn,
             "channels": sorted(set(held.get("channels", [])) | set(channels))})
         self.renew(req.run_id, client=False)  # a grant ran it, not its client
 
@@ -78,39 +84,81 @@ class Leases(Part):
 
     def held(self) -> list[dict[str, Any]]:
         """This bench's leases, each with the seconds left."""
+        return [lease for _, lease in self._held()]
+
+    def _held(self) -> list[tuple[str, dict[str, Any]]]:
+        """This bench's leases, each with its key in the store: those taken here, and those
+        taken on one of its instruments under names bench.toml no longer gives (a bench or
+        an instrument renamed), named as they are now."""
         term = self.config.policy.lease_seconds
         out = []
-        for _, lease in self.store.kv_items(LEASES):
-            if lease.get("bench") != self.config.bench:
+        alive: dict[str, bool] = {}
+        for key, lease in self.store.kv_items(LEASES):
+            name = self._mine(lease, alive)
+            if name is None:
                 continue
             run_id = str(lease["run_id"])
             since = time.monotonic() - self._renewed.setdefault(run_id, time.monotonic())
             left = term if run_id in self._connected else max(0.0, term - since)
-            out.append({**lease, "seconds_left": round(left, 1),
-                        "connected": run_id in self._connected})
+            out.append((key, {**lease, "instrument": name, "bench": self.config.bench,
+                              "seconds_left": round(left, 1),
+                              "connected": run_id in self._connected}))
         return out
+
+    def _mine(self, lease: dict[str, Any], alive: dict[str, bool]) -> str | None:
+        """The name of this bench's instrument ``lease`` was taken on, or None if it is
+        another live bench's. One taken under this bench's name on an instrument it no
+        longer has keeps its old name (its safe action cannot be sent: said so)."""
+        bench, name = str(lease.get("bench")), str(lease.get("instrument"))
+        if bench != self.config.bench:
+            if bench not in alive:
+                alive[bench] = self.core.registry.alive(bench)
+            if alive[bench]:
+                return None  # its own gateway runs it out
+        if bench == self.config.bench and self._is(name, lease):
+            return name  # still its instrument's name (another may name it too)
+        if lease.get("resource") is not None or lease.get("idn") is not None:
+            same = next((n for n in self.core.instruments if self._is(n, lease)), None)
+            if same is not None:
+                return same  # renamed, or its name swapped with another's
+        return name if bench == self.config.bench else None
+
+    def _is(self, name: str, lease: dict[str, Any]) -> bool:
+        """Whether this bench's ``name`` is the instrument ``lease`` was taken on: the same
+        resource or ``*IDN?`` (a lease kept before leases named them: its name is all)."""
+        inst = self.core.instruments.get(name)
+        if inst is None:
+            return False
+        if lease.get("resource") is None and lease.get("idn") is None:
+            return True
+        return lease.get("resource") == resource_key(inst.config.resource) or (
+            inst.idn is not None and lease.get("idn") == inst.idn)
 
     async def sweep(self) -> None:
         """Apply ``on_client_lost`` to every lease that ran out. None on a fenced gateway:
         the clients renew the bench's leases on its new owner now, which runs them out."""
         if self.core.registry.lost is not None:
             return
-        for lease in self.held():
+        for key, lease in self._held():
             if lease["connected"] or lease["seconds_left"] > 0:
                 continue
-            await self._lost(lease)
+            await self._lost(key, lease)
 
-    async def _lost(self, lease: dict[str, Any]) -> None:
+    async def _lost(self, key: str, lease: dict[str, Any]) -> None:
         policy = self.config.policy
         run_id, name = str(lease["run_id"]), str(lease["instrument"])
         channels = [int(c) for c in lease["channels"]]
-        key = f"{run_id}/{self.core.qualified(name)}"
         data: dict[str, Any] = {"instrument": name, "channels": channels,
                                 "policy": policy.on_client_lost,
                                 "lease_seconds": policy.lease_seconds}
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
-        if policy.on_client_lost == "safe" and name in self.core.instruments:
+        reachable = self._is(name, lease) or await self._asked(name, lease)
+        if policy.on_client_lost == "safe" and not reachable:
+            what = (f"the instrument it was taken on as {name} is not on this bench now "
+                    "(bench.toml changed): its outputs could not be switched off; check the "
+                    "bench")
+        if policy.on_client_lost == "safe" and reachable:
             data.update(await self._make_safe(name, channels))  # first: it waits for nothing
             for hook in self.on_safed:
                 hook(name, channels)
@@ -139,6 +187,20 @@ class Leases(Part):
             "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
             reason=f"the client of {run_id} stopped renewing its lease on {name} "
                    f"CH{', CH'.join(map(str, channels))}; {what}")
+
+    async def _asked(self, name: str, lease: dict[str, Any]) -> bool:
+        """Whether ``name`` is the lease's instrument by the ``*IDN?`` it answers now (its
+        resource spelled otherwise in bench.toml, and not asked since the start)."""
+        inst = self.core.instruments.get(name)
+        if inst is None or inst.idn is not None or lease.get("idn") is None:
+            return False
+
+        async def job(link: AsyncLink) -> str:
+            return (await link.query("*IDN?")).strip()
+
+        with contextlib.suppress(InstrumentError):
+            inst.idn = await inst.lane.run(job, urgent=True)
+        return self._is(name, lease)
 
     async def _make_safe(self, name: str, channels: list[int]) -> dict[str, Any]:
         inst = self.core.instruments[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from .core import Core, Instrument, Part
@@ -19,11 +20,13 @@ from .intake import Intake
 from .journal import Retention
 from .leases import Leases
 from .locking import keep_locks, take_locks
-from .models import Status
+from .models import EventType, Status
 from .questions import QuestionDesk
 from .runs import Runs
+from .states import Event as Move
 from .terms import Terms
 from .watch import Watch
+from .wire import rfc3339
 
 __all__ = ["SWEEP_SECONDS", "Lifecycle"]
 
@@ -64,9 +67,11 @@ class Lifecycle(Part):
         self.registry.claim()
         self._intake.open_reads()  # a crash's reads first: before anything else is journaled
         await take_locks([inst.lane for inst in self.instruments.values()])
+        self._executor.interlocks.follow_names()  # bench.toml may have renamed them
         await self._executor.interlocks.finish_cut_off()  # a stop a crash cut off: safe first
         self._runs.close_gone_clients()
         self._terms.start()  # every term starts again now: being down is no silence
+        self._over_policy()
         await self.sweep()
         for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
             if self.core.owns(req):
@@ -76,6 +81,25 @@ class Lifecycle(Part):
         self._unlisten = self.store.listen(self._on_remote)
         self._sweeper = asyncio.create_task(self._sweep_forever())
         self._guard = asyncio.create_task(self._guard_forever())
+
+    def _over_policy(self) -> None:
+        """At start: a request of this bench still waiting (pending, or approved and not
+        started) that was let wait longer than the policy allows now (bench.toml lowered
+        ``max_timeout_minutes`` since) expires, whatever its own expiry says: no approval
+        counts past the bench's own limit. Its run is not counted against for it."""
+        minutes = self.config.policy.max_timeout_minutes
+        most = timedelta(minutes=minutes)
+        for status in (Status.PENDING, Status.APPROVED):
+            for req in self.store.list_requests(status=status, limit=10_000):
+                if not self.core.owns(req) or req.expires_at - req.created_at <= most:
+                    continue
+                why = (f"it was let wait until {rfc3339(req.expires_at)}, longer than "
+                       f"policy.max_timeout_minutes = {minutes} "
+                       "allows now")
+                self._decisions.requests.move(
+                    req, Move.EXPIRE, EventType.TAKEOVER_EXPIRED,
+                    {"expires_at": req.expires_at.isoformat(), "reason": why},
+                    outcome=f"expired: {why}; nothing was written")
 
     async def close(self) -> None:
         if self._unlisten is not None:

@@ -91,6 +91,13 @@ class PlanDesk(Part):
             bench = asked.bench if asked is not None else ""
         return bench == self.config.bench
 
+    def same_instrument(self, plan: Plan, idn: str) -> bool:
+        """Whether the instrument answering ``idn`` now is the one ``plan`` was approved
+        on (its request's ``*IDN?``): bench.toml may point the plan's instrument name at
+        another instrument, another DUT, which a person must look at."""
+        asked = self.store.get_request(plan.request_id)
+        return asked is not None and asked.snapshot.idn == idn
+
     def of_run(self, run_id: str) -> list[Plan]:
         self.runs.get(run_id)
         plans = self.plans_of(run_id)
@@ -285,6 +292,7 @@ class PlanDesk(Part):
         for candidate in plans:
             self._refresh(candidate)
             if candidate.status is PlanStatus.ACTIVE and candidate.writes_left >= writes and \
+                    self.same_instrument(candidate, live.idn) and \
                     covers(candidate, inst.config.name, c.units, live.values,
                            inst.profile) is None:
                 plan = candidate

@@ -232,7 +232,10 @@ class Rechecks(Part):
                           None if step and shown is None else str(shown)))
         missing = [a for a in wanted if (a.kind.value, a.by, a.proposal_hash) not in held
                    and not (step and (a.kind.value, a.by, None) in held)]
-        if missing and self.store.segments():  # [journal] keep_days archived the oldest
+        if missing and self.store.segments() and not self._begun_in_store(req):
+            # [journal] keep_days archived the oldest events; with its own start archived
+            # too, an approval older than the store's oldest event went with them (its time
+            # is the row's word: one whose start is in the store has every approval there)
             first = self.store.chain(0, 1)  # the oldest event still in the store
             since = datetime.fromisoformat(str(first[0][4])) if first else None
             if since is not None and since.tzinfo is None:
@@ -242,6 +245,11 @@ class Rechecks(Part):
             return None
         return ("its approval (" + ", ".join(f"{a.kind.value} by {a.by}" for a in missing)
                 + ") is not in the journal: the store was changed behind the gateway's back")
+
+    def _begun_in_store(self, req: TakeoverRequest) -> bool:
+        """Whether the request's own start (its ``takeover_requested`` event) is still in
+        the store: nothing of it was archived, then."""
+        return bool(self.store.request_events(req.id, EventType.TAKEOVER_REQUESTED.value, 1))
 
     @staticmethod
     def unfit_to_run(req: TakeoverRequest) -> str | None:

@@ -52,7 +52,7 @@ class Setpoints(Part):
         return missing
 
     def still_approved(self, inst: Instrument, channel: int, snap: Snapshot) -> bool:
-        stored = self._in_force(self.core.qualified(inst.config.name), channel)
+        stored = self._in_force(self.core.qualified(inst.config.name), channel, snap.idn)
         if stored is None:
             return False
         return all(snap.values.get(snapshot_key(channel, f)) == stored.get(f)
@@ -71,7 +71,7 @@ class Setpoints(Part):
             if a.approval is not ApprovalKind.OUTPUT_ENABLE or a.channel is None:
                 continue
             ch = a.channel
-            stored = self._in_force(key, ch) or {}
+            stored = self._in_force(key, ch, req.snapshot.idn) or {}
             if any(stored.get(f) != snap.get(snapshot_key(ch, f)) for f in fields):
                 continue  # not in force: the request needs (and shows) its own setpoint
             mine = {b.field for b in req.actions if b.channel == ch and b.effect == "setpoint"}
@@ -82,12 +82,15 @@ class Setpoints(Part):
             out[ch] = sorted(people)
         return out
 
-    def _in_force(self, key: str, channel: int) -> dict[str, Any] | None:
+    def _in_force(self, key: str, channel: int, idn: str) -> dict[str, Any] | None:
         """The channel's remembered setpoint, unless an approval behind it was given with a
         token revoked since: then it is nobody's, and switching on needs its own setpoint
-        approval again (a revoked token may have been someone else's hands)."""
+        approval again (a revoked token may have been someone else's hands). Nor is it in
+        force on an instrument other than the one it was approved on (``idn``, its
+        ``*IDN?``): bench.toml may point the same name at another instrument, another DUT;
+        one remembered before setpoints kept it cannot say, and counts for none."""
         stored = self.store.get_setpoint(key, channel)
-        if stored is None:
+        if stored is None or stored.get("idn") != idn:
             return None
         tokens = self._behind(stored)
         if tokens and revoked_tokens(self.store).intersection(tokens):
@@ -145,7 +148,7 @@ class Setpoints(Part):
                 continue
             ch = a.channel
             mine = {b.field for b in actions if b.channel == ch and b.effect == "setpoint"}
-            stored = self._in_force(key, ch)
+            stored = self._in_force(key, ch, snap.idn)
             if stored is None or any(stored.get(f) != snap.values.get(snapshot_key(ch, f))
                                      for f in fields):
                 continue
@@ -189,7 +192,7 @@ class Setpoints(Part):
         for ch in channels:
             mine = {a.field for a in req.actions if a.channel == ch and a.effect == "setpoint"}
             needed = ch in needed_on
-            prior = self._in_force(key, ch) or {}
+            prior = self._in_force(key, ch, req.snapshot.idn) or {}
             by_field: dict[str, list[str]] = {}
             tokens_field: dict[str, list[str]] = {}
             source: dict[str, dict[str, str]] = {}
@@ -213,6 +216,7 @@ class Setpoints(Part):
             self.store.put_setpoint(key, ch, {
                 **values,
                 "request": req.id, "by": by, "by_field": by_field, "source": source,
+                "idn": req.snapshot.idn,  # the instrument it was approved on
                 "tokens_field": tokens_field,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})

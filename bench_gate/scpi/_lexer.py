@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from ._errors import ScpiExecutionError, ScpiSyntaxError
 
 __all__ = [
+    "LONG_KEYWORDS",
     "MAX_MESSAGE_LENGTH",
     "Block",
     "ChannelList",
@@ -31,6 +32,10 @@ __all__ = [
 MAX_MESSAGE_LENGTH = 8192
 #: IEEE 488.2 §7.6.1.4.1 and §7.7.1.4: mnemonics and character data are at most 12 chars.
 MAX_MNEMONIC = 12
+#: Header keywords over 12 letters that a loaded profile spells so, as its instrument's
+#: guide does (the Keithley 2450's ``CONFiguration``, 13): the rule's one exception, or
+#: the long form the profile lists would be refused -112 while its short form is judged.
+LONG_KEYWORDS: set[str] = set()
 MAX_EXPONENT = 100
 
 # Whitespace per IEEE 488.2 §7.4.1.2 minus the control bytes we refuse anyway.
@@ -247,7 +252,7 @@ def _mnemonic(src: str, pos: int) -> tuple[int, str]:
         end += 1
     word = src[pos:end]
     stem = word.rstrip("0123456789")
-    if len(stem) > MAX_MNEMONIC:
+    if len(stem) > MAX_MNEMONIC and stem.upper() not in LONG_KEYWORDS:
         raise ScpiSyntaxError(-112, f"mnemonic {_clip(word)} is longer than 12 characters",
                               src, pos)
     return end, word.upper()

@@ -23,10 +23,11 @@ from pydantic import ValidationError
 
 from ._errors import ScpiError
 from ._excitation import check_excitation
-from ._lexer import ChannelList, lex
+from ._lexer import LONG_KEYWORDS, MAX_MNEMONIC, ChannelList, lex
 from ._lock import check_lock
 from ._model_check import check_model
 from ._patterns import (
+    parse_pattern,
     pattern_canonical,
     pattern_spellings,
     under,
@@ -243,6 +244,9 @@ class Profile:
         for number, spec in model.channels.items():
             for alias in spec.names:
                 names[alias.upper()] = number
+        for command in model.commands:  # a guide's keyword over 12 letters lexes
+            LONG_KEYWORDS.update(n.long.upper() for n in parse_pattern(command.header)
+                                 if len(n.long) > MAX_MNEMONIC)
         table, clashes = header_table(model)
         profile = cls(model, table, names, between=between_map(model), clashes=clashes)
         check_lock(profile)  # the lock section against the table (scpi/_lock.py)

@@ -10,7 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +185,9 @@ class SqliteStore(SqlStore):
             self._chain.reset(*_head(db))
 
     def _time(self, at: datetime) -> str:
-        return at.isoformat()
+        # Compared and sorted as text: one offset (UTC) for every instant, or a time on
+        # another offset (a clock on local time) sorted by its wall-clock digits.
+        return (at.astimezone(UTC) if at.tzinfo is not None else at).isoformat()
 
     # BEGIN IMMEDIATE takes the one write lock: counts and archives are serialized already.
     def _lock_requester(self, cx: Tx, requester: str) -> None:

@@ -194,3 +194,20 @@ def test_a_rule_made_spelling_of_two_headers_is_refused_whatever_the_order(
 def test_no_shipped_profile_has_a_rule_made_spelling_of_two_headers() -> None:
     assert {name: get_profile(name).clashes for name in available_profiles()} == {
         name: {} for name in available_profiles()}
+
+
+@pytest.mark.parametrize("long_form", ["CONFIGURATION", "configuration", "Configuration"])
+def test_a_guides_keyword_over_twelve_letters_is_judged_as_its_short_form(
+        long_form: str) -> None:
+    """IEEE 488.2 §7.6.1.4.1 caps a mnemonic at 12 characters, but the 2450's guide spells
+    ``:SOURce[1]:CONFiguration:LIST:...`` (13): the long form the profile lists is judged
+    as its short form (forbidden, -203 at the door), not refused -112 as too long."""
+    assert judged(f"SOUR1:{long_form}:LIST:CRE \"setup\"", "k2450") == judged(
+        "SOUR1:CONF:LIST:CRE \"setup\"", "k2450")
+
+
+@pytest.mark.parametrize("word", ["CONFIGURATIONS", "ABCDEFGHIJKLM", "VOLTAGEPROTEC"])
+def test_a_long_mnemonic_no_profile_lists_is_still_too_long(word: str) -> None:
+    get_profile("k2450")  # its 13-letter keyword loaded: no other long word passes
+    for profile in ("k2450", "e36312a", "generic"):
+        assert judged(f"{word} 5", profile) == ("refused", -112)

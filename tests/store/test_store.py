@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +276,24 @@ def test_due_for_expiry_compares_times(store: AnyStore) -> None:
     assert due(T0 + timedelta(minutes=5)) == ["tk-early", "tk-edge"]  # the boundary is due
     assert due(T0 + timedelta(minutes=5, microseconds=500)) == ["tk-early", "tk-edge", "tk-frac"]
     assert due(T0 + timedelta(days=1)) == ["tk-early", "tk-edge", "tk-frac", "tk-late"]
+
+
+def test_due_for_expiry_compares_instants_whatever_their_utc_offsets(store: AnyStore) -> None:
+    """Times given with another UTC offset (a clock on local time, a caller's ISO text)
+    are the same instants: SQLite kept them as their text, and compared the texts."""
+    east, west = timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))
+    store.create_request(make_request("tk-soon", expires=(T0 + timedelta(minutes=1))
+                                      .astimezone(east)), [])
+    store.create_request(make_request("tk-later", expires=(T0 + timedelta(hours=2))
+                                      .astimezone(west)), [])
+
+    def due(at: datetime) -> list[str]:
+        return sorted(r.id for r in store.due_for_expiry(at.isoformat()))
+
+    assert due(T0 + timedelta(minutes=2)) == ["tk-soon"]
+    assert due((T0 + timedelta(minutes=2)).astimezone(west)) == ["tk-soon"]
+    assert due((T0 + timedelta(minutes=2)).astimezone(east)) == ["tk-soon"]
+    assert due(T0 + timedelta(hours=3)) == ["tk-later", "tk-soon"]
 
 
 # -- journal
