@@ -99,4 +99,4 @@ class GateServer(MCPServer):
             with anyio.move_on_after(DRAIN_SECONDS):  # the answers the SDK wrote last
                 await flight.passed.wait()
             tg.cancel_scope.cancel()
-            await write.aclose()  # stdout's writer ends with it (the SDK closed only ours)
+            write.close()  # stdout's writer ends with it (the SDK closed only ours)

@@ -68,7 +68,10 @@ async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exce
     async with read, messages:
         async for item in read:
             if isinstance(item, Exception):
-                await write.send(SessionMessage(bad_line(item)))
+                try:
+                    await write.send(SessionMessage(bad_line(item)))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # stdout's writer ended: the client cannot read it any more
             else:
                 flight.asked(item.message)
                 await messages.send(item)
@@ -79,11 +82,15 @@ async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exce
 async def pass_answers(outgoing: MemoryObjectReceiveStream[SessionMessage],
                        write: MemoryObjectSendStream[SessionMessage],
                        flight: InFlight) -> None:
-    """What the SDK writes, on to stdout, noting each answer."""
+    """What the SDK writes, on to stdout, noting each answer. Once stdout is gone (nobody
+    reads), the rest is taken and dropped, so the SDK never waits on a write."""
     try:
         async with outgoing:
             async for item in outgoing:
-                await write.send(item)
+                try:
+                    await write.send(item)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass  # stdout's writer ended: the client cannot read it any more
                 flight.answered(item.message)
     finally:
         flight.passed.set()
