@@ -37,8 +37,9 @@ class InFlight:
 
     def asked(self, message: object) -> None:
         if isinstance(message, JSONRPCRequest):
+            if not self.open:  # the first one in flight: busy until it is answered
+                self.idle = anyio.Event()
             self.open.add(message.id)
-            self.idle = anyio.Event() if self.idle.is_set() else self.idle
 
     def answered(self, message: object) -> None:
         if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
@@ -68,10 +69,7 @@ async def answer_bad_lines(read: MemoryObjectReceiveStream[SessionMessage | Exce
     async with read, messages:
         async for item in read:
             if isinstance(item, Exception):
-                try:
-                    await write.send(SessionMessage(bad_line(item)))
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass  # stdout's writer ended: the client cannot read it any more
+                await _tell(write, SessionMessage(bad_line(item)))
             else:
                 flight.asked(item.message)
                 await messages.send(item)
@@ -87,10 +85,15 @@ async def pass_answers(outgoing: MemoryObjectReceiveStream[SessionMessage],
     try:
         async with outgoing:
             async for item in outgoing:
-                try:
-                    await write.send(item)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass  # stdout's writer ended: the client cannot read it any more
+                await _tell(write, item)
                 flight.answered(item.message)
     finally:
         flight.passed.set()
+
+
+async def _tell(write: MemoryObjectSendStream[SessionMessage], item: SessionMessage) -> None:
+    """``item`` to stdout; dropped once stdout's writer has ended (nobody reads it)."""
+    try:
+        await write.send(item)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass  # the client cannot read any more: nothing to tell it
