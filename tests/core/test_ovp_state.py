@@ -7,6 +7,7 @@ Proven on the simulator's own port (``front_panel``).
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 from typing import Any
 
@@ -65,6 +66,16 @@ async def test_a_read_back_that_finds_it_off_on_a_live_channel_makes_it_safe(
     whose effect the gateway cannot predict, so judged by its read-back alone) finds it and
     switches the output off."""
     gateway.config.envelope["psu"][1] = OVP_LIMITS
+    # The write's read-back, not the watch: on a busy machine the watch found the panel's
+    # change first, and the write went stale (the output read off since approval). The
+    # check already due runs first; the next one is an hour away.
+    gateway.config.policy.watch_seconds = 3600
+    seen = gateway.watch.checks
+    for _ in range(500):
+        if gateway.watch.checks > seen:
+            break
+        await asyncio.sleep(0.01)
+    assert gateway.watch.checks > seen, "the watch's due check never ran"
     front_panel.write("VOLT 1,(@1);:OUTP 1,(@1);:VOLT:PROT:STAT 0,(@1)")
     run = gateway.create_run(script, "script")
     req = (await gateway.submit(run.id, "psu", "TRIG:SOUR BUS,(@2)")).request
