@@ -12,6 +12,7 @@ instruments served one by one in ``_smu.py``, ``_dmm6500.py``, ``_e3631a.py``...
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import deque
@@ -22,13 +23,25 @@ from typing import Any, ClassVar, Self
 import pyvisa
 from pyvisa.resources import MessageBasedResource
 
-from bench_gate.scpi import Effect, ScpiError, Unit, classify, get_profile, lex
+from bench_gate.scpi import Classification, Effect, ScpiError, Unit, classify, get_profile, lex
 from bench_gate.scpi._lexer import Block, Number, QuotedString
 
 from ._definition import answerable, dialogue_queries, no_error, props
 from ._settings import answer_limit, resolve_keywords
 
 __all__ = ["ERROR_QUEUE_DEPTH", "PANEL", "Session", "SimInstrument"]
+
+#: Longest message whose parse the simulator keeps: a gateway's joined recheck (about 600
+#: characters, past the gateway's own cache) is parsed once, not at every recheck.
+_CACHED_MESSAGE = 4096
+_classify_long = functools.lru_cache(maxsize=256)(classify)
+
+
+def _classify(message: str, profile: str, selected: int | None) -> Classification:
+    if len(message) > _CACHED_MESSAGE:
+        return classify(message, profile, selected=selected)
+    return _classify_long(message, profile, selected=selected)
+
 
 #: Errors an instrument holds before the newest is replaced by -350 (SCPI-99 §21.8.1).
 ERROR_QUEUE_DEPTH = 20
@@ -141,7 +154,7 @@ class SimInstrument:
         with self._lock:
             self.busy = 0.0
             try:
-                classified = classify(message, self.profile, selected=self._selected())
+                classified = _classify(message, self.profile, self._selected())
             except ScpiError as exc:
                 self.push_error(exc.code, exc.message)
                 return None
