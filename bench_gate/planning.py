@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from .approvals import require_operator
 from .auth import held_at, refuse_token, revoked_tokens
 from .calibration import Calibration
-from .confidence import apply_env, score, threshold_for
 from .core import Core, Instrument, Part, new_id
 from .errors import InvalidInput, NotFound, TransitionError
 from .executor import Executor
@@ -29,12 +28,12 @@ from .models import (
     EventType,
     Principal,
     Run,
-    RunKind,
     RunStatus,
     Status,
     TakeoverRequest,
     proposal_hash,
 )
+from .plan_gate import divert
 from .plans import (
     Plan,
     PlanScope,
@@ -300,29 +299,11 @@ class PlanDesk(Part):
         if plan is None:
             return None
         self.snaps.check_envelope(inst, self.snaps.actions(inst, c, live), live)
-        gate = apply_env(self.config.confidence)
-        if run.kind is RunKind.AGENT and gate.enabled:
-            kinds = sorted({a.approval.value for a in actions if a.approval is not None})
-            threshold = max((threshold_for(gate, k) for k in kinds), default=gate.threshold)
-            trajectory = [str(e.data.get("message")) for e in self.store.recent(run.id, 20)
-                          if e.type is EventType.COMMAND_RECEIVED]
-            regret = self.calibration.regret(",".join(kinds)) if gate.calibrate else 0.0
-            scored = await score(gate, stated=confidence, rationale=rationale,
-                                 action=message, goal=run.goal, trajectory=trajectory,
-                                 regret=regret)
-            divert = scored.value < threshold
-            self.store.append([*unjournaled, Event(
-                run_id=run.id, type=EventType.CONFIDENCE_EVALUATED,
-                data={"score": round(scored.value, 4), "threshold": round(threshold, 4),
-                      "decision": "divert" if divert else "execute", "effect": kinds,
-                      "estimator": scored.estimator, "note": scored.note,
-                      "regret": regret, "step_id": step_id, "message": message})])
-            unjournaled.clear()
-            if divert:
-                return {"reason": f"confidence {scored.value:.2f} < {threshold:.2f}",
-                        "score": scored.value, "threshold": threshold,
-                        "estimator": scored.estimator, "note": scored.note,
-                        "plan_id": plan.id}
+        why = await divert(self.config.confidence, self.calibration, self.store, run, actions,
+                           message, unjournaled, rationale=rationale, confidence=confidence,
+                           step_id=step_id, plan_id=plan.id)
+        if why is not None:
+            return why
         # Read again and spend with nothing awaited in between: a revoke, an expiry or a
         # closed run while this waited on the instrument or the gate is never written over.
         plan = self.get(plan.id)
