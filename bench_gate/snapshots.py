@@ -7,11 +7,11 @@ checked on that predicted state before anything is sent.
 from __future__ import annotations
 
 import dataclasses
-import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from . import couplings, envelope
+from .answers import normalize
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
@@ -32,46 +32,6 @@ from .scpi import (
 from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
 __all__ = ["JUDGED_STATES", "Snapshots", "normalize", "unverifiable"]
-
-#: Character response data (IEEE 488.2 §8.7.1): what a ``word`` field answers.
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-
-
-def normalize(profile: Profile, fld: str, raw: str, where: str = "",
-              channel: int | None = None) -> str:
-    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``).
-    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value;
-    so is a bit field with no bit for ``channel`` (it fails closed: maybe energized)."""
-    spec = profile.fields.get(fld)
-    text = raw.strip().strip('"')
-    if spec is not None and spec.word and not _WORD.fullmatch(raw.strip()):
-        raise InstrumentError(f"{where or fld}: answer {raw!r} is not one word")
-    if spec is None or spec.type == "text":
-        return text
-    if spec.bits:
-        try:
-            return "1" if profile.register_bit(fld, channel, text) else "0"
-        except ValueError as exc:
-            raise InstrumentError(f"{where or fld}: answer {raw!r} unreadable: {exc}") from exc
-    if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
-        return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
-    if spec.points:  # a list's points (N6900 guide, LIST:VOLT?: values joined by ',')
-        return ",".join(_number(raw, part, where or fld) for part in text.split(","))
-    if spec.type == "boolean":
-        return "1" if Decimal(_number(raw, text, where or fld)) != 0 else "0"
-    return _number(raw, text, where or fld)
-
-
-def _number(raw: str, text: str, where: str) -> str:
-    """One number of an answer, canonical; anything else (empty, garbled) an I/O failure."""
-    try:
-        number = Decimal(text.strip())
-    except InvalidOperation:
-        number = Decimal("NaN")
-    if not number.is_finite():
-        raise InstrumentError(f"{where}: answer {raw!r} is not a number")
-    return format_number(number)
-
 
 def _stored_follow(profile: Profile, before: dict[str, str], after: dict[str, str]
                    ) -> dict[str, str]:

@@ -80,6 +80,10 @@ class Profile:
                                                compare=False)
     #: A rule-made spelling of two headers -> both (``_table.header_table``): refused.
     clashes: Clashes = field(default_factory=dict, repr=False, compare=False)
+    #: An answer already made canonical, by (field, answer, channel): a recheck and a
+    #: read-back ask the same fields again and again (bench_gate/snapshots.normalize).
+    answers: dict[tuple[str, str, int | None], str] = field(default_factory=dict, repr=False,
+                                                             compare=False)
 
     @property
     def name(self) -> str:

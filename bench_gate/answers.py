@@ -1,0 +1,70 @@
+"""An instrument's answer made canonical, so a value read now compares with one read
+before (``+5.0E+00`` and ``5`` are one value): numbers, the profile's words for booleans,
+status-register bits, lists of points. An answer that is not what its field holds is an
+I/O failure, never a value."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from .errors import InstrumentError
+from .scpi import Profile, format_number
+
+__all__ = ["ANSWERS_KEPT", "normalize"]
+
+#: Character response data (IEEE 488.2 §8.7.1): what a ``word`` field answers.
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+#: Canonical answers a profile keeps (:attr:`Profile.answers`) before it starts again.
+ANSWERS_KEPT = 4096
+
+
+def normalize(profile: Profile, fld: str, raw: str, where: str = "",
+              channel: int | None = None) -> str:
+    """An instrument's answer as a comparable canonical value (``+5.0E+00`` -> ``5.0``).
+    A numeric field that answers no number (garbled, empty) is an I/O failure, never a value;
+    so is a bit field with no bit for ``channel`` (it fails closed: maybe energized)."""
+    key = (fld, raw, channel)
+    known = profile.answers.get(key)
+    if known is not None:
+        return known
+    value = _canonical(profile, fld, raw, where, channel)  # a failure is never kept
+    if len(profile.answers) >= ANSWERS_KEPT:
+        profile.answers.clear()
+    profile.answers[key] = value
+    return value
+
+
+def _canonical(profile: Profile, fld: str, raw: str, where: str,
+               channel: int | None) -> str:
+    spec = profile.fields.get(fld)
+    text = raw.strip().strip('"')
+    if spec is not None and spec.word and not _WORD.fullmatch(raw.strip()):
+        raise InstrumentError(f"{where or fld}: answer {raw!r} is not one word")
+    if spec is None or spec.type == "text":
+        return text
+    if spec.bits:
+        try:
+            return "1" if profile.register_bit(fld, channel, text) else "0"
+        except ValueError as exc:
+            raise InstrumentError(f"{where or fld}: answer {raw!r} unreadable: {exc}") from exc
+    if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
+        return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
+    if spec.points:  # a list's points (N6900 guide, LIST:VOLT?: values joined by ',')
+        return ",".join(_number(raw, part, where or fld) for part in text.split(","))
+    if spec.type == "boolean":
+        return "1" if Decimal(_number(raw, text, where or fld)) != 0 else "0"
+    return _number(raw, text, where or fld)
+
+
+def _number(raw: str, text: str, where: str) -> str:
+    """One number of an answer, canonical; anything else (empty, garbled) an I/O failure."""
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite():
+        raise InstrumentError(f"{where}: answer {raw!r} is not a number")
+    return format_number(number)
