@@ -129,8 +129,10 @@ def test_plan_routes(bench: Bench) -> None:
                              "maxWrites": 10, "timeoutMinutes": 30}
 
     seen = tk["proposalHash"]
-    assert grant(bench, "olga", run, tk["id"], "setpoint",
-                 proposal_hash=seen)["request"]["status"] == "pending"
+    first = grant(bench, "olga", run, tk["id"], "setpoint", proposal_hash=seen)
+    assert first["request"]["status"] == "pending"
+    # the words `bench-gate approve` prints: a plan's actions name no channel (was "of  ")
+    assert first["message"] == "setpoint approved; the output enable still needs its own approval"
     done = grant(bench, "oscar", run, tk["id"], "output_enable", proposal_hash=seen)["request"]
     assert done["status"] == "executed" and done["planId"] == plan["id"]
     with bench.http("bot") as h:
