@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -345,5 +346,42 @@ def test_socket_plan_refused_and_denied(bench: Bench) -> None:
         err = psu.query("SYST:ERR?")
         assert err.startswith('-203,"Command protected;') and "not today" in err
         assert psu.query("GATE:PLAN?").startswith("DENIED,")
+    finally:
+        psu.close()
+
+
+def doc_block(doc: str, after: str) -> str:
+    """The first ```python block of ``docs/<doc>`` after the line starting ``after``."""
+    text = (Path(__file__).parents[3] / "docs" / doc).read_text(encoding="utf-8")
+    rest = text[text.index(after):]
+    start = rest.index("```python\n") + len("```python\n")
+    return rest[start:rest.index("```", start)]
+
+
+def test_socket_door_doc_unattended_example_runs_as_written(
+        bench: Bench, pool: ThreadPoolExecutor) -> None:
+    """docs/socket-door.md's "a plan first, then the script at full speed", run literally on
+    the door: one approval of the plan, then every write of the loop runs without a click
+    (its plan once said a 0.25 V max step, and the loop's first 1 V step was held)."""
+    code = doc_block("socket-door.md", "## Running a script unattended")
+    psu = door(bench, timeout=60_000)
+    printed: list[str] = []
+    try:
+        run = psu.query("GATE:RUN?").strip('"')
+        ran = pool.submit(exec, code, {"psu": psu, "print": lambda *a: printed.append(
+            " ".join(map(str, a)))})
+        tk = wait_for(lambda: pending_of(bench, run))[0]
+        assert tk["planId"]
+        with bench.http("olga") as h:
+            shown = h.get(f"/v1/takeover/{tk['id']}").json()
+        for who, kind in zip(("olga", "oscar"), tk["required"], strict=False):
+            grant(bench, who, run, tk["id"], kind, proposal_hash=shown["proposalHash"])
+        ran.result(timeout=30)
+        assert len(printed) == 4
+        assert Decimal(bench.psu("VOLT? (@1)")) == 5  # the instrument itself
+        with bench.http("olga") as h:
+            journal = h.get(f"/v1/runs/{run}/journal", params={"limit": 1000}).json()
+        asked = [e["requestId"] for e in journal["events"] if e["type"] == "takeover_requested"]
+        assert asked == [tk["id"]], "a write of the loop waited for a click"
     finally:
         psu.close()
