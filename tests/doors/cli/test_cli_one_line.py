@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -136,3 +139,19 @@ def test_show_gives_every_value_its_unit(bench: Bench) -> None:
     out = as_olga(bench, "show", needs["takeover"]["id"])
     assert any(line.startswith("  setpoint      CH3 voltage 0.000 V: not set here")
                for line in out), out
+
+
+@pytest.mark.parametrize("args", [("profile", "check", "e36312a"), ("--json", "pending")])
+def test_a_reader_gone_is_no_traceback(bench: Bench, args: tuple[str, ...]) -> None:
+    """``bench-gate … | head -1`` (the reader closes before the output is written) raised
+    BrokenPipeError with a traceback and exit 1; the command now ends with its own code."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench_gate.cli", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              env={**os.environ, "BENCH_GATE_URL": bench.url,
+                                   "BENCH_GATE_TOKEN": bench.tokens["olga"]})
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
