@@ -15,8 +15,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import pyvisa
 
 from ..._cli import cli
 from ..._http_bench import Bench, shown_hash, start_bench
@@ -155,3 +157,27 @@ def test_a_reader_gone_is_no_traceback(bench: Bench, args: tuple[str, ...]) -> N
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_approving_a_request_that_runs_on_resend_says_approved_once(bench: Bench) -> None:
+    """A socket door's ``GATE:HOLD REFUSE`` request, approved with the CLI: the line said
+    ``tk-…: approved: approved; it runs when its requester resends …``."""
+    with bench.http("bot") as h:
+        door = {i["name"]: i for i in h.get("/v1/instruments").json()}["psu"]
+    rm = pyvisa.ResourceManager("@py")  # shared per process: never rm.close() here
+    psu: Any = rm.open_resource(f"TCPIP0::{door['doorHost']}::{door['doorPort']}::SOCKET",
+                                read_termination="\n", write_termination="\n", timeout=15_000)
+    try:
+        psu.write("GATE:HOLD REFUSE")
+        psu.write("VOLT 0.7,(@1)")
+        tk = psu.query("GATE:STAT?").split(",")[1].strip('"')
+        assert psu.query("SYST:ERR?").startswith(f'-203,"Command protected; {tk} waits')
+        as_olga(bench, "show", tk)
+        said = as_olga(bench, "approve", tk, "--setpoint")[-1]
+        assert said.startswith(f"{tk}: approved; it runs when its requester resends the same "
+                               "command before "), said
+        psu.write("VOLT 0.7,(@1)")  # the resend runs it
+        assert psu.query("SYST:ERR?").lstrip("+").startswith('0,"No error"')
+        assert psu.query("GATE:STAT?").startswith(f'EXECUTED,"{tk}"')
+    finally:
+        psu.close()
