@@ -228,6 +228,8 @@ def plan_request(args: argparse.Namespace) -> int:
             args.current_max, max_step=args.max_step, output_enable=args.output_enable,
             max_writes=args.max_writes, timeout_minutes=args.timeout,
             rationale=args.rationale, run_id=args.run)
+    if args.json:
+        return print_json(result)
     tk, plan = result["takeover"], result["plan"]
     echo(f"{plan['id']}: {plan['status']}, request {tk['id']} {tk['status']}")
     for line in plan["words"]:
@@ -241,6 +243,8 @@ def plan_request(args: argparse.Namespace) -> int:
 def plans(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         plans = c.plans(args.run)
+    if args.json:
+        return print_json(plans)
     rows = []
     for p in plans:
         sc = p["scope"]
@@ -260,6 +264,8 @@ def plans(args: argparse.Namespace) -> int:
 def plan_revoke(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         plan = c.revoke_plan(args.run, args.plan)
+    if args.json:
+        return print_json(plan)
     echo(f"{plan['id']}: {plan['status']} by {plan.get('revokedBy') or '-'}; the run's next "
          "write is held")
     return 0

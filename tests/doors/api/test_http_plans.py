@@ -8,6 +8,7 @@ CH1 from 0 to 5 V with its output on, without another click.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -385,3 +386,21 @@ def test_socket_door_doc_unattended_example_runs_as_written(
         assert asked == [tk["id"]], "a write of the loop waited for a click"
     finally:
         psu.close()
+
+
+def test_cli_plan_commands_print_json_when_asked(bench: Bench) -> None:
+    """``--json`` on ``plan request``, ``plans`` and ``plan revoke`` printed the text table
+    (``bench-gate --json plans RUN | jq`` failed); now the API's JSON, as every other
+    command with ``--json``."""
+    run = run_for(bench)
+    r = cli(bench, "bot", "--json", "plan", "request", run, "--instrument", "psu",
+            "--channels", "2", "--voltage", "0", "3", "--current-max", "0.2",
+            "--max-writes", "5")
+    assert r.returncode == 0, r.stderr
+    asked = json.loads(r.stdout)
+    plan = asked["plan"]["id"]
+    assert asked["status"] == "pending" and asked["takeover"]["planId"] == plan
+    listed = json.loads(cli(bench, "bot", "plans", run, "--json").stdout)
+    assert [(p["id"], p["status"], p["writesLeft"]) for p in listed] == [(plan, "pending", 5)]
+    revoked = json.loads(cli(bench, "olga", "--json", "plan", "revoke", run, plan).stdout)
+    assert (revoked["id"], revoked["status"], revoked["revokedBy"]) == (plan, "revoked", "olga")
