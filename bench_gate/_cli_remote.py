@@ -69,9 +69,10 @@ def stop(args: argparse.Namespace) -> int:
         echo(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
              + (f"; read back {state}" if state else "")
              + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
-    echo(f"stopped in {done['seconds'] * 1000:.0f} ms; {len(done['cancelled'])} requests "
-         f"cancelled, {len(done['suspended'])} runs suspended; writes are refused until an "
-         "operator runs `bench-gate stop --clear`")
+    cancelled, suspended = len(done["cancelled"]), len(done["suspended"])
+    echo(f"stopped in {done['seconds'] * 1000:.0f} ms; {cancelled} request"
+         f"{'s' * (cancelled != 1)} cancelled, {suspended} run{'s' * (suspended != 1)} "
+         "suspended; writes are refused until an operator runs `bench-gate stop --clear`")
     return 0
 
 
