@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +33,22 @@ class CliError(Exception):
 def echo(text: str = "") -> None:
     """Print ``text``, any character a terminal would not show as itself escaped (a stored
     rationale's ESC [8m would hide every line printed after it)."""
-    print(visible(text), flush=True)
+    _out(visible(text))
+
+
+def _out(text: str) -> None:
+    """Print a line; a reader gone (``| head -1``, ``| true``) drops the rest of the output,
+    never the command: it goes on and exits with its own code, with no traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)  # what is still buffered, and every later line, goes nowhere
+        os.close(devnull)
 
 
 def finite(text: str) -> float:
@@ -84,7 +100,7 @@ def say(text: str) -> None:
     """Print ``text`` as one line: a line break in it (a goal's, a question's, a close
     reason's) is escaped too, never a line of its own that reads as a row, an event or an
     option the server never sent."""
-    print(visible(text, lines=False), flush=True)
+    _out(visible(text, lines=False))
 
 
 def _parts(text: str, sep: str) -> list[str]:

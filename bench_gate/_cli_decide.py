@@ -12,7 +12,7 @@ from ._cli_common import CHANGED, CliError, client_for, echo, identity, print_js
 from ._cli_show import said, summary
 from ._cli_shown import recall, remember
 from .client import Client, ProposalChangedError
-from .doorway import exit_code
+from .doorway import UNDECIDED, exit_code
 from .texts import visible
 
 __all__ = ["approve", "deny", "show"]
@@ -102,7 +102,11 @@ def approve(args: argparse.Namespace) -> int:
         if req.get("supersededBy"):
             echo(f"fresh request: {req['supersededBy']} (bench-gate show "
                  f"{req['supersededBy']})")
-    return 0 if req["status"] in ("executed", "pending") else exit_code(req["status"])
+    # The approval is given: 0 whether it ran or waits (for another approval, for its
+    # requester's resend, for the bench that owns it); an outcome other than executed (stale,
+    # failed...) keeps its exit code.
+    return 0 if req["status"] == "executed" or req["status"] in UNDECIDED \
+        else exit_code(req["status"])
 
 
 def deny(args: argparse.Namespace) -> int:

@@ -69,9 +69,10 @@ def stop(args: argparse.Namespace) -> int:
         echo(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
              + (f"; read back {state}" if state else "")
              + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
-    echo(f"stopped in {done['seconds'] * 1000:.0f} ms; {len(done['cancelled'])} requests "
-         f"cancelled, {len(done['suspended'])} runs suspended; writes are refused until an "
-         "operator runs `bench-gate stop --clear`")
+    cancelled, suspended = len(done["cancelled"]), len(done["suspended"])
+    echo(f"stopped in {done['seconds'] * 1000:.0f} ms; {cancelled} request"
+         f"{'s' * (cancelled != 1)} cancelled, {suspended} run{'s' * (suspended != 1)} "
+         "suspended; writes are refused until an operator runs `bench-gate stop --clear`")
     return 0
 
 
@@ -228,6 +229,8 @@ def plan_request(args: argparse.Namespace) -> int:
             args.current_max, max_step=args.max_step, output_enable=args.output_enable,
             max_writes=args.max_writes, timeout_minutes=args.timeout,
             rationale=args.rationale, run_id=args.run)
+    if args.json:
+        return print_json(result)
     tk, plan = result["takeover"], result["plan"]
     echo(f"{plan['id']}: {plan['status']}, request {tk['id']} {tk['status']}")
     for line in plan["words"]:
@@ -241,6 +244,8 @@ def plan_request(args: argparse.Namespace) -> int:
 def plans(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         plans = c.plans(args.run)
+    if args.json:
+        return print_json(plans)
     rows = []
     for p in plans:
         sc = p["scope"]
@@ -260,6 +265,8 @@ def plans(args: argparse.Namespace) -> int:
 def plan_revoke(args: argparse.Namespace) -> int:
     with client_for(args) as c:
         plan = c.revoke_plan(args.run, args.plan)
+    if args.json:
+        return print_json(plan)
     echo(f"{plan['id']}: {plan['status']} by {plan.get('revokedBy') or '-'}; the run's next "
          "write is held")
     return 0

@@ -3,6 +3,7 @@ the same words, each said once."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._cli_common import echo, until
@@ -22,7 +23,7 @@ def said(tk: dict[str, Any], message: str = "") -> str:
     words = tk.get("outcome") or message
     if not words:
         return f"{tk['id']}: {status}"
-    if words.split(":")[0].split(" ")[0] == status:
+    if re.split(r"[\s:;,]", words, maxsplit=1)[0] == status:  # "approved; it runs when…"
         return f"{tk['id']}: {words}"  # the outcome starts with its status already
     return f"{tk['id']}: {status}: {words}"
 

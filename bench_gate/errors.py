@@ -141,9 +141,12 @@ class ProposalChanged(TransitionError):
         self.current = current
         named = self.seen[:12] if self.seen else ("(none)" if not seen else
                                                    "something that is not a proposal hash")
-        super().__init__(request_id, status, event,
-                         f"you were shown proposal {named}, the current one is "
-                         f"{current[:12]}; review it again")
+        super().__init__(request_id, status, event)
+        # Its status is no reason: the proposal is ("cannot grant tk-…: it is pending" read
+        # as if pending were what stood in the way).
+        GatewayError.__init__(self, f"cannot {event} {request_id}: you were shown proposal "
+                                    f"{named}, but the current one is {current[:12]}; "
+                                    "review it again")
 
 
 class InstrumentError(GatewayError):

@@ -270,14 +270,15 @@ class Requests(Part):
                     f"cannot predict what {', '.join(blind)} does to setpoints and outputs, "
                     "so it needs every approval)")
         channels = [a.channel for a in req.actions if a.approval is ApprovalKind.OUTPUT_ENABLE]
-        chs = ", ".join(f"CH{c}" for c in channels)
+        # a plan's request has no channel on its actions: its output enable is the plan's
+        chs = ", ".join(f"CH{c}" for c in channels if c is not None)
         have = req.approved_kinds()
         if ApprovalKind.SETPOINT in missing and ApprovalKind.OUTPUT_ENABLE in have:
-            return (f"{chs} output enable approved, but no approved setpoint for {chs}: "
-                    "approve a setpoint first")
+            return (f"{chs or 'the'} output enable approved, but no approved setpoint"
+                    f"{f' for {chs}' if chs else ''}: approve a setpoint first")
         if ApprovalKind.OUTPUT_ENABLE in missing and ApprovalKind.SETPOINT in have:
-            return (f"setpoint approved; the output enable of {chs} still needs its own "
-                    "approval")
+            return (f"setpoint approved; the output enable{f' of {chs}' if chs else ''} "
+                    "still needs its own approval")
         return "still needs approval: " + ", ".join(k.value for k in missing)
 
     async def wait(self, request_id: str, timeout: float, *, follow: bool = True

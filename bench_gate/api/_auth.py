@@ -38,8 +38,9 @@ def requires(role: Role) -> Callable[[Request], Awaitable[Principal]]:
     async def dependency(request: Request) -> Principal:
         who = _principal(request)
         if not who.at_least(role):
-            raise HTTPException(403, f"{who.name} is a {who.role.value}; this needs the "
-                                     f"{role.value} role")
+            article = "an" if who.role.value[0] in "aeiou" else "a"  # "an operator"
+            raise HTTPException(403, f"{who.name} is {article} {who.role.value}; this needs "
+                                     f"the {role.value} role")
         return who
 
     dependency.__name__ = f"requires_{role.value}"

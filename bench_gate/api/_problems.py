@@ -30,14 +30,15 @@ from ..errors import (
 from ..texts import redact
 from ._schemas import takeover_out
 
-__all__ = ["PROBLEM", "install", "problem", "unmatched"]
+__all__ = ["PROBLEM", "install", "not_json", "problem", "unmatched"]
 
 PROBLEM = "application/problem+json"
 logger = logging.getLogger("bench_gate.api")
 
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 409: "Conflict", 422: "Unprocessable Content",
-           428: "Precondition Required", 429: "Too Many Requests",
+           415: "Unsupported Media Type", 428: "Precondition Required",
+           429: "Too Many Requests",
            500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
@@ -48,6 +49,20 @@ def problem(status: int, reason: str, *, kind: str | None = None,
             "title": _TITLES.get(status, "Error"), "status": status, "detail": reason,
             "reason": reason, **extra}
     return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def not_json(request: Request) -> JSONResponse | None:
+    """A 415 problem for a body declared as anything but JSON, else None (undeclared is
+    read as JSON). ``curl -d`` without ``-H 'content-type: application/json'`` sends a
+    form, whose JSON text FastAPI never reads as JSON: its 422, "body: Input should be a
+    valid dictionary", names neither the cause nor the cure."""
+    sent = request.headers.get("content-type", "")
+    if not sent or "json" in sent.lower():
+        return None
+    shown = redact(sent.split(";", 1)[0].strip()[:80]) or "another type"
+    return problem(415, "the request body must be JSON, sent as Content-Type: "
+                        f"application/json; this one was sent as {shown}",
+                   kind="unsupported-media-type")
 
 
 def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
@@ -95,6 +110,10 @@ def _validation(request: Request, exc: Exception) -> JSONResponse:
     if any(e["type"] == "json_invalid" for e in errors):
         return problem(400, "the request body is not valid JSON", kind="bad-json",
                        errors=errors)
+    if any(e["loc"] == ["body"] and e["type"] != "missing" for e in errors):
+        media = not_json(request)
+        if media is not None:
+            return media
     reason = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors)
     return problem(422, reason or "invalid request", kind="invalid-input", errors=errors)
 

@@ -28,6 +28,7 @@ from ._deps import (
     page_headers,
     wait_seconds,
 )
+from ._problems import not_json
 from ._schemas import (
     DenyBody,
     GrantBody,
@@ -101,6 +102,9 @@ async def submit(run_id: str, request: Request) -> Response:
     # FastAPI's per-request dependency solving.
     who = await _CALLER(request)
     gw: Gateway = request.app.state.gateway
+    media = not_json(request)
+    if media is not None:  # as on every other route: a body declared as a form is no JSON
+        return media
     errors: list[Any] = []
     raw = await request.body()
     if not raw:

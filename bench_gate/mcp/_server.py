@@ -223,7 +223,8 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
         outputs = ("outputs off" if not failed else "NOT every output is shown off: " + "; ".join(
             f"{name}: {'; '.join(errors)}" for name, errors in failed.items()))
         return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: "
-                             f"{outputs}; {len(done.cancelled)} requests cancelled; an "
+                             f"{outputs}; {len(done.cancelled)} request"
+                             f"{'s' * (len(done.cancelled) != 1)} cancelled; an "
                              "operator must clear the stop")
 
     @server.tool(annotations=READ, title="List instruments")

@@ -156,10 +156,15 @@ def test_http_and_cli(bench: Bench) -> None:
     assert cleared.returncode == 0, cleared.stderr
     assert "stop cleared: psu" in cleared.stdout
     switch_on(bench)
+    with bench.http("bot") as h:  # one request held: the stop cancels it
+        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        assert h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                    "command": "VOLT 3,(@2)"}).status_code == 202
     stopped = subprocess.run([sys.executable, "-m", "bench_gate.cli", "--url", bench.url,
                               "stop", "--all"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert stopped.returncode == 0, stopped.stderr
+    assert "; 1 request cancelled, 1 run suspended; " in stopped.stdout  # was "1 requests"
     assert ("psu: sent OUTP:DEL:FALL 0.0,(@1); OUTP 0,(@1); OUTP:DEL:FALL 0.0,(@2); "
             "OUTP 0,(@2); OUTP:DEL:FALL 0.0,(@3); OUTP 0,(@3)") in stopped.stdout
     assert panel(bench) == [0, 0, 0]

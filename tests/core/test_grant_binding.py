@@ -104,7 +104,10 @@ def test_the_finding_a_grant_of_what_was_seen_after_an_edit_is_a_409(bench: Benc
     body = r.json()
     assert body["type"].endswith("/proposal-changed")
     assert body["seenProposalHash"] == seen and body["currentProposalHash"] == current
-    assert "review it again" in body["reason"]
+    assert body["reason"] == (f"cannot grant {tk}: you were shown proposal {seen[:12]}, but "
+                              f"the current one is {current[:12]}; review it again")
+    # (was "cannot grant tk-…: it is pending (you were shown …)", as if pending stood in
+    # the way)
     assert body["current"]["id"] == tk and body["current"]["proposalHash"] == current
     assert "VOLT 5.5,(@1)" in body["current"]["commands"]
     assert any("5.500 V" in a["words"] for a in body["current"]["handoff"]["actions"])

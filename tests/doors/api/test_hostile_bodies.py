@@ -241,3 +241,24 @@ def test_an_empty_idempotency_key_is_refused_not_shared(bench: Bench) -> None:
         assert first.status_code == again.status_code == 202, (first.text, again.text)
         assert first.json()["takeover"]["id"] == again.json()["takeover"]["id"]
         assert len(requests_of(h, run)) == 1
+
+
+@pytest.mark.parametrize("media", ["application/x-www-form-urlencoded", "text/plain"])
+def test_json_sent_as_a_form_is_a_415_that_says_so(bench: Bench, run: str, media: str) -> None:
+    """``curl -d '{…}'`` without ``-H 'content-type: application/json'`` (as docs/takeover.md
+    and docs/plans.md once showed) sends a form: it was a 422 "body: Input should be a valid
+    dictionary or object to extract fields from", which names neither cause nor cure."""
+    with bench.http("bot") as h:
+        before = requests_of(h, run)
+        for path, body in (("/v1/runs", {"kind": "agent", "goal": "IV sweep",
+                                         "heartbeatSeconds": 60}),
+                           (f"/v1/runs/{run}/plans", PLAN),
+                           (f"/v1/runs/{run}/scpi", {"instrument": "psu",
+                                                     "command": "VOLT 1,(@1)"})):
+            r = h.post(path, content=json.dumps(body), headers={"Content-Type": media})
+            problem = refused(r, 415)
+            assert problem["reason"] == ("the request body must be JSON, sent as Content-Type: "
+                                         f"application/json; this one was sent as {media}")
+        assert requests_of(h, run) == before
+        # JSON that is no object, sent as JSON, is still the 422 that names the body
+        assert refused(h.post("/v1/runs", json=[1]), 422)["errors"][0]["loc"] == ["body"]

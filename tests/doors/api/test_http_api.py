@@ -336,6 +336,8 @@ def test_role_matrix(bench: Bench, fixtures: dict[str, str], role: str, method: 
         assert r.headers["content-type"].startswith("application/problem+json")
     elif RANK[role] < RANK[needs]:
         assert r.status_code == 403, r.text
+        article = "an" if role == OP else "a"  # was "olga is a operator"
+        assert r.json()["reason"].startswith(f"{WHO[role]} is {article} {role}; "), r.text
     else:
         assert r.status_code not in (401, 403), (r.status_code, r.text)
 

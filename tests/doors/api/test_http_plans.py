@@ -8,6 +8,7 @@ CH1 from 0 to 5 V with its output on, without another click.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -129,8 +131,10 @@ def test_plan_routes(bench: Bench) -> None:
                              "maxWrites": 10, "timeoutMinutes": 30}
 
     seen = tk["proposalHash"]
-    assert grant(bench, "olga", run, tk["id"], "setpoint",
-                 proposal_hash=seen)["request"]["status"] == "pending"
+    first = grant(bench, "olga", run, tk["id"], "setpoint", proposal_hash=seen)
+    assert first["request"]["status"] == "pending"
+    # the words `bench-gate approve` prints: a plan's actions name no channel (was "of  ")
+    assert first["message"] == "setpoint approved; the output enable still needs its own approval"
     done = grant(bench, "oscar", run, tk["id"], "output_enable", proposal_hash=seen)["request"]
     assert done["status"] == "executed" and done["planId"] == plan["id"]
     with bench.http("bot") as h:
@@ -345,3 +349,58 @@ def test_socket_plan_refused_and_denied(bench: Bench) -> None:
         assert psu.query("GATE:PLAN?").startswith("DENIED,")
     finally:
         psu.close()
+
+
+def doc_block(doc: str, after: str) -> str:
+    """The first ```python block of ``docs/<doc>`` after the line starting ``after``."""
+    text = (Path(__file__).parents[3] / "docs" / doc).read_text(encoding="utf-8")
+    rest = text[text.index(after):]
+    start = rest.index("```python\n") + len("```python\n")
+    return rest[start:rest.index("```", start)]
+
+
+def test_socket_door_doc_unattended_example_runs_as_written(
+        bench: Bench, pool: ThreadPoolExecutor) -> None:
+    """docs/socket-door.md's "a plan first, then the script at full speed", run literally on
+    the door: one approval of the plan, then every write of the loop runs without a click
+    (its plan once said a 0.25 V max step, and the loop's first 1 V step was held)."""
+    code = doc_block("socket-door.md", "## Running a script unattended")
+    psu = door(bench, timeout=60_000)
+    printed: list[str] = []
+    try:
+        run = psu.query("GATE:RUN?").strip('"')
+        ran = pool.submit(exec, code, {"psu": psu, "print": lambda *a: printed.append(
+            " ".join(map(str, a)))})
+        tk = wait_for(lambda: pending_of(bench, run))[0]
+        assert tk["planId"]
+        with bench.http("olga") as h:
+            shown = h.get(f"/v1/takeover/{tk['id']}").json()
+        for who, kind in zip(("olga", "oscar"), tk["required"], strict=False):
+            grant(bench, who, run, tk["id"], kind, proposal_hash=shown["proposalHash"])
+        ran.result(timeout=30)
+        assert len(printed) == 4
+        assert Decimal(bench.psu("VOLT? (@1)")) == 5  # the instrument itself
+        with bench.http("olga") as h:
+            journal = h.get(f"/v1/runs/{run}/journal", params={"limit": 1000}).json()
+        asked = [e["requestId"] for e in journal["events"] if e["type"] == "takeover_requested"]
+        assert asked == [tk["id"]], "a write of the loop waited for a click"
+    finally:
+        psu.close()
+
+
+def test_cli_plan_commands_print_json_when_asked(bench: Bench) -> None:
+    """``--json`` on ``plan request``, ``plans`` and ``plan revoke`` printed the text table
+    (``bench-gate --json plans RUN | jq`` failed); now the API's JSON, as every other
+    command with ``--json``."""
+    run = run_for(bench)
+    r = cli(bench, "bot", "--json", "plan", "request", run, "--instrument", "psu",
+            "--channels", "2", "--voltage", "0", "3", "--current-max", "0.2",
+            "--max-writes", "5")
+    assert r.returncode == 0, r.stderr
+    asked = json.loads(r.stdout)
+    plan = asked["plan"]["id"]
+    assert asked["status"] == "pending" and asked["takeover"]["planId"] == plan
+    listed = json.loads(cli(bench, "bot", "plans", run, "--json").stdout)
+    assert [(p["id"], p["status"], p["writesLeft"]) for p in listed] == [(plan, "pending", 5)]
+    revoked = json.loads(cli(bench, "olga", "--json", "plan", "revoke", run, plan).stdout)
+    assert (revoked["id"], revoked["status"], revoked["revokedBy"]) == (plan, "revoked", "olga")

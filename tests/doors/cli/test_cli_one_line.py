@@ -11,9 +11,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import pyvisa
 
 from ..._cli import cli
 from ..._http_bench import Bench, shown_hash, start_bench
@@ -136,3 +141,43 @@ def test_show_gives_every_value_its_unit(bench: Bench) -> None:
     out = as_olga(bench, "show", needs["takeover"]["id"])
     assert any(line.startswith("  setpoint      CH3 voltage 0.000 V: not set here")
                for line in out), out
+
+
+@pytest.mark.parametrize("args", [("profile", "check", "e36312a"), ("--json", "pending")])
+def test_a_reader_gone_is_no_traceback(bench: Bench, args: tuple[str, ...]) -> None:
+    """``bench-gate … | head -1`` (the reader closes before the output is written) raised
+    BrokenPipeError with a traceback and exit 1; the command now ends with its own code."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench_gate.cli", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              env={**os.environ, "BENCH_GATE_URL": bench.url,
+                                   "BENCH_GATE_TOKEN": bench.tokens["olga"]})
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_approving_a_request_that_runs_on_resend_says_approved_once(bench: Bench) -> None:
+    """A socket door's ``GATE:HOLD REFUSE`` request, approved with the CLI: the line said
+    ``tk-…: approved: approved; it runs when its requester resends …``."""
+    with bench.http("bot") as h:
+        door = {i["name"]: i for i in h.get("/v1/instruments").json()}["psu"]
+    rm = pyvisa.ResourceManager("@py")  # shared per process: never rm.close() here
+    psu: Any = rm.open_resource(f"TCPIP0::{door['doorHost']}::{door['doorPort']}::SOCKET",
+                                read_termination="\n", write_termination="\n", timeout=15_000)
+    try:
+        psu.write("GATE:HOLD REFUSE")
+        psu.write("VOLT 0.7,(@1)")
+        tk = psu.query("GATE:STAT?").split(",")[1].strip('"')
+        assert psu.query("SYST:ERR?").startswith(f'-203,"Command protected; {tk} waits')
+        as_olga(bench, "show", tk)
+        said = as_olga(bench, "approve", tk, "--setpoint")[-1]
+        assert said.startswith(f"{tk}: approved; it runs when its requester resends the same "
+                               "command before "), said
+        psu.write("VOLT 0.7,(@1)")  # the resend runs it
+        assert psu.query("SYST:ERR?").lstrip("+").startswith('0,"No error"')
+        assert psu.query("GATE:STAT?").startswith(f'EXECUTED,"{tk}"')
+    finally:
+        psu.close()
