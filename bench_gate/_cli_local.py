@@ -49,6 +49,8 @@ def serve(args: argparse.Namespace) -> int:
                            "(0 picks a free one)")
         ic.socket_port = int(port)
     db, shown = _db(args.db)
+    if isinstance(db, Path):  # only serve makes a store: a token command names one
+        db.parent.mkdir(parents=True, exist_ok=True)
     store = open_store(db)
     tokens = Tokens(store)
     option, hidden = db_option(db)
@@ -122,7 +124,6 @@ def _db(arg: str | None) -> tuple[str | Path, str]:
     if arg and arg.startswith("sqlite:///"):
         arg = arg[len("sqlite:///"):]
     db = Path(arg) if arg else server.default_db()
-    db.parent.mkdir(parents=True, exist_ok=True)
     return db, str(db)
 
 
