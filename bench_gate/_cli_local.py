@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ._cli_common import BROKEN, CliError, client_for, echo, table
 from .client import ApiError
@@ -47,8 +49,11 @@ def serve(args: argparse.Namespace) -> int:
                            "(0 picks a free one)")
         ic.socket_port = int(port)
     db, shown = _db(args.db)
+    if isinstance(db, Path):  # only serve makes a store: a token command names one
+        db.parent.mkdir(parents=True, exist_ok=True)
     store = open_store(db)
     tokens = Tokens(store)
+    option, hidden = db_option(db)
 
     def ready(r: server.Running) -> None:
         # Only now, serving: a start that failed (a port in use) never uses the token up.
@@ -70,11 +75,14 @@ def serve(args: argparse.Namespace) -> int:
             echo(f"    export BENCH_GATE_TOKEN={first}")
         else:
             echo("  tokens        already issued; list them with "
-                 f"`bench-gate token list --db {shown}`")
+                 f"`bench-gate token list --db {option}`")
             echo("  lost admin?   bench-gate token create --name YOUR-NAME --role admin "
-                 f"--db {shown}")
+                 f"--db {option}")
         echo("  more tokens   bench-gate token create --name alice --role operator "
-             f"--db {shown}")
+             f"--db {option}")
+        if hidden:
+            echo("                (the store's password is not shown: set PGPASSWORD, or "
+                 "keep it in ~/.pgpass)")
         echo("  Ctrl-C stops.")
 
     try:
@@ -116,8 +124,29 @@ def _db(arg: str | None) -> tuple[str | Path, str]:
     if arg and arg.startswith("sqlite:///"):
         arg = arg[len("sqlite:///"):]
     db = Path(arg) if arg else server.default_db()
-    db.parent.mkdir(parents=True, exist_ok=True)
     return db, str(db)
+
+
+def db_option(db: str | Path) -> tuple[str, bool]:
+    """The store as ``--db`` takes it, to print in a command a person can paste: a path
+    quoted for the shell, a PostgreSQL URL without its password (libpq takes it from
+    PGPASSWORD or ~/.pgpass); and whether a password was left out. ``describe``'s
+    ``host:port/db`` is no URL: pasted, it named a SQLite file that does not exist."""
+    if isinstance(db, Path):
+        return shlex.quote(str(db)), False
+    parts = urlsplit(db)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in query if k.lower() != "password"]
+    hidden = parts.password is not None or len(kept) != len(query)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    if parts.username is not None:
+        netloc = f"{parts.username}@{netloc}"
+    url = urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), parts.fragment))
+    return shlex.quote(url), hidden
 
 
 def token_create(args: argparse.Namespace) -> int:

@@ -107,6 +107,8 @@ def test(args: argparse.Namespace) -> int:
                      f"{profile.model.identity!r}")
             sent, bad = walk_queries(profile, lambda q: _ask(res, q), passing=args.passing,
                                      selected=args.channel)
+        except OSError as exc:  # pyvisa-py connects a SOCKET resource on its first write
+            raise CliError(f"cannot reach {name!r}: {exc.strerror or exc}") from exc
         finally:
             res.close()
             rm.close()

@@ -4,6 +4,7 @@ simulated PSU: approve on A what B owns, kill B mid-way, race decisions over HTT
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -197,3 +198,44 @@ def test_racing_decisions_over_http(lab: dict[str, Any]) -> None:
         if codes == [200, 200]:
             # The deny came second and found nothing to deny only if the grant had not won.
             pytest.fail(f"both decisions succeeded on {tk}: {final}")
+
+
+def test_the_banner_s_token_command_works_as_printed(pg_cluster: pg.PgCluster,
+                                                     tmp_path: Path) -> None:
+    """`bench-gate serve --db postgresql://…` printed ``more tokens  bench-gate token create
+    … --db 127.0.0.1:PORT/DB``: no URL, so pasted it named a SQLite file that does not exist.
+    Now the URL without its password, and the command works as printed."""
+    db = pg_cluster.new_database().replace("postgresql://postgres@",
+                                           "postgresql://postgres:s3cret-pw@")
+    port = free_port()
+    env = {**os.environ, "BENCH_GATE_HOME": str(tmp_path)}
+    proc = subprocess.Popen([BIN, "serve", "--db", db, "--port", str(port), "--bench", "banner",
+                             "--sim-psu-port", "0", "--sim-dmm-port", "0", "--door", "psu=0",
+                             "--door", "dmm=0"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        banner = []
+        for _ in range(40):  # the banner is a dozen lines
+            line = proc.stdout.readline()
+            banner.append(line)
+            if "Ctrl-C stops." in line or not line:
+                break
+        text = "".join(banner)
+        assert "s3cret-pw" not in text, text
+        command = next(line for line in banner if "more tokens" in line).split("more tokens")[1]
+        made = subprocess.run(shlex.split(command), env={**env, "PGPASSWORD": "s3cret-pw"},
+                              capture_output=True, text=True, timeout=60)
+        assert made.returncode == 0, (command, made.stdout, made.stderr)
+        alice = made.stdout.strip().splitlines()[-1]
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/runs",
+                      headers={"Authorization": f"Bearer {alice}"}, timeout=10)
+        assert r.status_code == 200, r.text  # the token is in the server's store
+        assert "PGPASSWORD" in text  # where the password left out is to come from
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -97,3 +97,16 @@ def test_a_bench_toml_keep_days_beyond_any_date_is_refused_at_load(tmp_path: Pat
     config.write_text('bench = "b"\n[journal]\nkeep_days = 1000000000\n')
     with pytest.raises(InvalidInput, match="keep_days"):
         load_config(str(config))
+
+
+@pytest.mark.parametrize("command", [["token", "list"], ["journal", "verify"],
+                                     ["token", "create", "--name", "x", "--role", "admin"]])
+def test_a_store_that_is_not_there_makes_no_directory(tmp_path: Path,
+                                                      command: list[str]) -> None:
+    """``--db`` naming no store (a typo, a host:port pasted for a URL) is one line, exit 1,
+    and leaves nothing behind: its parent directory was made before the store was looked
+    for."""
+    db = tmp_path / "typo" / "bench-gate.db"
+    done = cli(*command, "--db", str(db))
+    assert done.returncode == 1 and done.stderr.startswith("bench-gate: no store at "), done
+    assert not (tmp_path / "typo").exists()

@@ -4,6 +4,7 @@ broken profile is reported, header by header."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,3 +124,17 @@ def test_a_query_the_instrument_does_not_answer_is_reported(
     assert "walked-meter: 3 read-only queries sent, 2 answered, 1 not" in out
     # Once its file is loaded, a lab's profile is classified by its name, as the gateway does.
     assert classify("READ?", "walked-meter").read_only
+
+
+def test_an_instrument_that_is_not_there_is_one_line(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    """``profile test --resource`` on an address where nothing listens: pyvisa-py connects
+    on the first write, and its ConnectionRefusedError came out as a traceback."""
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    name = f"TCPIP0::127.0.0.1::{port}::SOCKET"
+    code = main(["profile", "test", "e36312a", "--resource", name, "--timeout", "2000"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip() == f"bench-gate: cannot reach '{name}': Connection refused"

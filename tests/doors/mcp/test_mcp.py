@@ -303,3 +303,12 @@ async def test_request_plan_comes_back_pending(bench: Bench, transport: str) -> 
                           voltage_min=0, voltage_max=500, current_max=0.1, max_writes=10,
                           rationale="too wide")
         assert wide.is_error and data(wide)["error"] == "invalid_input", text(wide)
+
+
+def test_the_tools_table_of_docs_mcp_md_is_the_server_s() -> None:
+    """docs/mcp.md's table of tools names each tool the server lists (``TOOLS``, checked
+    against ``tools/list`` above) once; it left out ``emergency_stop``."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "mcp.md").read_text(encoding="utf-8")
+    table = doc.split("## Tools", 1)[1].split("\n\n", 2)[1]
+    named = re.findall(r"^\| `(\w+)\(", table, re.M)
+    assert sorted(named) == sorted(TOOLS)
