@@ -1,0 +1,164 @@
+"""A lying instrument: a raw-socket SCPI server on 127.0.0.1 (an ephemeral port) that passes
+every line to a real simulated instrument and its answers back, and misbehaves on cue.
+
+The gateway reaches it as a real ``TCPIP0::127.0.0.1::<port>::SOCKET`` resource, so its own
+link, lane and timeouts are what is tested; the state it leaves is read on the simulator's
+own port. One upstream connection per gateway connection, so the simulator's sessions (and
+its interface lock) are the gateway's.
+
+Cues, each for the next ``times`` queries whose text contains ``match`` (case-insensitive):
+
+- ``answer(match, text)``: answer ``text`` instead of the simulator's answer; in a
+  compound query (units joined by ';', one answer each), only the answer to the first unit
+  that contains ``match``;
+- ``stale_first(match)``: send the answer given last time to the same query first, then
+  the real one, each its own line (an answer buffered from before, sent ahead of its time);
+  ``gap`` seconds between the two (0: one packet);
+- ``late(match, seconds)``: hold the answer ``seconds`` before sending it.
+
+Every line received is kept in ``received``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+__all__ = ["LyingInstrument"]
+
+
+@dataclass
+class _Cue:
+    kind: str
+    match: str
+    times: int
+    text: str = ""
+    seconds: float = 0.0
+
+
+def _replaced(command: str, answer: bytes, match: str, by: str) -> bytes:
+    """``answer`` with the answer to the unit of ``command`` holding ``match`` replaced."""
+    units = command.split(";")
+    hit = next((i for i, u in enumerate(units) if match in u.upper()), 0)
+    parts = answer.decode("latin-1").rstrip("\n").split(";", len(units) - 1)
+    if len(parts) != len(units):
+        parts = [""] * len(units)
+    parts[hit] = by
+    return (";".join(parts) + "\n").encode("latin-1")
+
+
+class LyingInstrument:
+    def __init__(self, upstream_port: int, host: str = "127.0.0.1") -> None:
+        self.upstream = (host, upstream_port)
+        self.received: list[str] = []
+        self.fired: list[tuple[str, str]] = []
+        self._cues: list[_Cue] = []
+        self._last: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._server.getsockname()[1])
+        self._conns: list[socket.socket] = []
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True, name="liar-accept").start()
+
+    @property
+    def resource(self) -> str:
+        return f"TCPIP0::127.0.0.1::{self.port}::SOCKET"
+
+    # ------------------------------------------------------------------ cues
+    def answer(self, match: str, text: str, times: int = 1) -> None:
+        self._cue(_Cue("answer", match.upper(), times, text=text))
+
+    def stale_first(self, match: str, times: int = 1, gap: float = 0.0) -> None:
+        self._cue(_Cue("stale", match.upper(), times, seconds=gap))
+
+    def late(self, match: str, seconds: float, times: int = 1) -> None:
+        self._cue(_Cue("late", match.upper(), times, seconds=seconds))
+
+    def _cue(self, cue: _Cue) -> None:
+        with self._lock:
+            self._cues.append(cue)
+
+    def _take(self, line: str) -> _Cue | None:
+        with self._lock:
+            for cue in self._cues:
+                if cue.match in line.upper():
+                    cue.times -= 1
+                    if cue.times <= 0:
+                        self._cues.remove(cue)
+                    self.fired.append((cue.kind, line))
+                    return cue
+        return None
+
+    # ------------------------------------------------------------------ serving
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                             name="liar-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            up = socket.create_connection(self.upstream, timeout=5)
+        except OSError:
+            conn.close()
+            return
+        self._conns.append(up)
+        down = conn.makefile("rb")
+        answers = up.makefile("rb")
+        try:
+            while line := down.readline():
+                text = line.decode("latin-1").strip()
+                self.received.append(text)
+                up.sendall(line)
+                if "?" not in text:
+                    continue
+                try:
+                    real = answers.readline()
+                except OSError:
+                    real = b""
+                cue = self._take(text)
+                stale = self._last.get(text)
+                self._last[text] = real
+                if cue is None:
+                    conn.sendall(real)
+                elif cue.kind == "answer":
+                    conn.sendall(_replaced(text, real, cue.match, cue.text))
+                elif cue.kind == "late":
+                    time.sleep(cue.seconds)
+                    conn.sendall(real)
+                elif cue.kind == "stale":
+                    first = stale if stale is not None else real
+                    if cue.seconds <= 0:
+                        conn.sendall(first + real)
+                    else:
+                        conn.sendall(first)
+                        time.sleep(cue.seconds)
+                        conn.sendall(real)
+        except OSError:
+            pass
+        finally:
+            for s in (conn, up):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closing = True
+        self._server.close()
+        for s in self._conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                s.close()
+            except OSError:
+                pass
