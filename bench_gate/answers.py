@@ -52,19 +52,34 @@ def _canonical(profile: Profile, fld: str, raw: str, where: str,
             raise InstrumentError(f"{where or fld}: answer {raw!r} unreadable: {exc}") from exc
     if spec.type == "boolean" and (word := profile.boolean(text)) is not None:
         return "1" if word else "0"  # the profile's words (DP800 guide: OUTP? answers ON)
+    state = not spec.measured  # a setting, not a reading: SCPI's INF and NaN are no value
     if spec.points:  # a list's points (N6900 guide, LIST:VOLT?: values joined by ',')
-        return ",".join(_number(raw, part, where or fld) for part in text.split(","))
+        return ",".join(_number(raw, part, where or fld, state) for part in text.split(","))
     if spec.type == "boolean":
-        return "1" if Decimal(_number(raw, text, where or fld)) != 0 else "0"
-    return _number(raw, text, where or fld)
+        # IEEE 488.2 §8.7.2 / SCPI-99 §7.3: a boolean answers 0 or 1. Anything else (2,
+        # 9.91E37 = NaN) is no state: read as on, a protection's state passed its guard.
+        flag = Decimal(_number(raw, text, where or fld, state))
+        if flag not in (0, 1):
+            raise InstrumentError(f"{where or fld}: answer {raw!r} is not a boolean (0 or 1)")
+        return "1" if flag else "0"
+    return _number(raw, text, where or fld, state)
 
 
-def _number(raw: str, text: str, where: str) -> str:
-    """One number of an answer, canonical; anything else (empty, garbled) an I/O failure."""
+#: SCPI-99 §7.2.1.5: +INF, -INF and NaN as an instrument answers them.
+_SCPI_SPECIAL = {Decimal("9.9E37"): "+INF", Decimal("-9.9E37"): "-INF",
+                 Decimal("9.91E37"): "NaN"}
+
+
+def _number(raw: str, text: str, where: str, state: bool = True) -> str:
+    """One number of an answer, canonical; anything else (empty, garbled) an I/O failure,
+    and so, for a ``state`` field (a setting, not a reading), SCPI's +INF, -INF and NaN."""
     try:
         number = Decimal(text.strip())
     except InvalidOperation:
         number = Decimal("NaN")
     if not number.is_finite():
         raise InstrumentError(f"{where}: answer {raw!r} is not a number")
+    if state and number in _SCPI_SPECIAL:
+        raise InstrumentError(f"{where}: answer {raw!r} is SCPI's {_SCPI_SPECIAL[number]} "
+                              "(SCPI-99 7.2.1.5), not a setting")
     return format_number(number)

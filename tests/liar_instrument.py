@@ -36,6 +36,8 @@ class _Cue:
     times: int
     text: str = ""
     seconds: float = 0.0
+    #: Armed only once a line containing this was received ("": at once).
+    after: str = ""
 
 
 def _replaced(command: str, answer: bytes, match: str, by: str) -> bytes:
@@ -68,23 +70,27 @@ class LyingInstrument:
         return f"TCPIP0::127.0.0.1::{self.port}::SOCKET"
 
     # ------------------------------------------------------------------ cues
-    def answer(self, match: str, text: str, times: int = 1) -> None:
-        self._cue(_Cue("answer", match.upper(), times, text=text))
+    def answer(self, match: str, text: str, times: int = 1, after: str = "") -> None:
+        self._cue(_Cue("answer", match.upper(), times, text=text, after=after.upper()))
 
-    def stale_first(self, match: str, times: int = 1, gap: float = 0.0) -> None:
-        self._cue(_Cue("stale", match.upper(), times, seconds=gap))
+    def stale_first(self, match: str, times: int = 1, gap: float = 0.0, after: str = ""
+                    ) -> None:
+        self._cue(_Cue("stale", match.upper(), times, seconds=gap, after=after.upper()))
 
-    def late(self, match: str, seconds: float, times: int = 1) -> None:
-        self._cue(_Cue("late", match.upper(), times, seconds=seconds))
+    def late(self, match: str, seconds: float, times: int = 1, after: str = "") -> None:
+        self._cue(_Cue("late", match.upper(), times, seconds=seconds, after=after.upper()))
 
     def _cue(self, cue: _Cue) -> None:
         with self._lock:
             self._cues.append(cue)
 
-    def _take(self, line: str) -> _Cue | None:
+    def _take(self, line: str, query: bool = True) -> _Cue | None:
         with self._lock:
             for cue in self._cues:
-                if cue.match in line.upper():
+                if cue.after and cue.after in line.upper():
+                    cue.after = ""  # armed from the next line on
+                    continue
+                if query and not cue.after and cue.match in line.upper():
                     cue.times -= 1
                     if cue.times <= 0:
                         self._cues.remove(cue)
@@ -118,6 +124,7 @@ class LyingInstrument:
                 self.received.append(text)
                 up.sendall(line)
                 if "?" not in text:
+                    self._take(text, query=False)  # arms the cues waiting for it
                     continue
                 try:
                     real = answers.readline()

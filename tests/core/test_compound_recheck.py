@@ -105,9 +105,10 @@ async def test_the_recheck_is_one_compound_query_and_every_field_is_compared(
 @pytest.mark.parametrize("mangle, status", [
     # one answer missing: the reply does not split one per query
     (lambda a: ";".join(a.split(";")[:1] + a.split(";")[2:]), Status.FAILED),
-    # one answer added: every later field shifts, and the identity read is not the one
-    # the approver saw (it took the last value with it)
-    (lambda a: "0;" + a, Status.STALE),
+    # one answer added: every later field shifts (the identity read is not the one the
+    # approver saw: it took the last value with it); a number shifted into a boolean's
+    # place (the OVP level where its trip state is asked) is no boolean: unreadable
+    (lambda a: "0;" + a, Status.FAILED),
     # a word where a number is asked
     (lambda a: "OOPS;" + a.split(";", 1)[1], Status.FAILED),
     # the value the approver saw, but its neighbour's answer in its place

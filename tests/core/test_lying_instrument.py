@@ -1,0 +1,140 @@
+"""An instrument that lies, answers twice or answers late never gets the gateway to write on a
+wrong picture. The PSU is a real simulator behind a lying raw-socket server
+(tests/liar_instrument.py) that the gateway reaches as a ``TCPIP0::…::SOCKET`` resource; what
+it really did is read on the simulator's own port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench_gate.config import BenchConfig, ChannelLimits, default_config
+from bench_gate.errors import InstrumentError
+from bench_gate.gateway import Gateway
+from bench_gate.models import EventType, Principal, Status
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread
+from tests.conftest import Clock
+from tests.liar_instrument import LyingInstrument
+
+STAT = "VOLT:PROT:STAT? (@1)"
+
+
+@pytest.fixture
+def liar(sim: SimBenchThread) -> Iterator[LyingInstrument]:
+    fake = LyingInstrument(sim.psu_port)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def lied_config(sim: SimBenchThread, liar: LyingInstrument) -> BenchConfig:
+    cfg = default_config(liar.port, sim.dmm_port)
+    cfg.instruments[0].timeout_ms = 1000
+    cfg.envelope["psu"][1] = ChannelLimits(voltage=Decimal(6), current=Decimal(1),
+                                           ovp=Decimal("6.6"))
+    return cfg
+
+
+@pytest.fixture
+async def gw(lied_config: BenchConfig, db_path: Path, clock: Clock
+             ) -> AsyncIterator[Gateway]:
+    g = Gateway(lied_config, SqliteStore(db_path), clock=clock)
+    await g.start()
+    yield g
+    await g.close()
+    g.store.close()
+
+
+def _on_unprotected(front_panel: Any) -> None:
+    """CH1 on at 0 V, its over-voltage protection switched off at the panel."""
+    for text in ("CURR 0.5,(@1)", "VOLT:PROT 6,(@1)", "VOLT:PROT:STAT OFF,(@1)",
+                 "OUTP ON,(@1)"):
+        front_panel.write(text)
+    assert front_panel.query(STAT) == "0" and front_panel.query("OUTP? (@1)") == "1"
+
+
+# ------------------------------------------------------- SCPI's NaN and INF are no state
+async def test_nan_for_a_protection_state_is_no_state_not_on(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """SCPI-99 §7.2.1.5: 9.91E37 is NaN. Answered for ``VOLT:PROT:STAT?`` (the guard that
+    makes the bench's ovp limit mean something), it was read as 1 (protection on): a write
+    the envelope refuses on the true answer (CH1 on with its protection off) was held,
+    approved and written, and the watch left the channel on. Now it is no answer: nothing
+    is held, and the watch, unable to show CH1 inside, switches it off."""
+    _on_unprotected(front_panel)
+    run = gw.create_run(script, "script")
+    refused = await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+    assert refused.status == "refused" and "protection is OFF" in refused.reason
+    liar.answer(STAT, "9.91E37", times=1000)
+    with pytest.raises(InstrumentError, match=r"9\.91E37.*NaN"):
+        result = await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+        assert result.request is not None  # the old code held it: approve, as a person would
+        await gw.grant(result.request.id, olga, ["setpoint"],
+                       proposal_hash=result.request.proposal_hash)
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0, "nothing was written"
+    assert gw.list_requests(run_id=run.id) == []
+    # The watch cannot show CH1 inside (its guard unreadable): the safe action, at once.
+    safed = await gw.watch.check(gw.core.instrument("psu"))
+    assert safed is not None and safed.error is None
+    assert front_panel.query("OUTP? (@1)") == "0"
+
+
+@pytest.mark.parametrize("answer", ["2", "-1", "0.5", "9.9E37"])
+async def test_a_boolean_answers_0_or_1(gw: Gateway, liar: LyingInstrument,
+                                        script: Principal, front_panel: Any,
+                                        answer: str) -> None:
+    """A boolean answers 0 or 1 (IEEE 488.2 §8.7.2); any other number is no state."""
+    _on_unprotected(front_panel)
+    run = gw.create_run(script, "script")
+    liar.answer(STAT, answer, times=1000)
+    with pytest.raises(InstrumentError, match=r"not a boolean|INF"):
+        await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+    assert gw.list_requests(run_id=run.id) == []
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+
+
+@pytest.mark.parametrize("answer", ["9.9E37", "-9.9E37", "9.91E37"])
+async def test_inf_or_nan_for_a_setting_at_the_recheck_writes_nothing(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, answer: str) -> None:
+    """A current limit answered as SCPI's INF or NaN at the recheck is no value: the
+    recheck fails, and nothing is written."""
+    front_panel.write("CURR 0.5,(@1)")
+    front_panel.write("OUTP ON,(@1)")
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.answer("CURR? (@1)", answer, times=1000)  # from the recheck on: the recheck fails
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is Status.FAILED and "nothing was written" in (done.outcome or "")
+    assert answer in (done.outcome or "")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+    events = [e.type for e in gw.store.journal(run.id, limit=1000) if e.request_id == req.id]
+    assert events.count(EventType.STEP_FAILED) == 1
+
+
+@pytest.mark.parametrize("answer", ["9.9E37", "9.91E37"])
+async def test_inf_or_nan_for_a_limit_at_the_read_back_is_ambiguous_and_made_safe(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, answer: str) -> None:
+    """Read back after the write, a current limit answered as INF or NaN is unknown: the
+    write is ``ambiguous`` (never ``executed``), and CH1, not shown inside, is switched off."""
+    front_panel.write("CURR 0.5,(@1)")
+    front_panel.write("OUTP ON,(@1)")
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.answer("CURR? (@1)", answer, times=1000, after="VOLT 2.0,(@1)")
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    assert "a person must check" in (done.outcome or "")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 2, "the write itself landed"
+    assert front_panel.query("OUTP? (@1)") == "0", "and CH1 got the safe action"
