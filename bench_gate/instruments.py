@@ -146,6 +146,10 @@ class _Threaded:
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         return await self._call(self.inner.query, command, extra_seconds)
 
+    async def drop(self) -> None:
+        """Close the connection, keep the thread: the next call opens a new one."""
+        await self._call(self.inner.close)
+
     async def close(self) -> None:
         try:
             await self._call(self.inner.close)
@@ -260,6 +264,12 @@ class Lane:
         except InstrumentError:
             self.io_errors += 1
             raise
+
+    async def drop(self) -> None:
+        """Drop the connection, not the lane (answers out of step: lockstep.py): the next
+        command opens a new one. Called from a job, on the lane's own turn."""
+        link = self.link
+        await (link.drop() if isinstance(link, _Threaded) else link.close())
 
     async def close(self) -> None:
         self.lock = None  # closing needs no lock (the instrument frees it with the connection)

@@ -15,6 +15,7 @@ from .auth import revoked_tokens
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .instruments import AsyncLink
+from .lockstep import in_step
 from .memories import SAVED_AT
 from .models import (
     Approval,
@@ -159,7 +160,9 @@ class Rechecks(Part):
                          fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:
         """The live state of ``fields``, read on the lane's turn, or why it could not be."""
         try:
-            return await self.snaps.read_state(link, inst, fields)
+            live = await self.snaps.read_state(link, inst, fields)
+            await in_step(link, inst)  # the answers were the answers to these queries
+            return live
         except InstrumentError as exc:
             return exc
 

@@ -15,6 +15,7 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError
 from .handoff import snapshot_key
 from .instruments import AsyncLink
+from .lockstep import in_step
 from .scpi import Profile, classify
 from .snapshots import Snapshots, normalize
 
@@ -94,6 +95,7 @@ class Safety(Part):
                          ) -> tuple[dict[str, str] | None, str | None]:
         try:
             state = await self.snaps.read_state(link, inst, fields)
+            await in_step(link, inst)  # an answer out of step is no read-back
         except InstrumentError as exc:
             return None, exc.message
         if state.idn != idn:

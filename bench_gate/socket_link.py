@@ -144,7 +144,7 @@ class _Answers(asyncio.Protocol):
 class SocketLink:
     """A raw-socket SCPI instrument, opened lazily and reopened after an I/O error. A
     timeout or a broken answer drops the connection, so a late answer can never be read
-    as the answer to the next query."""
+    as the answer to the next query; a query that finds bytes nobody asked for fails."""
 
     def __init__(self, config: InstrumentConfig) -> None:
         parsed = pyvisa.rname.parse_resource_name(config.resource)
@@ -213,7 +213,17 @@ class SocketLink:
         for a unit the instrument takes long over)."""
         conn = self._conn
         loop = asyncio.get_running_loop()
-        if conn is None or conn.lost or conn.buffer or self._loop is not loop:
+        if conn is not None and conn.buffer and self._loop is loop:
+            # Bytes nobody asked for (a second line, an answer ahead of its time): the
+            # answers read before them may be misaligned, so this query says so rather than
+            # start again silently on a new connection (lockstep.py); the next one does.
+            extra = len(conn.buffer)
+            self._drop()
+            raise InstrumentError(
+                f"{self.config.name}: query {command!r} not sent: the instrument had sent "
+                f"{extra} bytes nobody asked for (answers out of step); the connection "
+                "was dropped")
+        if conn is None or conn.lost or self._loop is not loop:
             conn = await self._ready()
         try:
             data = (command + self._wterm).encode("ascii")

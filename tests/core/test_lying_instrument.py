@@ -138,3 +138,75 @@ async def test_inf_or_nan_for_a_limit_at_the_read_back_is_ambiguous_and_made_saf
     assert "a person must check" in (done.outcome or "")
     assert Decimal(front_panel.query("VOLT? (@1)")) == 2, "the write itself landed"
     assert front_panel.query("OUTP? (@1)") == "0", "and CH1 got the safe action"
+
+
+# ------------------------------------------------ an answer ahead of its time: out of step
+def _gateway(lied_config: BenchConfig, db_path: Path, clock: Clock, io: str) -> Gateway:
+    lied_config.instruments[0].io = io  # type: ignore[assignment]
+    return Gateway(lied_config, SqliteStore(db_path), clock=clock)
+
+
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+@pytest.mark.parametrize("gap", [0.0, 0.05])
+async def test_a_stale_answer_at_the_recheck_writes_nothing(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str, gap: float) -> None:
+    """The panel moves CH1's current limit after the approver looked. At the recheck the
+    instrument sends the answer it gave at submit first (in the same packet, or 50 ms
+    before the real one): the recheck read the state the approver saw, passed, and wrote
+    on it (on the raw-socket link, which then found the real answer waiting and quietly
+    reconnected; through pyvisa every later answer was one behind). Now ``*OPC?`` after
+    the recheck gets the real answer where ``1`` belongs: nothing is written, the
+    connection is dropped, and the next write runs on answers in step."""
+    gw = _gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert req is not None
+        front_panel.write("CURR 0.8,(@1)")  # after the approver looked: this must go stale
+        liar.stale_first("*IDN?", gap=gap)
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status is Status.FAILED, done.outcome
+        assert "out of step" in (done.outcome or "")
+        assert "nothing was written" in (done.outcome or "")
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+        assert not any(line.startswith("VOLT 2") for line in liar.received)
+        # In step again: a fresh request is held on the panel's state and runs.
+        again = (await gw.submit(run.id, "psu", "VOLT 3,(@1)")).request
+        assert again is not None and again.snapshot.values["ch1.current"] == "0.8"
+        ran = (await gw.grant(again.id, olga, ["setpoint"],
+                              proposal_hash=again.proposal_hash)).request
+        assert ran.status is Status.EXECUTED, ran.outcome
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 3
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_a_stale_answer_at_the_read_back_is_no_read_back(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str) -> None:
+    """After the write the instrument sends the recheck's answer (the state before the
+    write) ahead of the read-back's: the read-back read the old state and the request was
+    reported ``failed``, "nothing took effect", with the write on the instrument. Now it
+    is no read-back: ``ambiguous``, a person must check."""
+    gw = _gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert req is not None
+        liar.stale_first("*IDN?", gap=0.05, after="VOLT 2.0,(@1)")
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+        assert liar.fired, "the stale answer was sent"
+        assert done.status is Status.AMBIGUOUS, done.outcome
+        assert "could not be read back" in (done.outcome or "")
+        assert "out of step" in (done.outcome or "")
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 2, "the write landed"
+    finally:
+        await gw.close()
+        gw.store.close()
