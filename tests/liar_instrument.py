@@ -14,13 +14,16 @@ Cues, each for the next ``times`` queries whose text contains ``match`` (case-in
 - ``stale_first(match)``: send the answer given last time to the same query first, then
   the real one, each its own line (an answer buffered from before, sent ahead of its time);
   ``gap`` seconds between the two (0: one packet);
-- ``late(match, seconds)``: hold the answer ``seconds`` before sending it.
+- ``late(match, seconds)``: hold the answer ``seconds`` before sending it;
+- ``drop(match, landed)``: close the connection on the next line containing ``match``
+  (a query or not), after passing it on (``landed``) or before.
 
 Every line received is kept in ``received``.
 """
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -49,6 +52,22 @@ def _replaced(command: str, answer: bytes, match: str, by: str) -> bytes:
         parts = [""] * len(units)
     parts[hit] = by
     return (";".join(parts) + "\n").encode("latin-1")
+
+
+def _held(conn: socket.socket, seconds: float) -> bool:
+    """Wait ``seconds``; False as soon as the other end hangs up (a real instrument then
+    ends the session, and with it any lock it held)."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([conn], [], [], min(left, 0.05))
+        if readable:
+            try:
+                if conn.recv(1, socket.MSG_PEEK) == b"":
+                    return False
+            except OSError:
+                return False
+            time.sleep(min(left, 0.05))  # the next line is waiting: still held
+    return True
 
 
 class LyingInstrument:
@@ -80,6 +99,10 @@ class LyingInstrument:
     def late(self, match: str, seconds: float, times: int = 1, after: str = "") -> None:
         self._cue(_Cue("late", match.upper(), times, seconds=seconds, after=after.upper()))
 
+    def drop(self, match: str, landed: bool, times: int = 1, after: str = "") -> None:
+        self._cue(_Cue("drop", match.upper(), times, text="landed" if landed else "",
+                       after=after.upper()))
+
     def _cue(self, cue: _Cue) -> None:
         with self._lock:
             self._cues.append(cue)
@@ -90,7 +113,8 @@ class LyingInstrument:
                 if cue.after and cue.after in line.upper():
                     cue.after = ""  # armed from the next line on
                     continue
-                if query and not cue.after and cue.match in line.upper():
+                if (query or cue.kind == "drop") and not cue.after and \
+                        cue.match in line.upper():
                     cue.times -= 1
                     if cue.times <= 0:
                         self._cues.remove(cue)
@@ -122,15 +146,20 @@ class LyingInstrument:
             while line := down.readline():
                 text = line.decode("latin-1").strip()
                 self.received.append(text)
+                cue = self._take(text, query="?" in text)
+                if cue is not None and cue.kind == "drop":
+                    if cue.text == "landed":
+                        up.sendall(line)
+                        if "?" in text:
+                            answers.readline()
+                    break
                 up.sendall(line)
                 if "?" not in text:
-                    self._take(text, query=False)  # arms the cues waiting for it
                     continue
                 try:
                     real = answers.readline()
                 except OSError:
                     real = b""
-                cue = self._take(text)
                 stale = self._last.get(text)
                 self._last[text] = real
                 if cue is None:
@@ -138,8 +167,10 @@ class LyingInstrument:
                 elif cue.kind == "answer":
                     conn.sendall(_replaced(text, real, cue.match, cue.text))
                 elif cue.kind == "late":
-                    time.sleep(cue.seconds)
-                    conn.sendall(real)
+                    if _held(conn, cue.seconds):
+                        conn.sendall(real)
+                    else:
+                        break  # the gateway gave up and hung up: so does the instrument
                 elif cue.kind == "stale":
                     first = stale if stale is not None else real
                     if cue.seconds <= 0:
@@ -156,6 +187,15 @@ class LyingInstrument:
                     s.close()
                 except OSError:
                     pass
+
+    def cut(self) -> None:
+        """Every connection open now ends, as a power cycle ends them (the server stays)."""
+        conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         self._closing = True

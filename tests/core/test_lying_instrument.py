@@ -5,6 +5,7 @@ it really did is read on the simulator's own port."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -210,3 +211,95 @@ async def test_a_stale_answer_at_the_read_back_is_no_read_back(
     finally:
         await gw.close()
         gw.store.close()
+
+
+# ------------------------------------------------------ late answers, drops, power cycles
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_a_recheck_answered_after_the_timeout_writes_nothing_and_stays_in_step(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str) -> None:
+    """Held. The recheck's answer comes 1.5 s late (the timeout is 1 s): nothing is written,
+    and the late answer is never read as the next query's (the link starts again): the next
+    request shows the panel's own state and runs. (Held already; kept as a guard.)"""
+    gw = _gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert req is not None
+        liar.late("*IDN?", 1.5)
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status is Status.FAILED and "timed out" in (done.outcome or "")
+        assert "nothing was written" in (done.outcome or "")
+        front_panel.write("CURR 0.7,(@1)")
+        again = (await gw.submit(run.id, "psu", "VOLT 3,(@1)")).request
+        assert again is not None and again.snapshot.values["ch1.current"] == "0.7"
+        ran = (await gw.grant(again.id, olga, ["setpoint"],
+                              proposal_hash=again.proposal_hash)).request
+        assert ran.status is Status.EXECUTED, ran.outcome
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 3
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+@pytest.mark.parametrize("where, landed, status, volts", [
+    ("*IDN?", False, Status.FAILED, 0),             # mid-recheck: nothing written
+    ("VOLT 2.0,(@1)", False, Status.AMBIGUOUS, 0),  # mid-write, lost: unknown, not done
+    ("VOLT 2.0,(@1)", True, Status.AMBIGUOUS, 2),   # mid-write, landed: unknown, not done
+])
+async def test_a_connection_dropped_mid_write_ends_as_the_read_back_shows(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, where: str, landed: bool, status: Status, volts: int) -> None:
+    """Held. A drop on the recheck writes nothing; a drop on the write itself (the bytes
+    passed on or not) leaves no read-back on that connection: ``ambiguous``, a person
+    checks, never ``executed`` or ``failed`` on a guess."""
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.drop(where, landed)
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert liar.fired
+    assert done.status is status, done.outcome
+    assert Decimal(front_panel.query("VOLT? (@1)")) == volts
+
+
+async def test_a_connection_dropped_mid_read_back_is_ambiguous_and_the_channel_judged(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """Held. The read-back's connection drops: ``ambiguous``, never ``executed``; every
+    enveloped field is read again on a new connection and CH1 judged on it."""
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.drop("*IDN?", landed=False, after="VOLT 2.0,(@1)")
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert liar.fired
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    assert "could not be read back" in (done.outcome or "")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 2
+
+
+async def test_a_power_cycle_between_approval_and_write_goes_stale(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """Held. The supply restarts between the approval and the write (its connections cut,
+    its state back to power-on defaults): the recheck finds the difference, the request
+    goes stale with a fresh one for a person, nothing is written."""
+    front_panel.write("CURR 0.5,(@1)")
+    front_panel.write("VOLT 1,(@1)")
+    front_panel.write("OUTP ON,(@1)")
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.cut()
+    front_panel.write("*RST")
+    await asyncio.sleep(0.2)  # the gateway's end of the cut connection sees it close
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is Status.STALE, done.outcome
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+    assert front_panel.query("OUTP? (@1)") == "0"
