@@ -196,6 +196,12 @@ class Lane:
         #: The instrument lock, taken on the lane's turn before a job on a new connection.
         self.lock: InstrumentLock | None = None
 
+    @property
+    def safe_waiting(self) -> bool:
+        """A safe action waits for this lane (an emergency stop, a lost client's lease): a
+        job that reads at length stops asking and lets it go next."""
+        return self.halted or any(j.urgent for j in self._queue)
+
     async def run(self, job: Callable[[AsyncLink], Awaitable[T]], *, whole: bool = True,
                   urgent: bool = False) -> T:
         """Run ``job(link)``; jobs run one at a time, in order. A job that started runs to

@@ -142,17 +142,26 @@ class Safety(Part):
         that cannot be shown inside (an unreadable output or limit counts as outside) is
         made safe too. One garbled answer never stops the safe action."""
         limits = self.config.envelope.get(inst.config.name, {})
+        cut_short = False
         if after is None:
             after = {}
             for ch, f in envelope.readable_fields(inst.profile, limits):
+                if inst.lane.safe_waiting:
+                    # A slow instrument answers each field late: a stop (or a lost client's
+                    # safe action) waited behind these reads for all of them. It goes next.
+                    cut_short = True
+                    break
                 query = inst.profile.field_query(f, ch)
                 with contextlib.suppress(InstrumentError):
                     after[snapshot_key(ch, f)] = normalize(
                         inst.profile, f, await link.query(query), query, ch)
         # Every limited channel is judged: a field left unread (one the profile cannot
-        # read there, or one that failed) is outside, never passed over.
+        # read there, or one that failed) is outside, never passed over. Cut short for a
+        # safe action waiting, only what was read outside: that safe action comes next.
         found = envelope.breaches(inst.profile, limits, after,
                                   set(limits) & set(inst.profile.channels))
+        if cut_short:
+            found = [b for b in found if b.value is not None]
         if not found:
             return None
         channels = sorted({b.channel for b in found})

@@ -103,6 +103,11 @@ class LyingInstrument:
         self._cue(_Cue("drop", match.upper(), times, text="landed" if landed else "",
                        after=after.upper()))
 
+    def calm(self) -> None:
+        """No more lies: every cue not yet fired is dropped."""
+        with self._lock:
+            self._cues.clear()
+
     def _cue(self, cue: _Cue) -> None:
         with self._lock:
             self._cues.append(cue)

@@ -6,6 +6,7 @@ it really did is read on the simulator's own port."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -19,7 +20,7 @@ from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread
-from tests.conftest import Clock
+from tests.conftest import Clock, own_port
 from tests.liar_instrument import LyingInstrument
 
 STAT = "VOLT:PROT:STAT? (@1)"
@@ -303,3 +304,31 @@ async def test_a_power_cycle_between_approval_and_write_goes_stale(
     assert done.status is Status.STALE, done.outcome
     assert Decimal(front_panel.query("VOLT? (@1)")) == 0
     assert front_panel.query("OUTP? (@1)") == "0"
+
+
+# ------------------------------------------------------------ a slow instrument, a stop
+async def test_a_stop_does_not_wait_for_the_watch_to_read_a_slow_supply_field_by_field(
+        gw: Gateway, liar: LyingInstrument, olga: Principal, sim: SimBenchThread) -> None:
+    """The supply answers every query 0.4 s late (inside its 1 s timeout). The watch
+    reads its enveloped fields one by one (34 queries, about 14 s); an emergency stop
+    pressed meanwhile waited for all of them: CH1 went off about 9 s later. Now the watch
+    stops asking once a safe action waits for the lane: CH1 is off within about one
+    answer's time."""
+    with own_port(sim.psu_resource_name, panel=True) as panel:
+        for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
+            panel.write(text)
+        liar.late("?", 0.4, times=100_000)
+        seen = len(liar.received)
+        watching = asyncio.ensure_future(gw.watch.check(gw.core.instrument("psu")))
+        for _ in range(500):
+            if len(liar.received) >= seen + 2:  # the watch is reading field by field
+                break
+            await asyncio.sleep(0.01)
+        pressed = time.monotonic()
+        stopping = asyncio.ensure_future(gw.emergency_stop(olga, "api"))
+        while await asyncio.to_thread(panel.query, "OUTP? (@1)") != "0":
+            assert time.monotonic() - pressed < 2.0, "the stop waited for the watch"
+            await asyncio.sleep(0.02)
+        liar.calm()
+        await stopping
+        assert await watching is None  # cut short: nothing read was outside
