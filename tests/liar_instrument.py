@@ -15,6 +15,8 @@ Cues, each for the next ``times`` queries whose text contains ``match`` (case-in
   the real one, each its own line (an answer buffered from before, sent ahead of its time);
   ``gap`` seconds between the two (0: one packet);
 - ``late(match, seconds)``: hold the answer ``seconds`` before sending it;
+- ``refuse(match)``: a command (no query) containing ``match`` never reaches the
+  simulator, as an instrument that refuses it leaves its state;
 - ``drop(match, landed)``: close the connection on the next line containing ``match``
   (a query or not), after passing it on (``landed``) or before.
 
@@ -103,6 +105,9 @@ class LyingInstrument:
         self._cue(_Cue("drop", match.upper(), times, text="landed" if landed else "",
                        after=after.upper()))
 
+    def refuse(self, match: str, times: int = 1) -> None:
+        self._cue(_Cue("refuse", match.upper(), times))
+
     def calm(self) -> None:
         """No more lies: every cue not yet fired is dropped."""
         with self._lock:
@@ -113,19 +118,19 @@ class LyingInstrument:
             self._cues.append(cue)
 
     def _take(self, line: str, query: bool = True) -> _Cue | None:
+        upper = line.upper()
         with self._lock:
+            hit = next((c for c in self._cues if not c.after and c.match in upper and (
+                query or c.kind in ("drop", "refuse"))), None)
             for cue in self._cues:
-                if cue.after and cue.after in line.upper():
+                if cue.after and cue.after in upper:
                     cue.after = ""  # armed from the next line on
-                    continue
-                if (query or cue.kind == "drop") and not cue.after and \
-                        cue.match in line.upper():
-                    cue.times -= 1
-                    if cue.times <= 0:
-                        self._cues.remove(cue)
-                    self.fired.append((cue.kind, line))
-                    return cue
-        return None
+            if hit is not None:
+                hit.times -= 1
+                if hit.times <= 0:
+                    self._cues.remove(hit)
+                self.fired.append((hit.kind, line))
+        return hit
 
     # ------------------------------------------------------------------ serving
     def _accept(self) -> None:
@@ -158,6 +163,8 @@ class LyingInstrument:
                         if "?" in text:
                             answers.readline()
                     break
+                if cue is not None and cue.kind == "refuse":
+                    continue
                 up.sendall(line)
                 if "?" not in text:
                     continue

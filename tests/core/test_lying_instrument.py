@@ -332,3 +332,30 @@ async def test_a_stop_does_not_wait_for_the_watch_to_read_a_slow_supply_field_by
         liar.calm()
         await stopping
         assert await watching is None  # cut short: nothing read was outside
+
+
+# ---------------------------------------------------- the instrument refuses the write
+@pytest.mark.parametrize("message, refused, status, volts, amps", [
+    ("VOLT 2,(@1)", "VOLT 2.0", Status.FAILED, 0, "0.5"),
+    # one unit of two refused: a partial change, never "executed" with the approved values
+    ("VOLT 2,(@1);CURR 0.3,(@1)", "CURR 0.3", Status.AMBIGUOUS, 2, "0.5"),
+])
+async def test_a_write_the_instrument_refuses_is_never_done(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, message: str, refused: str, status: Status, volts: int,
+        amps: str) -> None:
+    """Held. The instrument refuses a unit (its state unchanged, -222 in its error queue):
+    ``failed`` when nothing took effect, ``ambiguous`` when part did; the error named."""
+    front_panel.write("CURR 0.5,(@1)")
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", message)).request
+    assert req is not None
+    liar.refuse(refused)
+    liar.answer("SYST:ERR?", '-222,"Data out of range"', after=refused)
+    done = (await gw.grant(req.id, olga, list(req.required),
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is status, done.outcome
+    assert "-222" in (done.outcome or "")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == volts
+    assert Decimal(front_parsed := front_panel.query("CURR? (@1)")) == Decimal(amps), \
+        front_parsed
