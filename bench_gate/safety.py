@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import envelope
+from .answers import SHOWN, normalize, shown
 from .core import Core, Instrument, Part
 from .errors import InstrumentError
 from .handoff import snapshot_key
 from .instruments import AsyncLink
 from .lockstep import in_step
 from .scpi import Profile, classify
-from .snapshots import Snapshots, normalize
+from .snapshots import Snapshots
 
 __all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "send_safe_action"]
 
@@ -99,7 +100,7 @@ class Safety(Part):
         except InstrumentError as exc:
             return None, exc.message
         if state.idn != idn:
-            return None, f"another instrument answered: {state.idn!r}"
+            return None, f"another instrument answered: {shown(state.idn)}"
         return state.values, None
 
     @staticmethod
@@ -131,7 +132,7 @@ class Safety(Part):
                 answer = await link.query("SYST:ERR?")
                 if answer.lstrip("+").startswith("0"):
                     break
-                errors.append(answer)
+                errors.append(answer if len(answer) <= SHOWN else shown(answer))
         return errors
 
     async def make_safe(self, link: AsyncLink, inst: Instrument,

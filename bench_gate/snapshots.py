@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from . import couplings, envelope
-from .answers import normalize
+from .answers import MAX_TEXT, normalize, shown
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
@@ -160,7 +160,7 @@ class Snapshots(Part):
             try:
                 answers, idn = plan.split(answer)
             except CompoundAnswerError as exc:
-                raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
+                raise InstrumentError(f"{name}: {plan.message!r}: answer {shown(answer)} "
                                       f"unreadable: {exc}") from exc
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
@@ -169,6 +169,9 @@ class Snapshots(Part):
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
                                                      f"{name}: {query!r}", ch)
+        if len(idn) > MAX_TEXT:
+            raise InstrumentError(f"{name}: {IDN!r}: answer {shown(idn)} is too long to be "
+                                  "an identification")
         inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
         # In the order of ``fields``, as a snapshot read one by one has them.
         return Snapshot(idn=idn, values={k: values[k] for k in

@@ -359,3 +359,63 @@ async def test_a_write_the_instrument_refuses_is_never_done(
     assert Decimal(front_panel.query("VOLT? (@1)")) == volts
     assert Decimal(front_parsed := front_panel.query("CURR? (@1)")) == Decimal(amps), \
         front_parsed
+
+
+# ------------------------------------------------- garbage at the recheck writes nothing
+@pytest.mark.parametrize("answer", [
+    "", "OOPS", "+2.0V", "2.0 V", "\x80\xff\x00", "NAN", "INF", "2,0", "#15+2.00",
+    "1" * 100_000, "9" * 3_000_000, "X" * 3_000_000,
+])
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_garbage_for_a_setpoint_at_the_recheck_writes_nothing(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str, answer: str) -> None:
+    """Garbage, units, binary, a block, a number of 100 kB or 3 MB in place of CH1's
+    voltage at the recheck: nothing is written, the outcome says why in a few lines."""
+    gw = _gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert req is not None
+        liar.answer(":VOLT? (@1)", answer, times=1)
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status in (Status.FAILED, Status.STALE), done.outcome
+        assert Decimal(front_panel.query("VOLT? (@1)")) == 0
+        assert not any(line.startswith("VOLT 2") for line in liar.received)
+        assert len(done.outcome or "") < 2000, len(done.outcome or "")
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+async def test_a_long_list_of_points_is_still_read(
+        gw: Gateway, script: Principal, front_panel: Any) -> None:
+    """The bound on an answer is per number: a list of 100 points (1.6 kB) is read whole."""
+    front_panel.write("LIST:VOLT " + ",".join(["1"] * 100) + ",(@1)")
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    assert req.snapshot.values["ch1.list_voltage"] == ",".join(["1.0"] * 100)
+
+
+@pytest.mark.parametrize("unit, status, volts", [
+    ("*IDN?", Status.FAILED, 0),  # at the recheck: nothing written
+    ("OUTP:PAIR?", Status.AMBIGUOUS, 2),  # read at the read-back only: no read-back
+])
+async def test_megabytes_for_a_text_answer_are_no_answer_and_stay_out_of_the_outcome(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, unit: str, status: Status, volts: int) -> None:
+    """2 MB for the identity or a word field: no answer (nothing written on it, or no
+    read-back), and none of it in the outcome (it was quoted whole: an instrument's
+    megabytes in every event and alert)."""
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.answer(unit, "A" * 2_000_000)
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is status, done.outcome
+    assert len(done.outcome or "") < 2000, len(done.outcome or "")
+    assert Decimal(front_panel.query("VOLT? (@1)")) == volts
