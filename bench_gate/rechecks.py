@@ -161,7 +161,7 @@ class Rechecks(Part):
         """The live state of ``fields``, read on the lane's turn, or why it could not be."""
         try:
             live = await self.snaps.read_state(link, inst, fields)
-            await in_step(link, inst)  # the answers were the answers to these queries
+            await in_step(link, inst, live.idn)  # the answers were to these queries
             return live
         except InstrumentError as exc:
             return exc

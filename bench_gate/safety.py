@@ -96,7 +96,7 @@ class Safety(Part):
                          ) -> tuple[dict[str, str] | None, str | None]:
         try:
             state = await self.snaps.read_state(link, inst, fields)
-            await in_step(link, inst)  # an answer out of step is no read-back
+            await in_step(link, inst, state.idn)  # an answer out of step: no read-back
         except InstrumentError as exc:
             return None, exc.message
         if state.idn != idn:

@@ -95,7 +95,7 @@ async def test_the_recheck_is_one_compound_query_and_every_field_is_compared(
     before_write = link.calls[: link.calls.index("VOLT 2.5,(@1)")]
     # One compound query, then the sync point (lockstep.py): its answers were in step.
     assert len(before_write) == 2 and before_write[0].endswith(";*IDN?"), before_write
-    assert before_write[1] == "*OPC?", before_write
+    assert before_write[1] == "*IDN?", before_write
     profile = get_profile("e36312a")
     asked = before_write[0].split(";")
     for key in done.snapshot.values:  # every field the approver saw was asked again
@@ -196,7 +196,7 @@ async def test_no_other_job_reaches_the_supply_between_the_recheck_and_the_write
         assert gw.get_request(req.id).status is Status.EXECUTED
         write = link.calls.index("VOLT 2.5,(@1)")
         assert link.calls.index("MEAS:VOLT? (@3)") > write, link.calls
-        assert link.calls[write - 1] == "*OPC?", link.calls  # the recheck's sync point
+        assert link.calls[write - 1] == "*IDN?", link.calls  # the recheck's sync point
         assert link.calls[write - 2].endswith(";*IDN?"), link.calls  # the recheck
     finally:
         link.go.set()

@@ -157,8 +157,8 @@ async def test_a_stale_answer_at_the_recheck_writes_nothing(
     instrument sends the answer it gave at submit first (in the same packet, or 50 ms
     before the real one): the recheck read the state the approver saw, passed, and wrote
     on it (on the raw-socket link, which then found the real answer waiting and quietly
-    reconnected; through pyvisa every later answer was one behind). Now ``*OPC?`` after
-    the recheck gets the real answer where ``1`` belongs: nothing is written, the
+    reconnected; through pyvisa every later answer was one behind). Now ``*IDN?`` after
+    the recheck gets the real answer where the identity belongs: nothing is written, the
     connection is dropped, and the next write runs on answers in step."""
     gw = _gateway(lied_config, db_path, clock, io)
     await gw.start()
