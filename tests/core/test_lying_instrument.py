@@ -19,8 +19,8 @@ from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import SqliteStore
-from sim_instruments import SimBenchThread
-from tests.conftest import Clock, own_port
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import Clock, own_port, served_bench
 from tests.liar_instrument import LyingInstrument
 
 STAT = "VOLT:PROT:STAT? (@1)"
@@ -419,3 +419,45 @@ async def test_megabytes_for_a_text_answer_are_no_answer_and_stay_out_of_the_out
     assert done.status is status, done.outcome
     assert len(done.outcome or "") < 2000, len(done.outcome or "")
     assert Decimal(front_panel.query("VOLT? (@1)")) == volts
+
+
+async def test_a_slow_supply_never_holds_the_stop_of_another_one(
+        sim: SimBenchThread, liar: LyingInstrument, db_path: Path, clock: Clock,
+        olga: Principal) -> None:
+    """Held. The PSU answers every query 2 s late (inside its 3 s timeout) and its lane is
+    busy with the watch; a second supply (a DP832 on its own port) is switched off at
+    once by the stop, and the PSU as soon as its current answer is in."""
+    with SimServedThread("dp832") as other:
+        cfg = served_bench(sim, "dp832", other, "dp832",
+                           {1: ChannelLimits(voltage=Decimal(12), current=Decimal(1))})
+        cfg.instruments[0].resource = liar.resource
+        cfg.instruments[0].timeout_ms = 3000
+        gw = Gateway(cfg, SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            with own_port(sim.psu_resource_name, panel=True) as psu, \
+                    own_port(other.resource_name, panel=True) as dp:
+                for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
+                    psu.write(text)
+                dp.write("SOUR1:VOLT 1;:OUTP CH1,ON")
+                liar.late("?", 2.0, times=100_000)
+                seen = len(liar.received)
+                watching = asyncio.ensure_future(gw.watch.check(gw.core.instrument("psu")))
+                for _ in range(500):
+                    if len(liar.received) > seen:
+                        break
+                    await asyncio.sleep(0.01)
+                pressed = time.monotonic()
+                stopping = asyncio.ensure_future(gw.emergency_stop(olga, "api"))
+                while await asyncio.to_thread(dp.query, "OUTP? CH1") != "OFF":
+                    assert time.monotonic() - pressed < 1.0, "the DP832 waited for the PSU"
+                    await asyncio.sleep(0.02)
+                while await asyncio.to_thread(psu.query, "OUTP? (@1)") != "0":
+                    assert time.monotonic() - pressed < 3.0, "the PSU's stop waited"
+                    await asyncio.sleep(0.02)
+                liar.calm()
+                await stopping
+                await watching
+        finally:
+            await gw.close()
+            gw.store.close()
