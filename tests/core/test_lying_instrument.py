@@ -461,3 +461,20 @@ async def test_a_slow_supply_never_holds_the_stop_of_another_one(
         finally:
             await gw.close()
             gw.store.close()
+
+
+@pytest.mark.parametrize("answer", ["-0.00000000E+00", "-0", "+0", "0.000", " 0.0 "])
+async def test_another_spelling_of_the_same_value_at_the_recheck_is_the_same_value(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any, answer: str) -> None:
+    """Held. Negative zero and other spellings of 0 V at the recheck are the 0 V the
+    approver saw: the write runs (never a false stale)."""
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    liar.answer(":VOLT? (@1)", answer)
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert liar.fired
+    assert done.status is Status.EXECUTED, done.outcome
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 2
