@@ -310,7 +310,7 @@ class Interlocks(Part):
             if safe is None:
                 return {"sent": [], "read_back": {}, "errors": [],
                         "note": "this instrument has no safe action in its profile"}
-            sent, read_back, errors = await send_safe_action(link, profile, channels)
+            sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
             with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
                 inst.idn = (await link.query("*IDN?")).strip()
             return {"sent": sent, "read_back": read_back, "errors": errors}

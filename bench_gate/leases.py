@@ -208,7 +208,7 @@ class Leases(Part):
         assert safe is not None
 
         async def job(link: AsyncLink) -> dict[str, Any]:
-            sent, _, errors = await send_safe_action(link, inst.profile, channels)
+            sent, _, errors = await send_safe_action(link, inst.profile, channels, inst)
             return {"sent": sent, "errors": errors}
 
         return await inst.lane.run(job, urgent=True)

@@ -26,7 +26,7 @@ from .errors import InstrumentError
 from .instruments import AsyncLink
 from .scpi.compound import IDN
 
-__all__ = ["in_step"]
+__all__ = ["in_step", "in_step_twice"]
 
 
 async def in_step(link: AsyncLink, inst: Instrument, idn: str) -> None:
@@ -40,3 +40,12 @@ async def in_step(link: AsyncLink, inst: Instrument, idn: str) -> None:
             f"{inst.config.name}: answers out of step: {IDN} answered {shown(answer)}, not "
             "the identity read just before (an answer came ahead of its time, so the state "
             "read may be another moment's); the connection was dropped")
+
+
+async def in_step_twice(link: AsyncLink, inst: Instrument) -> str:
+    """The sync point where the identity is not known yet (a stop's read-back reads fields
+    one by one): ``*IDN?`` twice, which must answer alike; the identity. Raise as
+    :func:`in_step` does otherwise: an answer ahead of its time answers the first."""
+    first = await link.query(IDN)
+    await in_step(link, inst, first)
+    return first.strip()

@@ -16,7 +16,7 @@ from .core import Core, Instrument, Part
 from .errors import InstrumentError
 from .handoff import snapshot_key
 from .instruments import AsyncLink
-from .lockstep import in_step
+from .lockstep import in_step, in_step_twice
 from .scpi import Profile, classify
 from .snapshots import Snapshots
 
@@ -26,12 +26,14 @@ __all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "send_safe_action"]
 SETTLE_SECONDS = 30.0
 
 
-async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int]
+async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int],
+                           inst: Instrument | None = None
                            ) -> tuple[list[str], dict[str, str], list[str]]:
     """The profile's safe action on each channel, every unit tried even after one fails,
     then read back (the output and its output-off states): (sent, read back, errors).
     Sent is not done: a channel read back on, or off in an output-off state that still
-    holds a level (or unread), is an error, never reported as made safe."""
+    holds a level (or unread), or read out of step (with ``inst``: lockstep.py), is an
+    error, never reported as made safe."""
     sent: list[str] = []
     read: dict[str, str] = {}
     errors: list[str] = []
@@ -56,6 +58,12 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
     still = envelope.live_words(profile, read, channels)
     if still:
         errors.append(f"the safe action was sent, but {still}")
+    if inst is not None and read:
+        try:
+            await in_step_twice(link, inst)
+        except InstrumentError as exc:
+            errors.append(f"the safe action was sent, but its read-back is no proof: "
+                          f"{exc.message}")
     return sent, read, errors
 
 
@@ -174,6 +182,7 @@ class Safety(Part):
             if safe is not None:
                 check = await self.snaps.read_state(link, inst, [
                     (ch, f) for ch in channels for f in envelope.safe_fields(inst.profile, ch)])
+                await in_step(link, inst, check.idn)  # "off" out of step proves nothing
                 safed.after = check.values
                 after.update(check.values)
                 # Sent is not done: a supply locked by another interface, or one that

@@ -14,6 +14,7 @@ Cues, each for the next ``times`` queries whose text contains ``match`` (case-in
 - ``stale_first(match)``: send the answer given last time to the same query first, then
   the real one, each its own line (an answer buffered from before, sent ahead of its time);
   ``gap`` seconds between the two (0: one packet);
+- ``ahead(match, text)``: send the line ``text`` first, then the real answer;
 - ``late(match, seconds)``: hold the answer ``seconds`` before sending it;
 - ``refuse(match)``: a command (no query) containing ``match`` never reaches the
   simulator, as an instrument that refuses it leaves its state;
@@ -98,6 +99,9 @@ class LyingInstrument:
                     ) -> None:
         self._cue(_Cue("stale", match.upper(), times, seconds=gap, after=after.upper()))
 
+    def ahead(self, match: str, text: str, times: int = 1, after: str = "") -> None:
+        self._cue(_Cue("ahead", match.upper(), times, text=text, after=after.upper()))
+
     def late(self, match: str, seconds: float, times: int = 1, after: str = "") -> None:
         self._cue(_Cue("late", match.upper(), times, seconds=seconds, after=after.upper()))
 
@@ -178,6 +182,8 @@ class LyingInstrument:
                     conn.sendall(real)
                 elif cue.kind == "answer":
                     conn.sendall(_replaced(text, real, cue.match, cue.text))
+                elif cue.kind == "ahead":
+                    conn.sendall(cue.text.encode("latin-1") + b"\n" + real)
                 elif cue.kind == "late":
                     if _held(conn, cue.seconds):
                         conn.sendall(real)

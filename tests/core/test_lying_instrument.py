@@ -478,3 +478,47 @@ async def test_another_spelling_of_the_same_value_at_the_recheck_is_the_same_val
     assert liar.fired
     assert done.status is Status.EXECUTED, done.outcome
     assert Decimal(front_panel.query("VOLT? (@1)")) == 2
+
+
+# ------------------------------------------------- a safe action confirmed out of step
+async def test_a_safe_action_confirmed_by_an_answer_out_of_step_is_not_done(
+        sim: SimBenchThread, liar: LyingInstrument, db_path: Path, clock: Clock,
+        front_panel: Any) -> None:
+    """CH1 at 4 V over a 3 V limit; the watch sends ``OUTP 0,(@1)``, which the supply
+    ignores, and its confirmation gets an answer ahead of its time saying off: the watch
+    reported the safe action done with CH1 on at 4 V. Now the confirmation ends with the
+    sync point too: "the safe action failed (… out of step …)", journaled and alerted."""
+    cfg = default_config(liar.port, sim.dmm_port)
+    cfg.instruments[0].timeout_ms = 1000
+    cfg.envelope["psu"][1] = ChannelLimits(voltage=Decimal(3), current=Decimal(1))
+    for text in ("CURR 0.5,(@1)", "VOLT 4,(@1)", "OUTP ON,(@1)"):
+        front_panel.write(text)
+    idn = front_panel.query("*IDN?")
+    gw = Gateway(cfg, SqliteStore(db_path), clock=clock)
+    await gw.start()
+    try:
+        liar.calm()
+        liar.refuse("OUTP 0,(@1)", times=100)
+        liar.ahead(":OUTP? (@1);", f"0;{idn}", times=100)
+        safed = await gw.watch.check(gw.core.instrument("psu"))
+        assert safed is not None and "OUTP 0,(@1)" in safed.sent
+        assert front_panel.query("OUTP? (@1)") == "1", "the supply ignored it"
+        assert safed.error is not None and "out of step" in safed.error, safed.error
+    finally:
+        liar.calm()
+        await gw.close()
+        gw.store.close()
+
+
+async def test_an_emergency_stop_confirmed_by_an_answer_out_of_step_is_not_done(
+        gw: Gateway, liar: LyingInstrument, olga: Principal, front_panel: Any) -> None:
+    """The stop's ``OUTP 0,(@3)`` is ignored and its read-back of CH3 gets "0" ahead of the
+    real "1": the stop reported CH3 safe, no error, with CH3 on. Now it names the error."""
+    for text in ("CURR 0.1,(@3)", "VOLT 1,(@3)", "OUTP ON,(@3)"):
+        front_panel.write(text)
+    liar.refuse("OUTP 0,(@3)", times=100)
+    liar.ahead("OUTP? (@3)", "0", times=100)
+    done = await gw.emergency_stop(olga, "api", "psu")
+    assert front_panel.query("OUTP? (@3)") == "1", "the supply ignored it"
+    errors = done["instruments"]["psu"]["errors"]
+    assert any("out of step" in e for e in errors), done["instruments"]["psu"]
