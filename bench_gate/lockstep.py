@@ -2,7 +2,8 @@
 
 An instrument answers its queries in order (IEEE 488.2 §6.3: one response message per query
 message, in the order asked). The gateway reads a state (the recheck before a write, the
-read-back after it), then asks ``*IDN?`` once more, whose answer it has just read. An answer
+read-back after it, the confirmation of a safe action), then asks ``*IDN?`` once more, whose
+answer it has just read (a stop's read-back, which reads no identity: ``*IDN?`` twice). An answer
 the instrument sent ahead of its time (a stale answer buffered from before, a second line,
 the rest of an answer cut in two) makes the last answer read someone else's: the state read
 may be another moment's, and the real answer to it comes where the identity should. So

@@ -30,9 +30,20 @@ import select
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
 
-__all__ = ["LyingInstrument"]
+import pytest
+
+from bench_gate.config import BenchConfig, ChannelLimits, default_config
+from bench_gate.gateway import Gateway
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread
+
+__all__ = ["LyingInstrument", "gw", "liar", "lied_config", "lied_gateway"]
 
 
 @dataclass
@@ -227,3 +238,40 @@ class LyingInstrument:
                 s.close()
             except OSError:
                 pass
+
+
+# ---------------------------------------------------------------- fixtures (pytest)
+@pytest.fixture
+def liar(sim: SimBenchThread) -> Iterator[LyingInstrument]:
+    """A lying instrument in front of the simulated PSU."""
+    fake = LyingInstrument(sim.psu_port)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def lied_config(sim: SimBenchThread, liar: LyingInstrument) -> BenchConfig:
+    """The simulated bench with its PSU reached through ``liar`` (timeout 1 s; CH1's
+    envelope with an ovp limit, so its protection state is a guard)."""
+    cfg = default_config(liar.port, sim.dmm_port)
+    cfg.instruments[0].timeout_ms = 1000
+    cfg.envelope["psu"][1] = ChannelLimits(voltage=Decimal(6), current=Decimal(1),
+                                           ovp=Decimal("6.6"))
+    return cfg
+
+
+def lied_gateway(cfg: BenchConfig, db_path: Path, clock: Callable[[], datetime], io: str
+                 ) -> Gateway:
+    """A gateway on ``cfg`` whose PSU link is ``io`` (``auto``: the raw socket; ``pyvisa``)."""
+    cfg.instruments[0].io = io  # type: ignore[assignment]
+    return Gateway(cfg, SqliteStore(db_path), clock=clock)
+
+
+@pytest.fixture
+async def gw(lied_config: BenchConfig, db_path: Path, clock: Callable[[], datetime]
+             ) -> AsyncIterator[Gateway]:
+    g = Gateway(lied_config, SqliteStore(db_path), clock=clock)
+    await g.start()
+    yield g
+    await g.close()
+    g.store.close()
