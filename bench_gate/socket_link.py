@@ -114,6 +114,14 @@ class _Answers(asyncio.Protocol):
         if self.lost:
             raise _ClosedEarly()
 
+    def unasked(self) -> int:
+        """How many bytes wait that nobody asked for; a stray terminator (an instrument
+        that ends its answers CR LF where LF ends them) is dropped, no answer."""
+        if self.buffer and not self.buffer.strip():
+            self.buffer.clear()
+            self.searched = 0
+        return len(self.buffer)
+
     def expect(self) -> asyncio.Future[bytes]:
         """The future of the next answer (already settled if its bytes are here)."""
         waiter = self.loop.create_future()
@@ -213,11 +221,11 @@ class SocketLink:
         for a unit the instrument takes long over)."""
         conn = self._conn
         loop = asyncio.get_running_loop()
-        if conn is not None and conn.buffer and self._loop is loop:
+        if conn is not None and conn.buffer and self._loop is loop and (
+                extra := conn.unasked()):
             # Bytes nobody asked for (a second line, an answer ahead of its time): the
             # answers read before them may be misaligned, so this query says so rather than
             # start again silently on a new connection (lockstep.py); the next one does.
-            extra = len(conn.buffer)
             self._drop()
             raise InstrumentError(
                 f"{self.config.name}: query {command!r} not sent: the instrument had sent "
@@ -248,7 +256,7 @@ class SocketLink:
     async def _ready(self) -> _Answers:
         """The open connection, with no bytes nobody asked for waiting on it."""
         conn = await self._open()
-        if conn.buffer:
+        if conn.unasked():
             # Bytes nobody asked for (an instrument that answered twice): which answer is
             # whose is unknown, so start again on a new connection.
             self._drop()

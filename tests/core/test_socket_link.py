@@ -306,3 +306,26 @@ async def test_a_write_to_an_instrument_that_stopped_reading_times_out(
     inst.deaf.set()
     assert await link.query("OK?") == "answer to OK?"
     assert inst.connections == 2
+
+
+@both_loops
+async def test_a_stray_terminator_after_an_answer_is_no_answer(
+        fake: tuple[FakeInstrument, SocketLink]) -> None:
+    """An instrument that ends its answers CR LF, read with CR as the terminator, leaves a
+    LF after each: whitespace nobody asked for is dropped, not a reason to fail the next
+    query or start a new connection."""
+    inst, _ = fake
+    assert inst.server is not None
+    link = SocketLink(config(int(inst.server.sockets[0].getsockname()[1]),
+                             read_termination="\r"))
+    inst.reply["A?"] = b"first\r\n"
+    inst.reply["B?"] = b"second\r\n"
+    try:
+        assert await link.query("A?") == "first"
+        await asyncio.sleep(0.02)
+        assert await link.query("B?") == "second"
+        await link.write("C")
+        assert await link.query("A?") == "first"
+        assert inst.connections == 1
+    finally:
+        await link.close()
