@@ -55,6 +55,8 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
                                                       query, ch)
             except InstrumentError as exc:
                 errors.append(exc.message)
+                if inst is not None:  # the rest read in step
+                    await inst.lane.drop()
     still = envelope.live_words(profile, read, channels)
     if still:
         errors.append(f"the safe action was sent, but {still}")
@@ -161,9 +163,11 @@ class Safety(Part):
                     cut_short = True
                     break
                 query = inst.profile.field_query(f, ch)
-                with contextlib.suppress(InstrumentError):
+                try:
                     after[snapshot_key(ch, f)] = normalize(
                         inst.profile, f, await link.query(query), query, ch)
+                except InstrumentError:  # unread: outside; and the rest read in step
+                    await inst.lane.drop()
         # Every limited channel is judged: a field left unread (one the profile cannot
         # read there, or one that failed) is outside, never passed over. Cut short for a
         # safe action waiting, only what was read outside: that safe action comes next.

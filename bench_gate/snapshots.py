@@ -148,7 +148,18 @@ class Snapshots(Part):
                          fields: list[tuple[int | None, str]]) -> Snapshot:
         """``*IDN?`` and every field, read live on the lane (fresh queries, no cache). On a
         profile with ``compound_queries``, its number and boolean fields and ``*IDN?`` in
-        one message (scpi/compound.py), each answer normalized as if asked alone."""
+        one message (scpi/compound.py), each answer normalized as if asked alone. An answer
+        it cannot read may be another query's (a line ahead of its time): the connection is
+        dropped, so the rest is never read as the next query's answer (lockstep.py)."""
+        try:
+            return await Snapshots._read_state(link, inst, fields)
+        except InstrumentError:
+            await inst.lane.drop()
+            raise
+
+    @staticmethod
+    async def _read_state(link: AsyncLink, inst: Instrument,
+                          fields: list[tuple[int | None, str]]) -> Snapshot:
         profile = inst.profile
         name = inst.config.name
         plan = read_plan(profile, fields, inst.compound)

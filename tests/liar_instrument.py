@@ -15,6 +15,8 @@ Cues, each for the next ``times`` queries whose text contains ``match`` (case-in
   the real one, each its own line (an answer buffered from before, sent ahead of its time);
   ``gap`` seconds between the two (0: one packet);
 - ``ahead(match, text)``: send the line ``text`` first, then the real answer;
+- ``split(match, seconds)``: send the first half of the answer, then the rest ``seconds``
+  later (an answer cut in two by a pause);
 - ``late(match, seconds)``: hold the answer ``seconds`` before sending it;
 - ``refuse(match)``: a command (no query) containing ``match`` never reaches the
   simulator, as an instrument that refuses it leaves its state;
@@ -113,6 +115,9 @@ class LyingInstrument:
     def ahead(self, match: str, text: str, times: int = 1, after: str = "") -> None:
         self._cue(_Cue("ahead", match.upper(), times, text=text, after=after.upper()))
 
+    def split(self, match: str, seconds: float, times: int = 1, after: str = "") -> None:
+        self._cue(_Cue("split", match.upper(), times, seconds=seconds, after=after.upper()))
+
     def late(self, match: str, seconds: float, times: int = 1, after: str = "") -> None:
         self._cue(_Cue("late", match.upper(), times, seconds=seconds, after=after.upper()))
 
@@ -195,6 +200,11 @@ class LyingInstrument:
                     conn.sendall(_replaced(text, real, cue.match, cue.text))
                 elif cue.kind == "ahead":
                     conn.sendall(cue.text.encode("latin-1") + b"\n" + real)
+                elif cue.kind == "split":
+                    conn.sendall(real[: len(real) // 2])
+                    if not _held(conn, cue.seconds):
+                        break
+                    conn.sendall(real[len(real) // 2:])
                 elif cue.kind == "late":
                     if _held(conn, cue.seconds):
                         conn.sendall(real)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench_gate.config import BenchConfig, ChannelLimits, default_config
+from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal, Status
 from bench_gate.store import SqliteStore
@@ -296,3 +297,52 @@ async def test_an_emergency_stop_confirmed_by_an_answer_out_of_step_is_not_done(
     assert front_panel.query("OUTP? (@3)") == "1", "the supply ignored it"
     errors = done["instruments"]["psu"]["errors"]
     assert any("out of step" in e for e in errors), done["instruments"]["psu"]
+
+
+
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_an_answer_cut_in_two_by_a_pause_is_read_whole(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, front_panel: Any, io: str) -> None:
+    """Held. An answer with a 0.7 s pause in the middle (inside the 1 s timeout) is read
+    whole, through the raw socket and through pyvisa (pyvisa-py waits for the terminator on
+    a socket: VI_ATTR_SUPPRESS_END_EN), never cut with its rest left for the next query."""
+    gw = lied_gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        liar.split("*IDN?", 0.7)
+        first = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert liar.fired and first is not None
+        front_panel.write("CURR 0.7,(@1)")
+        again = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert again is not None and again.snapshot.values["ch1.current"] == "0.7"
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_an_unreadable_answer_leaves_nothing_for_the_next_query(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, front_panel: Any, io: str) -> None:
+    """A line of junk ahead of the snapshot's answer: the snapshot is unreadable (nothing
+    held). Through pyvisa the real answer stayed on the connection and was the next
+    query's: the next request was held on the state from before the panel moved (the
+    approver shown a stale picture), and every later answer stayed one behind. An answer
+    the gateway cannot read now drops the connection."""
+    gw = lied_gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        liar.ahead("*IDN?", "junk")
+        with pytest.raises(InstrumentError):
+            await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+        front_panel.write("CURR 0.7,(@1)")
+        again = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert again is not None and again.snapshot.values["ch1.current"] == "0.7", \
+            again.snapshot.values
+        assert (await gw.submit(run.id, "psu", "CURR? (@1)")).response == "+7.00000000E-01"
+    finally:
+        await gw.close()
+        gw.store.close()
