@@ -195,6 +195,8 @@ class Snapshots(Part):
         values = {}
         if plan.message is None:
             idn = await link.query(IDN)
+            inst.idn = idn.strip()
+            inst.identity.judge(idn)  # another instrument: asked nothing more (identity.py)
         else:
             answer = await link.query(plan.message)
             try:
@@ -202,6 +204,8 @@ class Snapshots(Part):
             except CompoundAnswerError as exc:
                 raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
                                       f"unreadable: {exc}") from exc
+            inst.idn = idn.strip()
+            inst.identity.judge(idn)  # its answers are another profile's: none is read
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
                     profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)
@@ -209,7 +213,7 @@ class Snapshots(Part):
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
                                                      f"{name}: {query!r}", ch)
-        inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
+        # ``inst.idn``, who answered: an emergency stop covers its other names.
         # In the order of ``fields``, as a snapshot read one by one has them.
         return Snapshot(idn=idn, values={k: values[k] for k in
                                          (snapshot_key(ch, f) for ch, f in fields)})

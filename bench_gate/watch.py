@@ -79,6 +79,10 @@ class Watch(Part):
         limits = self.config.envelope[inst.config.name]
         if not envelope.enveloped_fields(inst.profile, limits):
             return None
+        # Another instrument than the profile's (a swapped cable): its readings say nothing
+        # and its "safe action" is another model's; WrongInstrument: nothing is done.
+        if inst.identity.checked:
+            await inst.identity.check(link)
         readable = envelope.readable_fields(inst.profile, limits)
         probe = inst.profile.field_query(readable[0][1], readable[0][0]) if readable else IDN
         try:

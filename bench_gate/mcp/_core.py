@@ -90,7 +90,8 @@ class CoreBench:
     async def instruments(self) -> list[InstrumentInfo]:
         return [InstrumentInfo(name=ic.name, profile=ic.profile, resource=ic.resource,
                                lock=(lock := self.gateway.instrument_lock(ic.name)).words,
-                               lock_warning=lock.warning)
+                               lock_warning=lock.warning, wrong_instrument=self.gateway
+                               .instrument_identity(ic.name)["words"])
                 for ic in self.gateway.config.instruments]
 
     async def state(self, instrument: str) -> InstrumentState:
