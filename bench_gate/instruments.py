@@ -272,6 +272,7 @@ class Lane:
 
     async def close(self) -> None:
         self.lock = None  # closing needs no lock (the instrument frees it with the connection)
+        self.identity = None  # nor an *IDN?: closing sends nothing
         await self.run(lambda link: link.close())
 
 

@@ -15,6 +15,7 @@ from . import couplings, envelope
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
+from .identity import fits
 from .instruments import AsyncLink
 from .memories import Memories, memory_of, predicted
 from .models import Action, Snapshot, TakeoverRequest
@@ -205,7 +206,8 @@ class Snapshots(Part):
                 raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
                                       f"unreadable: {exc}") from exc
             inst.idn = idn.strip()
-            inst.identity.judge(idn)  # its answers are another profile's: none is read
+            if not fits(inst.identity.expected, idn):  # another model, or answers that shift:
+                inst.identity.judge(await link.query(IDN))  # asked alone, it tells which
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
                     profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)
