@@ -199,12 +199,17 @@ class Snapshots(Part):
             inst.idn = idn.strip()
             inst.identity.judge(idn)  # another instrument: asked nothing more (identity.py)
         else:
-            answer = await link.query(plan.message)
             try:
-                answers, idn = plan.split(answer)
-            except CompoundAnswerError as exc:
-                raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
-                                      f"unreadable: {exc}") from exc
+                answer = await link.query(plan.message)
+                try:
+                    answers, idn = plan.split(answer)
+                except CompoundAnswerError as exc:
+                    raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
+                                          f"unreadable: {exc}") from exc
+            except InstrumentError:  # another model may not answer this model's message
+                if inst.identity.checked:  # (a cable moved): asked alone, it tells who
+                    inst.identity.judge(await link.query(IDN))
+                raise
             inst.idn = idn.strip()
             if not fits(inst.identity.expected, idn):  # another model, or answers that shift:
                 inst.identity.judge(await link.query(IDN))  # asked alone, it tells which
