@@ -204,6 +204,8 @@ class Intake(Part):
             self.store.append([received(), Event(run_id=run_id, type=EventType.WRITE_REFUSED,
                               data={"message": message, "code": -241, "reason": exc.message})])
             raise
+        except InstrumentError:
+            pass  # unreachable: whatever reaches it later asks again first (the lane)
         try:
             c = await self._classify(run_id, inst, message)
             if excites is not None:
