@@ -26,8 +26,10 @@ from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig, default_config
 from bench_gate.errors import WrongInstrument
 from bench_gate.gateway import Gateway
+from bench_gate.identity import fits, identities
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.proxy import start_doors
+from bench_gate.scpi import get_profile
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import Clock, own_port
@@ -215,3 +217,29 @@ async def test_a_cable_moved_while_running_is_caught_before_the_next_write(
             await gw.close()
             gw.store.close()
     assert e36312a_volts(sim) == 2, "3 V never reached the E36312A"
+
+
+@pytest.mark.parametrize(("expected", "idn", "fit"), [
+    ((E36312A,), "Keysight Technologies,E36312A,MY00000001,2.1.0", True),
+    ((E36312A,), "KEYSIGHT  TECHNOLOGIES , e36312a ,MY1,2", True),  # case and spaces
+    ((E36312A,), '"Keysight Technologies,E36312A,MY1,2"', True),  # quoted string data
+    ((E36312A,), "Keysight Technologies,E36312,MY1,2", False),  # another model, a prefix
+    ((E36312A,), "Keysight Technologies,E36312AB,MY1,2", False),
+    ((E36312A,), DP832 + ",DP8C000000001,00.01.16", False),
+    ((E36312A,), "", False),
+    ((E36312A,), "Keysight Technologies", False),  # the model field missing
+    ((), "anything at all", True),  # a generic profile checks nothing
+])
+def test_an_identity_fits_by_manufacturer_and_model_fields(
+        expected: tuple[str, ...], idn: str, fit: bool) -> None:
+    assert fits(expected, idn) is fit
+
+
+def test_a_renamed_vendor_is_the_profiles_to_list() -> None:
+    """The E3631A answered HEWLETT-PACKARD, then Agilent, then Keysight: its profile lists
+    them; never a rule of the gateway's own about vendors."""
+    expected = identities(get_profile("e3631a"))
+    for maker in ("HEWLETT-PACKARD", "Agilent Technologies", "Keysight Technologies"):
+        assert fits(expected, f"{maker},E3631A,0,2.1-5.0-1.0"), maker
+    assert not fits(expected, "Keysight Technologies,E36312A,MY1,2")
+    assert identities(get_profile("generic")) == ()
