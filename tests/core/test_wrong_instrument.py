@@ -243,3 +243,38 @@ def test_a_renamed_vendor_is_the_profiles_to_list() -> None:
         assert fits(expected, f"{maker},E3631A,0,2.1-5.0-1.0"), maker
     assert not fits(expected, "Keysight Technologies,E36312A,MY1,2")
     assert identities(get_profile("generic")) == ()
+
+
+async def test_the_watch_finds_a_moved_cable_and_never_acts_on_another_model(
+        sim: SimBenchThread, dp832: SimServedThread, db_path: Path, clock: Clock) -> None:
+    """The cable moved to a DP832 whose CH1 is on at 20 V (the E36312A's envelope: 6 V):
+    with no message at all, the watch finds who answers within its period, and sends it
+    nothing but ``*IDN?``: no "safe action" of the E36312A's on a DP832."""
+    with own_port(dp832.resource_name, panel=True) as res:
+        res.write("SOUR1:VOLT 20")
+        res.write("OUTP CH1,ON")
+    before = dp832_state(dp832)
+    with Cable(sim.psu_port) as cable:
+        gw = Gateway(bench(sim, cable.resource), SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            start = gw.watch.checks
+            for _ in range(300):  # the E36312A checked once, as it is
+                if gw.watch.checks > start:
+                    break
+                await asyncio.sleep(0.05)
+            assert gw.instrument_identity("psu")["fits"] is True
+            cable.move(dp832.port)
+            start = gw.watch.checks
+            for _ in range(300):  # 15 s at most; the period is 1 s
+                if gw.watch.checks >= start + 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert gw.watch.checks >= start + 3
+            shown = gw.instrument_identity("psu")
+            assert shown["fits"] is False and names_both(shown["words"]), shown
+        finally:
+            await gw.close()
+            gw.store.close()
+        assert set(cable.sent[dp832.port]) == {"*IDN?"}, cable.sent[dp832.port]
+    assert dp832_state(dp832) == before and before[2] == "ON"
