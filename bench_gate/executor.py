@@ -357,9 +357,8 @@ class Executor(Part):
         try:
             w = await inst.lane.run(job)
         except WrongInstrument as exc:  # the lane's *IDN?, before the job: nothing sent
-            if recheck is None:
+            if recheck is None or await recheck(Refusing(exc)):  # it refuses, recorded
                 raise
-            await recheck(Refusing(exc))  # refused there, on what the lane found
             return None
         if w is None:
             return None

@@ -84,10 +84,6 @@ class Identity:
     wrong: str | None = None
     _opens: int | None = field(default=None, init=False)
 
-    @property
-    def checked(self) -> bool:
-        return bool(self.expected)
-
     def due(self, link: Any) -> bool:
         """Whether the lane asks ``*IDN?`` before its next job: never asked on this
         connection (a new one since), or the last answer did not fit."""
@@ -101,7 +97,10 @@ class Identity:
         return not getattr(link, "connected", True) or opens != self._opens
 
     async def check(self, link: Any) -> None:
-        """Ask ``*IDN?`` on ``link`` (the lane's own, on its turn) and judge the answer."""
+        """Ask ``*IDN?`` on ``link`` (the lane's own, on its turn) and judge the answer;
+        nothing asked for a profile without an identity."""
+        if not self.expected:
+            return
         answer = await link.query(IDN)
         opens = getattr(link, "opens", None)
         self._opens = opens if opens is not None else -1

@@ -142,8 +142,6 @@ def unverifiable(actions: list[Action]) -> list[str]:
             and (a.field is None or a.new is None)]
 
 
-
-
 class Snapshots(Part):
     """Reads and predicts instrument state for the other parts of the core."""
 
@@ -207,12 +205,11 @@ class Snapshots(Part):
                     raise InstrumentError(f"{name}: {plan.message!r}: answer {answer!r} "
                                           f"unreadable: {exc}") from exc
             except InstrumentError:  # another model may not answer this model's message
-                if inst.identity.checked:  # (a cable moved): asked alone, it tells who
-                    inst.identity.judge(await link.query(IDN))
+                await inst.identity.check(link)  # (a cable moved): *IDN? alone tells who
                 raise
-            inst.idn = idn.strip()
+            inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
             if not fits(inst.identity.expected, idn):  # another model, or answers that shift:
-                inst.identity.judge(await link.query(IDN))  # asked alone, it tells which
+                await inst.identity.check(link)  # asked alone, it tells which
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
                     profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)
@@ -220,7 +217,6 @@ class Snapshots(Part):
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
                                                      f"{name}: {query!r}", ch)
-        # ``inst.idn``, who answered: an emergency stop covers its other names.
         # In the order of ``fields``, as a snapshot read one by one has them.
         return Snapshot(idn=idn, values={k: values[k] for k in
                                          (snapshot_key(ch, f) for ch, f in fields)})

@@ -81,8 +81,7 @@ class Watch(Part):
             return None
         # Another instrument than the profile's (a swapped cable): its readings say nothing
         # and its "safe action" is another model's; WrongInstrument: nothing is done.
-        if inst.identity.checked:
-            await inst.identity.check(link)
+        await inst.identity.check(link)
         readable = envelope.readable_fields(inst.profile, limits)
         probe = inst.profile.field_query(readable[0][1], readable[0][0]) if readable else IDN
         try:
