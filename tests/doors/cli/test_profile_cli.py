@@ -123,3 +123,15 @@ def test_a_query_the_instrument_does_not_answer_is_reported(
     assert "walked-meter: 3 read-only queries sent, 2 answered, 1 not" in out
     # Once its file is loaded, a lab's profile is classified by its name, as the gateway does.
     assert classify("READ?", "walked-meter").read_only
+
+
+def test_another_model_is_not_walked(bench: SimBenchThread,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The supply's profile pointed at the meter: its "read-only" queries are another
+    model's (one model's read may change another's state), so none is sent; both named."""
+    code = main(["profile", "test", "e36312a", "--resource", bench.dmm_resource_name,
+                 "--timeout", "2000"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Keysight Technologies,34465A" in err and "'Keysight Technologies,E36312A'" in err
+    assert "no query was sent" in err and "read-only queries sent" not in out
