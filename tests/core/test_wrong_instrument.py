@@ -278,3 +278,27 @@ async def test_the_watch_finds_a_moved_cable_and_never_acts_on_another_model(
             gw.store.close()
         assert set(cable.sent[dp832.port]) == {"*IDN?"}, cable.sent[dp832.port]
     assert dp832_state(dp832) == before and before[2] == "ON"
+
+
+async def test_the_watch_asks_a_meter_without_an_envelope_who_it_is(
+        sim: SimBenchThread, dp832: SimServedThread, db_path: Path, clock: Clock) -> None:
+    """The meter has no envelope, so nothing else of the watch reads it: its cable moved
+    to a DP832 is shown all the same, before any message."""
+    with Cable(sim.dmm_port) as cable:
+        cfg = bench(sim, sim.psu_resource_name)
+        cfg.instruments[1].resource = cable.resource
+        gw = Gateway(cfg, SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            cable.move(dp832.port)
+            for _ in range(300):  # 15 s at most; the period is 1 s
+                if gw.instrument_identity("dmm")["fits"] is False:
+                    break
+                await asyncio.sleep(0.05)
+            shown = gw.instrument_identity("dmm")
+            assert shown["fits"] is False and DP832 in shown["words"], shown
+            assert "Keysight Technologies,34465A" in shown["words"]
+        finally:
+            await gw.close()
+            gw.store.close()
+        assert set(cable.sent[dp832.port]) == {"*IDN?"}, cable.sent[dp832.port]
