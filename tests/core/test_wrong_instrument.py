@@ -302,3 +302,36 @@ async def test_the_watch_asks_a_meter_without_an_envelope_who_it_is(
             await gw.close()
             gw.store.close()
         assert set(cable.sent[dp832.port]) == {"*IDN?"}, cable.sent[dp832.port]
+
+
+async def test_a_write_held_before_a_restart_fails_when_another_model_answers_after(
+        sim: SimBenchThread, dp832: SimServedThread, db_path: Path, clock: Clock,
+        script: Principal, olga: Principal) -> None:
+    """Held on the E36312A; the gateway restarts with the cable on a DP832, so the lane
+    knows before the write's turn: the write is refused there, recorded, nothing sent."""
+    before = dp832_state(dp832)
+    with Cable(sim.psu_port) as cable:
+        gw = Gateway(bench(sim, cable.resource), SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            run = gw.create_run(script, "script", goal="CH1 to 2 V")
+            held = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+            assert held is not None and held.status is Status.PENDING
+        finally:
+            await gw.close()
+            gw.store.close()
+        cable.move(dp832.port)
+        gw = Gateway(bench(sim, cable.resource), SqliteStore(db_path), clock=clock)
+        await gw.start()
+        try:
+            assert gw.instrument_identity("psu")["fits"] is False  # found at the start
+            done = await gw.grant(held.id, olga, ["setpoint"], proposal_hash=held.proposal_hash)
+            assert done.request.status is Status.FAILED, done.request.outcome
+            assert names_both(done.request.outcome or ""), done.request.outcome
+            assert "nothing was written" in (done.request.outcome or "")
+        finally:
+            await gw.close()
+            gw.store.close()
+        assert set(cable.sent[dp832.port]) == {"*IDN?"}, cable.sent[dp832.port]
+    assert dp832_state(dp832) == before
+    assert e36312a_volts(sim) != 2
