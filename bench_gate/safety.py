@@ -138,15 +138,24 @@ class Safety(Part):
         gets the profile's safe action at once, on the same lane turn, waiting for nobody.
         When the read-back failed, every enveloped field is read again one by one: a channel
         that cannot be shown inside (an unreadable output or limit counts as outside) is
-        made safe too. One garbled answer never stops the safe action."""
+        made safe too. One garbled answer never stops the safe action. Another model than
+        the profile's (``*IDN?`` asked when a field went unanswered) gets nothing."""
+        if inst.identity.wrong is not None:  # another model: its readings and "safe
+            return None                      # action" are not this profile's (identity.py)
         limits = self.config.envelope.get(inst.config.name, {})
         if after is None:
             after = {}
-            for ch, f in envelope.readable_fields(inst.profile, limits):
+            readable = envelope.readable_fields(inst.profile, limits)
+            for ch, f in readable:
                 query = inst.profile.field_query(f, ch)
                 with contextlib.suppress(InstrumentError):
                     after[snapshot_key(ch, f)] = normalize(
                         inst.profile, f, await link.query(query), query, ch)
+            if len(after) < len(readable):  # unanswered: a cable moved to another model?
+                with contextlib.suppress(InstrumentError):
+                    await inst.identity.check(link)  # WrongInstrument: kept in ``wrong``
+                if inst.identity.wrong is not None:
+                    return None
         # Every limited channel is judged: a field left unread (one the profile cannot
         # read there, or one that failed) is outside, never passed over.
         found = envelope.breaches(inst.profile, limits, after,
