@@ -13,9 +13,11 @@ job while the last answer did not fit (nothing else is sent then: the job is ref
 :class:`~bench_gate.errors.WrongInstrument`, naming what was expected and what answered).
 Every snapshot reads ``*IDN?`` too (the hold, the live recheck before a write, a
 read-back), and the envelope watch asks it every period: a swap on the same connection is
-caught before the next write, and within a watch period for reads. Only the emergency
-stop's safe action skips the check (safe actions never wait); the watch never acts on an
-instrument that does not fit. A profile without an identity (``generic``) is not checked.
+caught before the next write, and within a watch period for reads. Only the safe actions
+that never wait skip the check (the emergency stop, a lost client's lease: a stop still
+tries); the watch and a read-back never send one to an instrument that does not fit
+(safety.py asks ``*IDN?`` when a field went unanswered). A profile without an identity
+(``generic``) is not checked.
 
 Fields are compared whole, ignoring case, spaces and punctuation: ``KEYSIGHT
 TECHNOLOGIES,E36312A`` fits ``Keysight Technologies,E36312A``, ``…,E36312AB`` does not.
