@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         Refused,
         StoreError,
         TransitionError,
+        WrongInstrument,
     )
     from .gateway import Gateway, GrantResult
     from .intake import SubmitResult
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "IdempotencyKeyReused": "errors", "Refused": "errors", "PermissionDenied": "errors",
     "QuotaExceeded": "errors", "TransitionError": "errors", "ProposalChanged": "errors",
     "InstrumentError": "errors", "BenchTaken": "errors", "StoreError": "errors",
+    "WrongInstrument": "errors",
     "ScpiError": "scpi", "ScpiSyntaxError": "scpi", "ScpiExecutionError": "scpi",
     # the client of a running server
     "Client": "client", "ApiError": "client", "ProposalChangedError": "client",
@@ -127,6 +129,7 @@ __all__ = [
     "SubmitResult",
     "TakeoverRequest",
     "TransitionError",
+    "WrongInstrument",
     "load_config",
     "open_store",
 ]

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator
 
 from ._cli_common import CliError, echo
+from .identity import fits, identities
 from .profile_check import Level, check_profile, walk_queries
 from .scpi import ProfileError, get_profile
 
@@ -102,9 +103,11 @@ def test(args: argparse.Namespace) -> int:
         try:
             idn = _ask(res, "*IDN?")
             echo(f"{name}: {idn or '(no answer to *IDN?)'}")
-            if profile.model.identity and not (idn or "").startswith(profile.model.identity):
-                echo(f"warning: *IDN? does not start with the profile's identity "
-                     f"{profile.model.identity!r}")
+            expected = identities(profile)
+            if not fits(expected, idn or ""):  # its "read-only" queries are another model's
+                raise CliError(f"{name} answers *IDN? {idn!r}, but the profile describes "
+                               f"{' or '.join(repr(e) for e in expected)}: no query was "
+                               "sent (one model's read may change another's state)")
             sent, bad = walk_queries(profile, lambda q: _ask(res, q), passing=args.passing,
                                      selected=args.channel)
         except OSError as exc:  # pyvisa-py connects a SOCKET resource on its first write

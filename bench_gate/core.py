@@ -19,6 +19,8 @@ from .config import BenchConfig, ChannelLimits, InstrumentConfig
 from .envelope import unbounded
 from .errors import InvalidInput, NotFound
 from .federation import Registry
+from .identity import Identity, identities
+from .identity import journaled as told
 from .instruments import AsyncLink, Lane, Link, open_link
 from .locking import InstrumentLock, journaled
 from .models import TakeoverRequest
@@ -85,6 +87,14 @@ class Instrument:
             self.timing.reset(known=False)
         self.opens = opens
 
+    @property
+    def identity(self) -> Identity:
+        """Who answers ``*IDN?``, and whether the profile describes it (identity.py)."""
+        if self.lane.identity is None:  # a lane made without the core's: checked all the same
+            self.lane.identity = Identity(self.config.name, self.profile.name,
+                                          identities(self.profile))
+        return self.lane.identity
+
     def extra_seconds(self, unit: Unit | str) -> float:
         """How much longer than the link's timeout the instrument may take over ``unit``."""
         self._same_connection()
@@ -115,6 +125,9 @@ class Core:
             # Taken by the lane before its first job on each connection (issue 17 §2).
             lane.lock = InstrumentLock(ic.name, profile.model.lock,
                                        journaled(lambda: self.store, config.bench, ic.name))
+            # A profile judges only the instrument it describes (identity.py).
+            lane.identity = Identity(ic.name, profile.name, identities(profile), told(
+                lambda: self.store, config.bench, lambda *a, **k: self.notifier.publish(*a, **k)))
             self.instruments[ic.name] = Instrument(
                 ic, profile, lane, Timing(profile, cap=ic.max_reading_s))
         #: This gateway's claim on its bench name, and the other benches' published rules.

@@ -85,6 +85,8 @@ ERRORS: tuple[tuple[type[GatewayError], Problem], ...] = (
     (e.QuotaExceeded, Problem("quota-exceeded", 429, -200, ERROR_EXIT)),
     (e.ProposalChanged, Problem("proposal-changed", 409, -200, CHANGED_EXIT)),
     (e.TransitionError, Problem("conflict", 409, -200, ERROR_EXIT)),
+    # -241 "Hardware missing": the instrument the profile describes is not the one there.
+    (e.WrongInstrument, Problem("wrong-instrument", 502, -241, ERROR_EXIT)),
     (e.InstrumentError, Problem("instrument-error", 502, -240, ERROR_EXIT)),
     (e.StoreError, Problem("store-error", 503, -200, ERROR_EXIT)),
     (e.GatewayError, Problem("gateway-error", 500, -200, ERROR_EXIT)),

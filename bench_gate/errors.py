@@ -12,6 +12,7 @@ into these at one boundary each, with ``raise ... from exc``.
     ├── TransitionError        (a status change that is not allowed or lost a race)
     │   └── ProposalChanged    (a decision names a proposal that is no longer current)
     ├── InstrumentError        (I/O with the instrument failed)
+    │   └── WrongInstrument    (another instrument answers *IDN? than its profile describes)
     ├── BenchTaken             (another live gateway serves this bench name)
     └── StoreError             (the store could not be read or written)
 """
@@ -35,6 +36,7 @@ __all__ = [
     "Refused",
     "StoreError",
     "TransitionError",
+    "WrongInstrument",
     "shown_as_hash",
 ]
 
@@ -151,6 +153,23 @@ class ProposalChanged(TransitionError):
 
 class InstrumentError(GatewayError):
     """Talking to an instrument failed (timeout, lost connection, garbled reply)."""
+
+
+class WrongInstrument(InstrumentError):
+    """The instrument answering ``*IDN?`` is not one its profile describes (bench.toml
+    points the profile at another model, a swapped cable): nothing but ``*IDN?`` is sent
+    to it (identity.py). ``expected`` lists the profile's identities, ``actual`` is what
+    answered."""
+
+    def __init__(self, instrument: str, profile: str, expected: tuple[str, ...],
+                 actual: str) -> None:
+        self.instrument = instrument
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{instrument}: another instrument answered *IDN?: {actual!r}, but its profile "
+            f"{profile} describes {' or '.join(repr(e) for e in expected)}; nothing is sent "
+            "to it until the instrument or bench.toml is corrected")
 
 
 class BenchTaken(GatewayError):

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from . import envelope
 from .conclusions import Conclusions
 from .core import Core, Instrument, Part
-from .errors import InstrumentError, Refused
+from .errors import InstrumentError, Refused, WrongInstrument
+from .identity import Refusing
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
@@ -353,7 +354,12 @@ class Executor(Part):
             out.safed = await self.safety.make_safe(link, inst, out.after)
             return out
 
-        w = await inst.lane.run(job)
+        try:
+            w = await inst.lane.run(job)
+        except WrongInstrument as exc:  # the lane's *IDN?, before the job: nothing sent
+            if recheck is None or await recheck(Refusing(exc)):  # it refuses, recorded
+                raise
+            return None
         if w is None:
             return None
         if reselected and self.reselect is not None:

@@ -164,6 +164,10 @@ class Gateway:
         lock = self.core.instrument(instrument).lane.lock
         return lock.state if lock is not None else LockState(LockStatus.NOT_LOCKABLE)
 
+    def instrument_identity(self, instrument: str) -> dict[str, Any]:
+        """Who answers ``*IDN?`` and whether its profile describes it (identity.py)."""
+        return self.core.instrument(instrument).identity.as_dict()
+
     def envelope(self, instrument: str) -> dict[int, ChannelLimits]:
         """The bench's hard limits for one instrument, per channel, as configured now."""
         return self.core.limits(instrument)

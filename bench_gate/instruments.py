@@ -27,6 +27,7 @@ import pyvisa.rname
 
 from .config import InstrumentConfig
 from .errors import InstrumentError
+from .identity import Identity
 from .locking import InstrumentLock
 from .socket_link import SocketLink
 
@@ -195,6 +196,8 @@ class Lane:
         self.halted = False
         #: The instrument lock, taken on the lane's turn before a job on a new connection.
         self.lock: InstrumentLock | None = None
+        #: Who answers ``*IDN?``, asked before the lock and the job (identity.py).
+        self.identity: Identity | None = None
 
     @property
     def safe_waiting(self) -> bool:
@@ -213,6 +216,8 @@ class Lane:
         if not whole and not urgent and not self._busy and not self._queue:
             self._busy = True
             try:  # _guarded's body, inline: one coroutine less on every read's path
+                if self.identity is not None and self.identity.due(self.link):
+                    await self.identity.check(self.link)  # another instrument: nothing else
                 if self.lock is not None and self.lock.due(self.link):
                     await self.lock.take(self.link)  # never raises: shown, not fatal
                 return await job(self._jobs_link or self.link)
@@ -260,6 +265,10 @@ class Lane:
     async def _guarded(self, job: Callable[[AsyncLink], Awaitable[T]], urgent: bool = False
                        ) -> T:
         try:
+            # Who answers, first: another instrument than the profile's gets nothing else.
+            # The safe action never waits for it (an emergency stop still tries).
+            if not urgent and self.identity is not None and self.identity.due(self.link):
+                await self.identity.check(self.link)
             lock = self.lock if self.lock is not None and self.lock.due(self.link) else None
             if lock is not None and not urgent:
                 await lock.take(self.link)  # never raises: shown, not fatal
@@ -279,6 +288,7 @@ class Lane:
 
     async def close(self) -> None:
         self.lock = None  # closing needs no lock (the instrument frees it with the connection)
+        self.identity = None  # nor an *IDN?: closing sends nothing
         await self.run(lambda link: link.close())
 
 

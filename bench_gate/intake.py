@@ -16,7 +16,8 @@ from typing import Any
 from .auth import redact, refuse_token
 from .confidence import stated_confidence
 from .core import Core, Instrument, Part
-from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused
+from .errors import IdempotencyKeyReused, InstrumentError, InvalidInput, Refused, WrongInstrument
+from .identity import nothing
 from .interlocks import Interlocks
 from .journal import ReadJournal, read_log_path
 from .leases import Leases
@@ -196,6 +197,15 @@ class Intake(Part):
             return Event(run_id=run_id, type=EventType.COMMAND_RECEIVED, at=received_at,
                          data=received_data)
         selected_before = self._selected.get(run_id, inst.config.name)
+        try:  # classified by a profile only if it describes what answers (identity.py)
+            if inst.identity.due(inst.lane.link):
+                await inst.lane.run(nothing, whole=False)
+        except WrongInstrument as exc:
+            self.store.append([received(), Event(run_id=run_id, type=EventType.WRITE_REFUSED,
+                              data={"message": message, "code": -241, "reason": exc.message})])
+            raise
+        except InstrumentError:
+            pass  # unreachable: whatever reaches it later asks again first (the lane)
         try:
             c = await self._classify(run_id, inst, message)
             if excites is not None:

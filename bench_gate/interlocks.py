@@ -313,6 +313,7 @@ class Interlocks(Part):
             sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
             with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
                 inst.idn = (await link.query("*IDN?")).strip()
+                inst.identity.judge(inst.idn)  # shown if it is not the profile's
             return {"sent": sent, "read_back": read_back, "errors": errors}
 
         try:

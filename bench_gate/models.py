@@ -140,6 +140,8 @@ class EventType(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     #: The gateway took (or could not take) an instrument's lock (bench_gate/locking.py).
     INSTRUMENT_LOCK = "instrument_lock"
+    #: The instrument's *IDN? stopped (or started again) fitting its profile (identity.py).
+    INSTRUMENT_IDENTITY = "instrument_identity"
     #: A run was closed (by its requester, its connection ending, or its heartbeat term).
     RUN_CLOSED = "run_closed"
 

@@ -13,7 +13,7 @@ from . import envelope
 from .approvals import Grant, violation, withdrawn, withdrawn_words
 from .auth import revoked_tokens
 from .core import Core, Instrument, Part
-from .errors import InstrumentError, Refused
+from .errors import InstrumentError, Refused, WrongInstrument
 from .instruments import AsyncLink
 from .lockstep import in_step
 from .memories import SAVED_AT
@@ -170,6 +170,9 @@ class Rechecks(Part):
                  live: Snapshot | InstrumentError) -> Refusal | None:
         """None if the write may go: the live state was read, is what the approver saw, and
         is inside the envelope as configured now. Else why not, to be recorded."""
+        if isinstance(live, WrongInstrument):  # a profile judges only its own instrument
+            return Refusal(Move.FAIL, live.message, f"failed: at the live recheck: "
+                           f"{live.message}; nothing was written")
         if isinstance(live, InstrumentError):
             return Refusal(Move.FAIL, live.message,
                            f"failed: could not re-read the instrument before writing "

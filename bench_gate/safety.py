@@ -151,12 +151,16 @@ class Safety(Part):
         gets the profile's safe action at once, on the same lane turn, waiting for nobody.
         When the read-back failed, every enveloped field is read again one by one: a channel
         that cannot be shown inside (an unreadable output or limit counts as outside) is
-        made safe too. One garbled answer never stops the safe action."""
+        made safe too. One garbled answer never stops the safe action. Another model than
+        the profile's (``*IDN?`` asked when a field went unanswered) gets nothing."""
+        if inst.identity.wrong is not None:  # another model: its readings and "safe
+            return None                      # action" are not this profile's (identity.py)
         limits = self.config.envelope.get(inst.config.name, {})
         cut_short = False
         if after is None:
             after = {}
-            for ch, f in envelope.readable_fields(inst.profile, limits):
+            readable = envelope.readable_fields(inst.profile, limits)
+            for ch, f in readable:
                 if inst.lane.safe_waiting:
                     # A slow instrument answers each field late: a stop (or a lost client's
                     # safe action) waited behind these reads for all of them. It goes next.
@@ -168,6 +172,11 @@ class Safety(Part):
                         inst.profile, f, await link.query(query), query, ch)
                 except InstrumentError:  # unread: outside; and the rest read in step
                     await inst.lane.drop()
+            if len(after) < len(readable) and not cut_short:  # a cable moved to another model?
+                with contextlib.suppress(InstrumentError):
+                    await inst.identity.check(link)  # WrongInstrument: kept in ``wrong``
+                if inst.identity.wrong is not None:
+                    return None
         # Every limited channel is judged: a field left unread (one the profile cannot
         # read there, or one that failed) is outside, never passed over. Cut short for a
         # safe action waiting, only what was read outside: that safe action comes next.

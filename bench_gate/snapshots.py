@@ -15,6 +15,7 @@ from .answers import MAX_TEXT, normalize, shown
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused
 from .handoff import describe, snapshot_key
+from .identity import fits
 from .instruments import AsyncLink
 from .memories import Memories, memory_of, predicted
 from .models import Action, Snapshot, TakeoverRequest
@@ -32,6 +33,13 @@ from .scpi import (
 from .scpi.compound import IDN, CompoundAnswerError, read_plan
 
 __all__ = ["JUDGED_STATES", "Snapshots", "normalize", "unverifiable"]
+
+def _identified(name: str, idn: str) -> None:
+    """An identification too long to be one (a broken or hostile instrument) is no answer."""
+    if len(idn) > MAX_TEXT:
+        raise InstrumentError(f"{name}: {IDN!r}: answer {shown(idn)} is too long to be an "
+                              "identification")
+
 
 def _stored_follow(profile: Profile, before: dict[str, str], after: dict[str, str]
                    ) -> dict[str, str]:
@@ -101,8 +109,6 @@ def unverifiable(actions: list[Action]) -> list[str]:
             and (a.field is None or a.new is None)]
 
 
-
-
 class Snapshots(Part):
     """Reads and predicts instrument state for the other parts of the core."""
 
@@ -166,13 +172,24 @@ class Snapshots(Part):
         values = {}
         if plan.message is None:
             idn = await link.query(IDN)
+            _identified(name, idn)
+            inst.idn = idn.strip()
+            inst.identity.judge(idn)  # another instrument: asked nothing more (identity.py)
         else:
-            answer = await link.query(plan.message)
             try:
-                answers, idn = plan.split(answer)
-            except CompoundAnswerError as exc:
-                raise InstrumentError(f"{name}: {plan.message!r}: answer {shown(answer)} "
-                                      f"unreadable: {exc}") from exc
+                answer = await link.query(plan.message)
+                try:
+                    answers, idn = plan.split(answer)
+                except CompoundAnswerError as exc:
+                    raise InstrumentError(f"{name}: {plan.message!r}: answer {shown(answer)} "
+                                          f"unreadable: {exc}") from exc
+            except InstrumentError:  # another model may not answer this model's message
+                await inst.identity.check(link)  # (a cable moved): *IDN? alone tells who
+                raise
+            _identified(name, idn)
+            inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
+            if not fits(inst.identity.expected, idn):  # another model, or answers that shift:
+                await inst.identity.check(link)  # asked alone, it tells which
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
                     profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)
@@ -180,10 +197,6 @@ class Snapshots(Part):
             query = profile.field_query(f, ch)
             values[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
                                                      f"{name}: {query!r}", ch)
-        if len(idn) > MAX_TEXT:
-            raise InstrumentError(f"{name}: {IDN!r}: answer {shown(idn)} is too long to be "
-                                  "an identification")
-        inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
         # In the order of ``fields``, as a snapshot read one by one has them.
         return Snapshot(idn=idn, values={k: values[k] for k in
                                          (snapshot_key(ch, f) for ch, f in fields)})

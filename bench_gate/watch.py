@@ -9,7 +9,9 @@ re-reads every enveloped field of each instrument on its lane, as a read-back do
 applies the profile's safe action at once to an energized channel it cannot show inside
 (an unreadable output or limit counts as outside, as in a read-back). Nothing here waits
 for a person. A check never holds the sweeper: it queues on the instrument's lane like
-any job, one at a time per instrument.
+any job, one at a time per instrument. Each check first asks ``*IDN?`` (of every instrument
+whose profile has an identity, enveloped or not): one answering as another model is never
+acted on, and shows as such within a period (identity.py).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Watch(Part):
         for name, inst in self.core.instruments.items():
             if name in self._busy or now < self._due.get(name, 0.0):
                 continue
-            if not self.config.envelope.get(name) or inst.profile.safe_action is None:
+            # One without an envelope is still asked who it is (a meter's cable moved).
+            if not self._enveloped(inst) and not inst.identity.expected:
                 continue
             self._busy.add(name)
             self.core.spawn(self.check(inst))
@@ -76,8 +79,11 @@ class Watch(Part):
     async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | None:
         # An instrument that answers nothing at all is unreachable, not breached: its lane
         # counts the error, and no write reaches it until it answers (the recheck).
-        limits = self.config.envelope[inst.config.name]
-        if not envelope.enveloped_fields(inst.profile, limits):
+        # Another instrument than the profile's (a swapped cable): its readings say nothing
+        # and its "safe action" is another model's; WrongInstrument: nothing is done.
+        await inst.identity.check(link)
+        limits = self.config.envelope.get(inst.config.name, {})
+        if not self._enveloped(inst) or not envelope.enveloped_fields(inst.profile, limits):
             return None
         readable = envelope.readable_fields(inst.profile, limits)
         probe = inst.profile.field_query(readable[0][1], readable[0][0]) if readable else IDN
@@ -86,6 +92,10 @@ class Watch(Part):
         except InstrumentError:
             return None
         return await self.safety.make_safe(link, inst, None)
+
+    def _enveloped(self, inst: Instrument) -> bool:
+        return bool(self.config.envelope.get(inst.config.name)) and \
+            inst.profile.safe_action is not None
 
     def _report(self, inst: Instrument, safed: Safed) -> None:
         name = inst.config.name

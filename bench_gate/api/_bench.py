@@ -33,11 +33,13 @@ def instruments(who: Caller, gw: GatewayDep, request: Request) -> list[Instrumen
     for ic in gw.config.instruments:
         door = doors.get(ic.name)
         lock = gw.instrument_lock(ic.name)
+        known = gw.instrument_identity(ic.name)
         out.append(InstrumentOut(name=ic.name, profile=ic.profile, resource=ic.resource,
                                  door_host=door[0] if door else None,
                                  door_port=door[1] if door else None,
                                  lock=lock.words, locked=lock.locked, lock_owner=lock.owner,
-                                 lock_warning=lock.warning))
+                                 lock_warning=lock.warning, identity=known["expected"],
+                                 idn=known["answered"], wrong_instrument=known["words"]))
     return out
 
 

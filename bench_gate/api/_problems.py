@@ -26,6 +26,7 @@ from ..errors import (
     ProposalChanged,
     QuotaExceeded,
     Refused,
+    WrongInstrument,
 )
 from ..texts import redact
 from ._schemas import takeover_out
@@ -74,6 +75,8 @@ def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, InvalidInput) and exc.field:
         extra["errors"] = [{"loc": ["body", to_camel(exc.field)], "msg": exc.message,
                             "type": "value_error"}]
+    if isinstance(exc, WrongInstrument):  # what its profile describes, and what answered
+        extra.update(scpiCode=row.scpi, expected=list(exc.expected), answered=exc.actual)
     if isinstance(exc, IdempotencyKeyReused):
         extra.update(requestId=exc.request_id, differs=exc.differences)
     if isinstance(exc, ProposalChanged):

@@ -231,6 +231,11 @@ class InstrumentOut(_Out):
     locked: bool = False
     lock_owner: str | None = None
     lock_warning: str | None = None
+    #: Its profile's identities (identity.py), what it last answered to ``*IDN?``, and,
+    #: while that is another instrument, why every message to it is refused.
+    identity: list[str] = Field(default_factory=list)
+    idn: str | None = None
+    wrong_instrument: str | None = None
 
 
 def run_out(run: Run) -> RunOut:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..doorway import UNDECIDED, answer, follow, problem_of, submit
-from ..errors import GatewayError, Refused
+from ..errors import GatewayError, Refused, WrongInstrument
 from ..gateway import Gateway
 from ..models import Principal, RunKind, TakeoverRequest
 from ..questions import QuestionSet
@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 def _failure(exc: GatewayError) -> ToolFailure:
     return ToolFailure(problem_of(exc).tool_kind, exc.message,
-                       exc.code if isinstance(exc, Refused) else None)
+                       exc.code if isinstance(exc, Refused) else
+                       problem_of(exc).scpi if isinstance(exc, WrongInstrument) else None)
 
 
 def outcome_of(req: TakeoverRequest) -> WriteOutcome:
@@ -90,7 +91,8 @@ class CoreBench:
     async def instruments(self) -> list[InstrumentInfo]:
         return [InstrumentInfo(name=ic.name, profile=ic.profile, resource=ic.resource,
                                lock=(lock := self.gateway.instrument_lock(ic.name)).words,
-                               lock_warning=lock.warning)
+                               lock_warning=lock.warning, wrong_instrument=self.gateway
+                               .instrument_identity(ic.name)["words"])
                 for ic in self.gateway.config.instruments]
 
     async def state(self, instrument: str) -> InstrumentState:

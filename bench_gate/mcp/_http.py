@@ -93,7 +93,8 @@ class HttpBench:
         rows = await self._call(lambda: self.client.request("GET", "/v1/instruments"))
         return [InstrumentInfo(name=r["name"], profile=r["profile"], resource=r["resource"],
                                lock=r.get("lock", "not lockable"),
-                               lock_warning=r.get("lockWarning"))
+                               lock_warning=r.get("lockWarning"),
+                               wrong_instrument=r.get("wrongInstrument"))
                 for r in rows]
 
     async def state(self, instrument: str) -> InstrumentState:

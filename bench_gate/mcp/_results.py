@@ -56,6 +56,9 @@ class InstrumentInfo(_Out):
     #: warning whenever it does not.
     lock: str = "not lockable"
     lock_warning: str | None = None
+    #: While another instrument than its profile's answers ``*IDN?``: why every message to
+    #: it is refused (expected and actual identity).
+    wrong_instrument: str | None = None
 
 
 class Instruments(_Out):

@@ -304,7 +304,12 @@ class ProfileModel(BaseModel):
 
     name: str
     title: str
+    #: The start of the instrument's ``*IDN?`` answer: its manufacturer and model fields
+    #: (``Keysight Technologies,E36312A``). Checked at every connection and every snapshot:
+    #: another instrument answering is refused everything (identity.py). "": any (generic).
     identity: str = ""
+    #: Other identities of the same model (a vendor renamed: HP, Agilent, Keysight).
+    identities: tuple[str, ...] = ()
     kind: InstrumentKind = "other"
     #: Every documented header is listed: a header the profile does not know is a typo,
     #: refused with -113 and a hint, never held (docs/profiles.md).

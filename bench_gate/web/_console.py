@@ -83,7 +83,10 @@ class Console:
                         # the gateway (its warning is never hidden; docs/interlocks.md).
                         stopped=sorted(self.gateway.stopped()),
                         unlocked={n: lock for n in base["instruments"]
-                                  if not (lock := self.gateway.instrument_lock(n)).locked})
+                                  if not (lock := self.gateway.instrument_lock(n)).locked},
+                        # and each answering *IDN? as another instrument than its profile's
+                        wrong={n: words for n in base["instruments"] if (
+                            words := self.gateway.instrument_identity(n)["words"])})
         base.update(ctx)
         return self.templates.TemplateResponse(request, name, base, status_code=status_code)
 

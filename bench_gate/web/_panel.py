@@ -63,6 +63,7 @@ async def _panel_context(console: Console, name: str) -> dict[str, Any]:
     limits = gateway.envelope(name)
     return {"name": name, "state": state, "error": error, "plots": plots,
             "profile": profile, "limits": limits, "lock": gateway.instrument_lock(name),
+            "identity": gateway.instrument_identity(name),
             "over": {ch: views.over_envelope(profile, limits, ch, values)
                      for ch, values in state["channels"].items()},
             "ranges": {str(ch): {f: views.limits_of(profile, limits, ch, f)

@@ -217,21 +217,23 @@ async def test_instrument_error_after_write_is_ambiguous(
 
 
 # ---------------------------------------------------------------- another instrument
-async def test_wrong_idn_after_reconnect_goes_stale(
+async def test_wrong_idn_after_reconnect_fails_naming_both(
         faulty: tuple[Gateway, FaultLink], script: Principal, olga: Principal,
         front_panel: Any) -> None:
+    """Another model answers after the reconnect: the write fails at its recheck, naming
+    what its profile describes and what answered. It no longer goes stale: a fresh request
+    would be judged by the E36312A's profile on a DP832 (identity.py)."""
     gw, link = faulty
     req = await held(gw, script, "VOLT 2,(@1)")
     link.arm(Fault.WRONG_IDN)  # the next call drops; what answers then is a DP832
     with pytest.raises(InstrumentError):
         await gw.submit(gw.create_run(script, "script").id, "psu", "VOLT? (@2)")
     done = (await gw.grant(req.id, olga, ["setpoint"], proposal_hash=req.proposal_hash)).request
-    assert done.status is Status.STALE
-    kind, data = last(gw, done)
-    assert kind == "takeover_stale" and data["diff"]["*IDN?"]["live"] == OTHER_IDN
+    assert done.status is Status.FAILED, done.outcome
+    assert OTHER_IDN in (done.outcome or "") and "Keysight Technologies,E36312A" in (
+        done.outcome or "") and "nothing was written" in (done.outcome or "")
     assert volts(front_panel, 1) == 0, "nothing written to whatever answered"
-    fresh = gw.get_request(gw.get_request(req.id).superseded_by or "")
-    assert fresh.snapshot.idn == OTHER_IDN and fresh.status is Status.PENDING
+    assert gw.get_request(req.id).superseded_by is None, "no fresh request on a DP832"
 
 
 async def test_wrong_idn_answering_the_read_back_is_ambiguous(
@@ -309,3 +311,23 @@ async def test_a_save_the_instrument_answers_with_an_error_leaves_no_record(
     recall = await gw.submit(done.run_id, "psu", "*RCL 2")
     assert recall.status == "refused" and recall.code == -222, recall
     assert "did not see saved" in (recall.reason or "")
+
+
+async def test_the_watch_sends_no_safe_action_once_another_model_answers_mid_check(
+        faulty: tuple[Gateway, FaultLink], front_panel: Any) -> None:
+    """The connection drops in the middle of a watch check, on a field's query, and what
+    answers after the reconnect is a DP832 (its ``*IDN?``): the field left unread would
+    count as outside, but the E36312A's safe action is never sent to another model
+    (bench_gate/identity.py); the gateway shows who answers instead."""
+    gw, link = faulty
+    link.arm(Fault.WRONG_IDN, match="VOLT? (@2)")  # the watch reads every field alone
+    for command in ("VOLT 20,(@2)", "CURR 0.1,(@2)", "OUTP 1,(@2)"):  # CH2's limit: 12 V
+        front_panel.write(command)
+    for _ in range(300):  # 15 s at most; the watch looks every second
+        if gw.instrument_identity("psu")["fits"] is False:
+            break
+        await asyncio.sleep(0.05)
+    shown = gw.instrument_identity("psu")
+    assert shown["fits"] is False and shown["answered"] == OTHER_IDN, shown
+    assert int(front_panel.query("OUTP? (@2)")) == 1, "a safe action went to another model"
+    assert not any(c.startswith("OUTP 0") for c in link.calls), link.calls

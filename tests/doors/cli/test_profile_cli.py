@@ -138,3 +138,15 @@ def test_an_instrument_that_is_not_there_is_one_line(capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err
     assert code == 1
     assert err.strip() == f"bench-gate: cannot reach '{name}': Connection refused"
+
+
+def test_another_model_is_not_walked(bench: SimBenchThread,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The supply's profile pointed at the meter: its "read-only" queries are another
+    model's (one model's read may change another's state), so none is sent; both named."""
+    code = main(["profile", "test", "e36312a", "--resource", bench.dmm_resource_name,
+                 "--timeout", "2000"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "Keysight Technologies,34465A" in err and "'Keysight Technologies,E36312A'" in err
+    assert "no query was sent" in err and "read-only queries sent" not in out
