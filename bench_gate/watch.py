@@ -81,15 +81,20 @@ class Watch(Part):
         # counts the error, and no write reaches it until it answers (the recheck).
         # Another instrument than the profile's (a swapped cable): its readings say nothing
         # and its "safe action" is another model's; WrongInstrument: nothing is done.
-        await inst.identity.check(link)
-        limits = self.config.envelope.get(inst.config.name, {})
-        if not self._enveloped(inst) or not envelope.enveloped_fields(inst.profile, limits):
-            return None
-        readable = envelope.readable_fields(inst.profile, limits)
-        probe = inst.profile.field_query(readable[0][1], readable[0][0]) if readable else IDN
+        # Its answer also shows it reachable; without an identity, one field is asked.
         try:
-            await link.query(probe)
-        except InstrumentError:
+            if inst.identity.expected:
+                await inst.identity.check(link)
+            limits = self.config.envelope.get(inst.config.name, {})
+            if not self._enveloped(inst) or not envelope.enveloped_fields(inst.profile, limits):
+                return None
+            if not inst.identity.expected:
+                readable = envelope.readable_fields(inst.profile, limits)
+                await link.query(inst.profile.field_query(readable[0][1], readable[0][0])
+                                 if readable else IDN)
+        except InstrumentError:  # WrongInstrument too: nothing done, shown (identity.py)
+            return None
+        if inst.lane.safe_waiting:  # a stop waits behind a slow answer: it goes first
             return None
         return await self.safety.make_safe(link, inst, None)
 

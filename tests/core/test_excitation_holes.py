@@ -50,13 +50,15 @@ def config(sim: SimBenchThread, dmm6500: SimServedThread) -> BenchConfig:
 
 @pytest.fixture
 def received(dmm6500: SimServedThread) -> Iterator[list[str]]:
-    """Every unit the simulated DMM6500 executes, in order, whoever sent it."""
+    """Every unit the simulated DMM6500 executes, in order, whoever sent it; but ``*IDN?``
+    (who answers, asked on each new connection before its first job: identity.py)."""
     got: list[str] = []
     inst: Any = dmm6500.instrument
     real = inst.perform
 
     def spy(canonical: str, query: bool) -> str | None:
-        got.append(canonical)
+        if canonical != "*IDN?":
+            got.append(canonical)
         return real(canonical, query)  # type: ignore[no-any-return]
 
     inst.perform = spy
