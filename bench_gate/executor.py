@@ -62,7 +62,7 @@ class Executor(Part):
         self.safety = safety
         self.interlocks = interlocks
         self.leases = leases
-        self.checks = Rechecks(core, snaps, setpoints, runs)
+        self.checks = Rechecks(core, snaps, setpoints, runs, interlocks)
         self.stale = Stale(core, snaps, requests, runs)
         self.conclusions = Conclusions(core, snaps, setpoints, requests, safety, leases)
         self._in_flight: set[str] = set()
@@ -213,17 +213,20 @@ class Executor(Part):
                 self.store.save_request, req, version, [*events, started]))
             refused: list[Refusal | None] = []
 
-            async def recheck(link: AsyncLink) -> bool:
-                live = await self.checks.read_live(link, inst, fields)
+            async def committed() -> bool:
                 if not await saving:
-                    return False
+                    return False  # it moved meanwhile
                 self.core.notifier.request_changed(req)
                 for listener in self.requests.listeners:
                     listener(req, req.status)
-                refused.append(self.checks.closed_refusal(req) or self.checks.last_moment(req)
-                               or self.checks.live_refusal(req, inst, live)
-                               or self._stop_refusal(req))
-                return refused[-1] is None
+                return True
+
+            async def recheck(link: AsyncLink) -> bool:
+                why = await self.checks.judged(link, inst, req, fields, committed)
+                if why is False:
+                    return False
+                refused.append(why)
+                return why is None
 
             try:
                 done = await self._write(req, inst, fields, recheck)
@@ -253,10 +256,9 @@ class Executor(Part):
         refused: list[Refusal] = []
 
         async def recheck(link: AsyncLink) -> bool:
-            live = await self.checks.read_live(link, inst, fields)
-            why = (self.checks.closed_refusal(req) or self.checks.last_moment(req)
-                   or self.checks.live_refusal(req, inst, live) or self._stop_refusal(req))
+            why = await self.checks.judged(link, inst, req, fields)
             if why is not None:
+                assert why is not False  # without a commit to wait for: never "moved"
                 refused.append(why)
                 return False
             return self.requests.move(req, Move.START, EventType.STEP_STARTED,
@@ -266,15 +268,6 @@ class Executor(Part):
         if done is None and refused:
             await self.stale.record(refused[0], req, inst)
         return done or self.requests.get(req.id)
-
-    def _stop_refusal(self, req: TakeoverRequest) -> Refusal | None:
-        """An emergency stop since the grant: the lane turn ends before any command, so the
-        stop's own safe action runs next, waiting for no read-back."""
-        try:
-            self.interlocks.check(req.instrument)
-        except Refused as exc:
-            return Refusal(Move.FAIL, exc.message, f"failed: {exc.message}")
-        return None
 
     async def _write(self, req: TakeoverRequest, inst: Instrument,
                      fields: list[tuple[int | None, str]],
@@ -381,7 +374,6 @@ class Executor(Part):
         self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
                        executed="executed: " + "; ".join(commands))
         return req
-
 
     async def _before_memory(self, link: AsyncLink, inst: Instrument,
                              memory: tuple[str, str] | None, idn: str) -> Snapshot | None:

@@ -6,8 +6,11 @@ answers why not, or None; the executor records the answer.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from . import envelope
 from .approvals import Grant, violation, withdrawn, withdrawn_words
@@ -15,6 +18,7 @@ from .auth import revoked_tokens
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, Refused, WrongInstrument
 from .instruments import AsyncLink
+from .interlocks import Interlocks
 from .lockstep import in_step
 from .memories import SAVED_AT
 from .models import (
@@ -49,12 +53,28 @@ class Refusal:
 
 
 class Rechecks(Part):
-    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints, runs: Runs
-                 ) -> None:
+    def __init__(self, core: Core, snaps: Snapshots, setpoints: Setpoints, runs: Runs,
+                 interlocks: Interlocks) -> None:
         super().__init__(core)
         self.snaps = snaps
         self.setpoints = setpoints
         self.runs = runs
+        self.interlocks = interlocks
+
+    def refusal(self, req: TakeoverRequest, inst: Instrument,
+                live: Snapshot | InstrumentError) -> Refusal | None:
+        """Why the write may not go on its lane turn, the live state read; None: it goes."""
+        return (self.closed_refusal(req) or self.last_moment(req)
+                or self.live_refusal(req, inst, live) or self.stop_refusal(req))
+
+    def stop_refusal(self, req: TakeoverRequest) -> Refusal | None:
+        """An emergency stop since the grant: the lane turn ends before any command, so the
+        stop's own safe action runs next, waiting for no read-back."""
+        try:
+            self.interlocks.check(req.instrument)
+        except Refused as exc:
+            return Refusal(Move.FAIL, exc.message, f"failed: {exc.message}")
+        return None
 
     def policy_refusal(self, req: TakeoverRequest) -> str | None:
         """The owner's own rules, checked again just before it executes: a decision made on
@@ -156,15 +176,31 @@ class Rechecks(Part):
                     "it was approved with was revoked")
         return None
 
-    async def read_live(self, link: AsyncLink, inst: Instrument,
-                         fields: list[tuple[int | None, str]]) -> Snapshot | InstrumentError:
-        """The live state of ``fields``, read on the lane's turn, or why it could not be."""
+    async def judged(self, link: AsyncLink, inst: Instrument, req: TakeoverRequest,
+                     fields: list[tuple[int | None, str]],
+                     first: Callable[[], Awaitable[bool]] | None = None
+                     ) -> Refusal | Literal[False] | None:
+        """The live state of ``fields`` read on the lane's turn, and why the write may not
+        go on it (:meth:`refusal`; None: it goes). It is judged while the sync point's
+        ``*IDN?`` is on the wire (lockstep.py); a state out of step is judged as the error
+        it is. ``first`` (the write's commit) is awaited before judging: False, it moved."""
         try:
-            live = await self.snaps.read_state(link, inst, fields)
-            await in_step(link, inst, live.idn)  # the answers were to these queries
-            return live
+            state = await self.snaps.read_state(link, inst, fields)
         except InstrumentError as exc:
-            return exc
+            return False if first is not None and not await first() else \
+                self.refusal(req, inst, exc)
+        sync = asyncio.ensure_future(in_step(link, inst, state.idn))
+        await asyncio.sleep(0)  # its query leaves; the answer comes while this judges
+        try:
+            if first is not None and not await first():
+                return False
+            why = self.refusal(req, inst, state)
+        finally:
+            try:
+                await sync  # the answers were to these queries, or nothing acts on them
+            except InstrumentError as exc:
+                why = self.refusal(req, inst, exc)
+        return why
 
     def live_refusal(self, req: TakeoverRequest, inst: Instrument,
                  live: Snapshot | InstrumentError) -> Refusal | None:
