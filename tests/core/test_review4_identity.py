@@ -11,19 +11,25 @@ whole in every refusal. The PSU is a real simulator behind a lying raw-socket se
 from __future__ import annotations
 
 import json
+import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import bench_gate
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
+from bench_gate.identity import fits, identities
 from bench_gate.models import EventType, Principal, Status
+from bench_gate.scpi import ProfileError, get_profile
 from tests.liar_instrument import LyingInstrument, gw, liar, lied_config
 
 __all__ = ["gw", "liar", "lied_config"]  # the fixtures, for pytest
 
 MEGABYTES = 2_000_000
+PROFILES = Path(bench_gate.__file__).with_name("profiles")
 
 
 @pytest.mark.parametrize("answer", [
@@ -67,3 +73,44 @@ async def test_megabytes_for_the_stops_identity_are_kept_nowhere(
     assert int(front_panel.query("OUTP? (@1)")) == 0
     assert len(json.dumps(done, default=str)) < 20_000
     assert len(gw.core.instrument("psu").idn or "") <= 1024
+
+
+@pytest.mark.parametrize("identity", [
+    "RIGOL TECHNOLOGIES",  # no model: every instrument of the maker fits (a DL3021 load)
+    "RIGOL TECHNOLOGIES,",  # an empty model, the same
+    ",DP832",  # no manufacturer
+    ",",  # nothing at all: no check (as a generic profile), silently
+    " ",
+])
+def test_an_identity_names_its_manufacturer_and_model(tmp_path: Path, identity: str) -> None:
+    """A profile's identity is the manufacturer and model fields of its ``*IDN?``: one
+    that names fewer made every model of the maker fit it (the DP832's rules judged a
+    DL3021 electronic load), or checked nothing, with no word at load or ``profile
+    check``. Now such a profile does not load."""
+    text = (PROFILES / "dp832.yaml").read_text(encoding="utf-8")
+    assert 'identity: "RIGOL TECHNOLOGIES,DP832"' in text
+    path = tmp_path / "dp832x.yaml"
+    path.write_text(text.replace('identity: "RIGOL TECHNOLOGIES,DP832"',
+                                 f"identity: {json.dumps(identity)}").replace(
+        "name: dp832", f"name: dp832x{uuid.uuid4().hex[:8]}", 1), encoding="utf-8")
+    with pytest.raises(ProfileError) as caught:
+        get_profile(str(path))
+    assert "manufacturer and model" in str(caught.value)
+    # The same goes for the other identities of a model (a vendor renamed).
+    path.write_text(text.replace("name: dp832", f"name: dp832y{uuid.uuid4().hex[:8]}", 1).replace(
+        'identity: "RIGOL TECHNOLOGIES,DP832"', 'identity: "RIGOL TECHNOLOGIES,DP832"\n'
+        f"identities: [{json.dumps(identity)}]"), encoding="utf-8")
+    with pytest.raises(ProfileError):
+        get_profile(str(path))
+
+
+def test_an_identity_with_its_serial_still_loads(tmp_path: Path) -> None:
+    """One unit pinned by its serial number (three fields) is a stricter identity: kept."""
+    text = (PROFILES / "dp832.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "dp832z.yaml"
+    path.write_text(text.replace('identity: "RIGOL TECHNOLOGIES,DP832"',
+                                 'identity: "RIGOL TECHNOLOGIES,DP832,DP8C1234"').replace(
+        "name: dp832", f"name: dp832z{uuid.uuid4().hex[:8]}", 1), encoding="utf-8")
+    profile = get_profile(str(path))
+    assert fits(identities(profile), "RIGOL TECHNOLOGIES,DP832,DP8C1234,00.01.16")
+    assert not fits(identities(profile), "RIGOL TECHNOLOGIES,DP832,DP8C9999,00.01.16")
