@@ -114,3 +114,34 @@ def test_an_identity_with_its_serial_still_loads(tmp_path: Path) -> None:
     profile = get_profile(str(path))
     assert fits(identities(profile), "RIGOL TECHNOLOGIES,DP832,DP8C1234,00.01.16")
     assert not fits(identities(profile), "RIGOL TECHNOLOGIES,DP832,DP8C9999,00.01.16")
+
+
+async def test_a_new_connection_inside_a_job_is_asked_who_answers(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
+    """The lane asked ``*IDN?`` only before a job. A read-back that fails drops the
+    connection, and the failed read-back's safe action read the channels one by one on a
+    new one, never asked who answers there (asked only when a field went unanswered): a
+    compatible model (an E36313A, same commands) that answered every field got the
+    E36312A's safe action on a reading it judged by the E36312A's envelope. Now every
+    command of a job on a connection not yet asked ``*IDN?`` asks it first: nothing is
+    sent to another model (its CH1 is left as it is, read on its own port)."""
+    for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
+        front_panel.write(text)
+    run = gw.create_run(script, "script")
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    # After the write: the read-back's sync point is cut off, and the connection after
+    # it reaches another model (answering the same commands), whose CH1 reads 8 V.
+    read_back = "LIST:CURR? (@3);*IDN?"  # only the read-back reads CH3
+    liar.drop("*IDN?", landed=False, after=read_back)  # its sync point: cut off
+    liar.answer("*IDN?", "Keysight Technologies,E36313A,MY00000001,1.0", times=1000,
+                after=read_back)
+    liar.answer("VOLT? (@1)", "8", times=1000, after=read_back)
+    done = (await gw.grant(req.id, olga, ["setpoint"],
+                           proposal_hash=req.proposal_hash)).request
+    assert done.status is Status.AMBIGUOUS, done.outcome
+    sent_after = liar.received[liar.received.index("VOLT 2.0,(@1)") + 1:]
+    assert not [line for line in sent_after if "?" not in line], sent_after
+    assert int(front_panel.query("OUTP? (@1)")) == 1
+    assert gw.instrument_identity("psu")["fits"] is False
