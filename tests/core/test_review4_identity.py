@@ -145,3 +145,23 @@ async def test_a_new_connection_inside_a_job_is_asked_who_answers(
     assert not [line for line in sent_after if "?" not in line], sent_after
     assert int(front_panel.query("OUTP? (@1)")) == 1
     assert gw.instrument_identity("psu")["fits"] is False
+
+
+async def test_an_answer_holding_a_semicolon_shifts_no_value_into_a_snapshot(
+        gw: Gateway, liar: LyingInstrument, script: Principal, front_panel: Any) -> None:
+    """A compound read splits its answer on ';'. One answer holding a ';' shifted every
+    later one a field on, the identity last (so it did not fit); ``*IDN?`` asked alone then
+    fitted, and the shifted values were kept: the hold showed CH1's list of currents as its
+    list of voltages (and a save's record, read twice alike, would keep it). Now a
+    compound whose identity does not fit while the instrument does is no reading."""
+    front_panel.write("LIST:VOLT 1,2,(@1)")
+    run = gw.create_run(script, "script")
+    liar.answer("CURR:TRIG? (@1)", "0;0")
+    with pytest.raises(InstrumentError) as caught:
+        await gw.submit(run.id, "psu", "VOLT 2,(@1)")
+    assert "shift" in caught.value.message, caught.value.message
+    assert liar.fired
+    req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+    assert req is not None
+    assert req.snapshot.values["ch1.list_voltage"] == "1.0,2.0"
+    assert req.snapshot.values["ch1.list_current"] != "1.0,2.0"
