@@ -17,7 +17,12 @@ caught before the next write, and within a watch period for reads. Only the safe
 that never wait skip the check (the emergency stop, a lost client's lease: a stop still
 tries); the watch and a read-back never send one to an instrument that does not fit
 (safety.py asks ``*IDN?`` when a field went unanswered). A profile without an identity
-(``generic``) is not checked.
+(``generic``) is not checked. A job that reaches a new connection in its middle (its
+reads dropped one) asks ``*IDN?`` on it before its next command (instruments._Asked).
+
+An identity names at least the manufacturer and the model (the profile schema refuses
+fewer). An answer longer than ``answers.MAX_TEXT`` is no identification: it never fits, and
+only a clipped quote of it is kept (:func:`ask` raises for the stop's and a lease's).
 
 Fields are compared whole, ignoring case, spaces and punctuation: ``KEYSIGHT
 TECHNOLOGIES,E36312A`` fits ``Keysight Technologies,E36312A``, ``…,E36312AB`` does not.
