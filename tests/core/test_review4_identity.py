@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 
 import bench_gate
+from bench_gate.config import BenchConfig
 from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
 from bench_gate.identity import fits, identities
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.scpi import ProfileError, get_profile
-from tests.liar_instrument import LyingInstrument, gw, liar, lied_config
+from tests.conftest import Clock
+from tests.liar_instrument import LyingInstrument, gw, liar, lied_config, lied_gateway
 
 __all__ = ["gw", "liar", "lied_config"]  # the fixtures, for pytest
 
@@ -116,9 +118,10 @@ def test_an_identity_with_its_serial_still_loads(tmp_path: Path) -> None:
     assert not fits(identities(profile), "RIGOL TECHNOLOGIES,DP832,DP8C9999,00.01.16")
 
 
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
 async def test_a_new_connection_inside_a_job_is_asked_who_answers(
-        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
-        front_panel: Any) -> None:
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str) -> None:
     """The lane asked ``*IDN?`` only before a job. A read-back that fails drops the
     connection, and the failed read-back's safe action read the channels one by one on a
     new one, never asked who answers there (asked only when a field went unanswered): a
@@ -126,6 +129,18 @@ async def test_a_new_connection_inside_a_job_is_asked_who_answers(
     E36312A's safe action on a reading it judged by the E36312A's envelope. Now every
     command of a job on a connection not yet asked ``*IDN?`` asks it first: nothing is
     sent to another model (its CH1 is left as it is, read on its own port)."""
+    gw = lied_gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        await cut_off_read_back_reaches_another_model(gw, liar, script, olga, front_panel)
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
+async def cut_off_read_back_reaches_another_model(
+        gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
+        front_panel: Any) -> None:
     for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
         front_panel.write(text)
     run = gw.create_run(script, "script")
