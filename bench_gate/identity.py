@@ -17,7 +17,12 @@ caught before the next write, and within a watch period for reads. Only the safe
 that never wait skip the check (the emergency stop, a lost client's lease: a stop still
 tries); the watch and a read-back never send one to an instrument that does not fit
 (safety.py asks ``*IDN?`` when a field went unanswered). A profile without an identity
-(``generic``) is not checked.
+(``generic``) is not checked. A job that reaches a new connection in its middle (its
+reads dropped one) asks ``*IDN?`` on it before its next command (instruments._Asked).
+
+An identity names at least the manufacturer and the model (the profile schema refuses
+fewer). An answer longer than ``answers.MAX_TEXT`` is no identification: it never fits, and
+only a clipped quote of it is kept (:func:`ask` raises for the stop's and a lease's).
 
 Fields are compared whole, ignoring case, spaces and punctuation: ``KEYSIGHT
 TECHNOLOGIES,E36312A`` fits ``Keysight Technologies,E36312A``, ``…,E36312AB`` does not.
@@ -32,13 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import GatewayError, WrongInstrument
+from .answers import MAX_TEXT, shown
+from .errors import GatewayError, InstrumentError, WrongInstrument
 from .models import Event, EventType
 from .scpi import Profile
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IDN", "Identity", "Refusing", "fits", "identities", "journaled", "nothing"]
+__all__ = ["IDN", "Identity", "Refusing", "ask", "fits", "identities", "journaled", "nothing"]
 
 IDN = "*IDN?"
 
@@ -114,9 +120,12 @@ class Identity:
         if not self.expected:
             return
         idn = idn.strip()
+        overlong = len(idn) > MAX_TEXT
+        if overlong:  # an instrument's megabytes are no identification (answers.py): never
+            idn = shown(idn)  # kept, shown, journaled or quoted whole, and never a fit
         before = self.wrong
         self.seen = idn
-        error = None if fits(self.expected, idn) else WrongInstrument(
+        error = None if not overlong and fits(self.expected, idn) else WrongInstrument(
             self.name, self.profile, self.expected, idn)
         self.wrong = error.message if error is not None else None
         if before != self.wrong and self.on_change is not None:
@@ -156,6 +165,16 @@ def journaled(store: Callable[[], Any], bench: str, notify: Callable[..., object
                    instrument=identity.name, reason=identity.wrong or
                    f"{identity.name} answers *IDN? as its profile describes again")
     return record
+
+
+async def ask(link: Any, name: str) -> str:
+    """``*IDN?`` on ``link``, stripped; an answer too long to be an identification
+    (``answers.MAX_TEXT``) raises :class:`InstrumentError`, quoting it clipped."""
+    answer = (await link.query(IDN)).strip()
+    if len(answer) > MAX_TEXT:
+        raise InstrumentError(f"{name}: {IDN!r}: answer {shown(answer)} is too long to be an "
+                              "identification")
+    return str(answer)
 
 
 async def nothing(link: Any) -> None:

@@ -26,7 +26,7 @@ import pyvisa.errors
 import pyvisa.rname
 
 from .config import InstrumentConfig
-from .errors import InstrumentError
+from .errors import InstrumentError, WrongInstrument
 from .identity import Identity
 from .locking import InstrumentLock
 from .socket_link import SocketLink
@@ -220,7 +220,7 @@ class Lane:
                     await self.identity.check(self.link)  # another instrument: nothing else
                 if self.lock is not None and self.lock.due(self.link):
                     await self.lock.take(self.link)  # never raises: shown, not fatal
-                return await job(self._jobs_link or self.link)
+                return await job(self._job_link(False))
             except InstrumentError:
                 self.io_errors += 1
                 raise
@@ -272,13 +272,22 @@ class Lane:
             lock = self.lock if self.lock is not None and self.lock.due(self.link) else None
             if lock is not None and not urgent:
                 await lock.take(self.link)  # never raises: shown, not fatal
-            done = await job(self._jobs_link or self.link)
+            done = await job(self._job_link(urgent))
             if lock is not None and urgent:  # after a safe action: it waits for nothing
                 await lock.take(self.link)
             return done
         except InstrumentError:
             self.io_errors += 1
             raise
+
+    def _job_link(self, urgent: bool) -> AsyncLink:
+        """The link a job drives. A job but a safe action (which never waits) asks
+        ``*IDN?`` again on each connection it reaches: one its reads dropped is reopened by
+        its next command, maybe on another instrument (identity.py)."""
+        link = self._jobs_link or self.link
+        if urgent or self.identity is None or not self.identity.expected:
+            return link
+        return _Asked(self, link)
 
     async def drop(self) -> None:
         """Drop the connection, not the lane (answers out of step: lockstep.py): the next
@@ -322,6 +331,49 @@ class _Addressed:
 
     async def close(self) -> None:
         await self._lane.link.close()
+
+
+class _Asked:
+    """A job's link that asks who answers before a command on a connection not asked yet
+    (a new one since the job began); on one that answered as another model, every command
+    is refused unsent (:class:`~bench_gate.errors.WrongInstrument`, an InstrumentError)."""
+
+    def __init__(self, lane: Lane, inner: AsyncLink) -> None:
+        self._lane = lane
+        self._inner = inner
+        self._refused: int | None = None  # the connection found to be another model's
+
+    @property
+    def opens(self) -> int | None:
+        return getattr(self._lane.link, "opens", None)
+
+    @property
+    def connected(self) -> bool:
+        return bool(getattr(self._lane.link, "connected", True))
+
+    async def _asked(self) -> None:
+        identity, link = self._lane.identity, self._lane.link
+        if identity is None or not identity.due(link):
+            return
+        refusal = identity.refusal()
+        if refusal is not None and self.connected and self.opens == self._refused:
+            raise refusal  # asked on this connection already: another model
+        try:
+            await identity.check(link)
+        except WrongInstrument:
+            self._refused = self.opens
+            raise
+
+    async def write(self, command: str) -> None:
+        await self._asked()
+        await self._inner.write(command)
+
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        await self._asked()
+        return await self._inner.query(command, extra_seconds)
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .auth import refuse_revoked
 from .core import Core, Instrument, Part
 from .core import resource_key as _resource
 from .errors import InstrumentError, Refused, StoreError, TransitionError
+from .identity import ask
 from .instruments import AsyncLink
 from .models import Event, EventType, Principal, RunStatus, Status
 from .runs import Runs
@@ -312,7 +313,7 @@ class Interlocks(Part):
                         "note": "this instrument has no safe action in its profile"}
             sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
             with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
-                inst.idn = (await link.query("*IDN?")).strip()
+                inst.idn = await ask(link, inst.config.name)  # megabytes: none
                 inst.identity.judge(inst.idn)  # shown if it is not the profile's
             return {"sent": sent, "read_back": read_back, "errors": errors}
 

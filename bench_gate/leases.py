@@ -19,6 +19,7 @@ from typing import Any
 
 from .core import Core, Part, resource_key
 from .errors import InstrumentError
+from .identity import ask
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
 from .safety import send_safe_action
@@ -196,7 +197,7 @@ class Leases(Part):
             return False
 
         async def job(link: AsyncLink) -> str:
-            return (await link.query("*IDN?")).strip()
+            return await ask(link, name)  # megabytes are no identification
 
         with contextlib.suppress(InstrumentError):
             inst.idn = await inst.lane.run(job, urgent=True)

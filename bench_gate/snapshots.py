@@ -190,6 +190,9 @@ class Snapshots(Part):
             inst.idn = idn.strip()  # who answered: an emergency stop covers its other names
             if not fits(inst.identity.expected, idn):  # another model, or answers that shift:
                 await inst.identity.check(link)  # asked alone, it tells which
+                raise InstrumentError(  # it fits alone: an answer held a ';' (lockstep.py)
+                    f"{name}: {plan.message!r}: the identity came back as {shown(idn)}, so "
+                    "the answers shifted (one held a ';'): none is read")
             for (ch, f), raw in zip(plan.joined, answers, strict=True):
                 values[snapshot_key(ch, f)] = normalize(
                     profile, f, raw, f"{name}: {profile.field_query(f, ch)!r}", ch)

@@ -350,6 +350,25 @@ class ProfileModel(BaseModel):
     excitation: ExcitationSpec | None = None
     commands: tuple[CommandSpec, ...]
 
+    @field_validator("identity", "identities")
+    @classmethod
+    def _identity(cls, v: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        """An identity names the manufacturer and the model (a serial may follow): fewer
+        fields fit every model of the maker, or nothing is checked (identity.py)."""
+        for text in (v,) if isinstance(v, str) else v:
+            if isinstance(v, str) and not text:
+                continue  # "": no identity (generic)
+            named = [re.sub(r"[\W_]+", "", f.casefold())
+                     for f in text.strip().strip('"').split(",")]
+            while named and not named[-1]:
+                named.pop()
+            if len(named) < 2 or not all(named):
+                raise ValueError(
+                    f"identity {text!r} does not name a manufacturer and model (the first "
+                    "two fields of *IDN?, e.g. 'Keysight Technologies,E36312A'): another "
+                    "model, or any instrument, would fit it")
+        return v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
