@@ -364,12 +364,18 @@ class _Asked:
             self._refused = self.opens
             raise
 
+    def _due(self) -> bool:  # on every read's path: no coroutine unless it asks
+        identity = self._lane.identity
+        return identity is not None and identity.due(self._lane.link)
+
     async def write(self, command: str) -> None:
-        await self._asked()
+        if self._due():
+            await self._asked()
         await self._inner.write(command)
 
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
-        await self._asked()
+        if self._due():
+            await self._asked()
         return await self._inner.query(command, extra_seconds)
 
     async def close(self) -> None:
