@@ -142,6 +142,9 @@ class EventType(enum.StrEnum):
     INSTRUMENT_LOCK = "instrument_lock"
     #: The instrument's *IDN? stopped (or started again) fitting its profile (identity.py).
     INSTRUMENT_IDENTITY = "instrument_identity"
+    #: The watch could not read an enveloped instrument (it answered nothing, or garbage),
+    #: or can again: its channels were not watched meanwhile.
+    WATCH_BLIND = "watch_blind"
     #: A run was closed (by its requester, its connection ending, or its heartbeat term).
     RUN_CLOSED = "run_closed"
 

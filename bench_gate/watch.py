@@ -21,7 +21,7 @@ from typing import Any
 
 from . import envelope
 from .core import Core, Instrument, Part
-from .errors import GatewayError, InstrumentError
+from .errors import GatewayError, InstrumentError, WrongInstrument
 from .instruments import AsyncLink
 from .models import Event, EventType
 from .safety import Safed, Safety
@@ -40,6 +40,10 @@ class Watch(Part):
         self._busy: set[str] = set()
         #: The last failed safe action per instrument, journaled once, not every period.
         self._failing: dict[str, str] = {}
+        #: Why each enveloped instrument could not be watched, journaled once, not every
+        #: period; gone when a check reads it again.
+        self.blind: dict[str, str] = {}
+        self._unread: dict[str, str] = {}  # this check's reason, from its lane turn
         #: Checks done since start (each a full look at one instrument's enveloped fields).
         self.checks = 0
 
@@ -66,6 +70,8 @@ class Watch(Part):
             safed = await inst.lane.run(lambda link: self._look(link, inst))
         except (GatewayError, InstrumentError):
             safed = None  # a lane that is closing or gone: the next check looks again
+        else:
+            self._seen(inst, self._unread.pop(name, None))
         finally:
             self._busy.discard(name)
             self._due[name] = time.monotonic() + self.config.policy.watch_seconds
@@ -92,11 +98,35 @@ class Watch(Part):
                 readable = envelope.readable_fields(inst.profile, limits)
                 await link.query(inst.profile.field_query(readable[0][1], readable[0][0])
                                  if readable else IDN)
-        except InstrumentError:  # WrongInstrument too: nothing done, shown (identity.py)
+        except WrongInstrument:  # nothing done, shown and journaled (identity.py)
+            return None
+        except InstrumentError as exc:  # unreachable, not breached: but not watched either
+            self._unread[inst.config.name] = exc.message
             return None
         if inst.lane.safe_waiting:  # a stop waits behind a slow answer: it goes first
             return None
         return await self.safety.make_safe(link, inst, None)
+
+    def _seen(self, inst: Instrument, unread: str | None) -> None:
+        """Journal and alert once when an enveloped instrument stops answering the watch
+        (its energized channels are then watched by nobody) and once when it answers again."""
+        name = inst.config.name
+        if not self._enveloped(inst) or self.blind.get(name) == unread or (
+                unread is None and inst.identity.wrong is not None):
+            return  # another model answering is shown as such (identity.py)
+        if unread is None:
+            self.blind.pop(name, None)
+            reason = f"the envelope watch reads {name} again"
+        else:
+            self.blind[name] = unread
+            reason = (f"the envelope watch cannot read {name} ({unread}): its channels are "
+                      "not watched until it answers")
+        self.store.append([Event(run_id=f"bench:{self.config.bench}",
+                                 type=EventType.WATCH_BLIND,
+                                 data={"instrument": name, "blind": unread is not None,
+                                       "error": unread})])
+        self.core.notifier.publish("alert", alert="watch_blind" if unread else "watch_sees",
+                                   instrument=name, reason=reason)
 
     def _enveloped(self, inst: Instrument) -> bool:
         return bool(self.config.envelope.get(inst.config.name)) and \
