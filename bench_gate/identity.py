@@ -144,9 +144,11 @@ class Identity:
         return WrongInstrument(self.name, self.profile, self.expected, self.seen)
 
     def as_dict(self) -> dict[str, Any]:
-        """As shown to people (the API, the console, MCP)."""
+        """As shown to people (the API, the console, MCP); ``fits`` is None until the
+        instrument was asked (nothing is known to fit before it answers)."""
+        unknown = bool(self.expected) and self.seen is None
         return {"expected": list(self.expected), "answered": self.seen,
-                "fits": self.wrong is None, "words": self.wrong}
+                "fits": None if unknown else self.wrong is None, "words": self.wrong}
 
 
 def journaled(store: Callable[[], Any], bench: str, notify: Callable[..., object]

@@ -26,7 +26,7 @@ from bench_gate.auth import Tokens
 from bench_gate.config import BenchConfig, default_config
 from bench_gate.errors import WrongInstrument
 from bench_gate.gateway import Gateway
-from bench_gate.identity import fits, identities
+from bench_gate.identity import Identity, fits, identities
 from bench_gate.models import EventType, Principal, Status
 from bench_gate.proxy import start_doors
 from bench_gate.scpi import get_profile
@@ -249,6 +249,16 @@ async def test_a_cable_moved_while_running_is_caught_before_the_next_write(
 def test_an_identity_fits_by_manufacturer_and_model_fields(
         expected: tuple[str, ...], idn: str, fit: bool) -> None:
     assert fits(expected, idn) is fit
+
+
+def test_nothing_is_shown_to_fit_before_it_answered() -> None:
+    """Before ``*IDN?`` was asked, nothing is known to fit: shown as unknown, not as fits."""
+    mine = Identity("psu", "e36312a", identities(get_profile("e36312a")))
+    assert mine.as_dict()["fits"] is None
+    mine.judge("Keysight Technologies,E36312A,MY1,1.0")
+    assert mine.as_dict()["fits"] is True
+    anyone = Identity("gen", "generic", identities(get_profile("generic")))
+    assert anyone.as_dict()["fits"] is True  # no identity: any instrument fits
 
 
 def test_a_renamed_vendor_is_the_profiles_to_list() -> None:
