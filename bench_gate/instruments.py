@@ -25,6 +25,7 @@ import pyvisa
 import pyvisa.errors
 import pyvisa.rname
 
+from .answers import shown
 from .config import InstrumentConfig
 from .errors import InstrumentError, WrongInstrument
 from .identity import Identity
@@ -335,13 +336,15 @@ class _Addressed:
 
 class _Asked:
     """A job's link that asks who answers before a command on a connection not asked yet
-    (a new one since the job began); on one that answered as another model, every command
-    is refused unsent (:class:`~bench_gate.errors.WrongInstrument`, an InstrumentError)."""
+    (a new one since the job began); on one where another model answers, or another unit
+    than the job began on, every command is refused unsent (an InstrumentError)."""
 
     def __init__(self, lane: Lane, inner: AsyncLink) -> None:
         self._lane = lane
         self._inner = inner
-        self._refused: int | None = None  # the connection found to be another model's
+        self._refused: int | None = None  # the connection another instrument answers on
+        self._began = lane.identity.seen if lane.identity is not None else None  # that one
+        self._other: InstrumentError | None = None
 
     @property
     def opens(self) -> int | None:
@@ -353,20 +356,29 @@ class _Asked:
 
     async def _asked(self) -> None:
         identity, link = self._lane.identity, self._lane.link
+        refusal: InstrumentError | None = identity.refusal() if identity is not None else None
+        refusal = refusal or self._other
+        if refusal is not None and self.connected and self.opens == self._refused:
+            raise refusal  # asked on this connection already: another instrument
         if identity is None or not identity.due(link):
             return
-        refusal = identity.refusal()
-        if refusal is not None and self.connected and self.opens == self._refused:
-            raise refusal  # asked on this connection already: another model
         try:
             await identity.check(link)
         except WrongInstrument:
             self._refused = self.opens
             raise
+        if self._began is not None and identity.seen != self._began:
+            self._refused = self.opens
+            self._other = InstrumentError(
+                f"{self._lane.name}: the connection was reopened and another instrument "
+                f"answers ({shown(identity.seen or '')}, not {shown(self._began)}): nothing "
+                "more is sent on this turn")
+            raise self._other
 
     def _due(self) -> bool:  # on every read's path: no coroutine unless it asks
         identity = self._lane.identity
-        return identity is not None and identity.due(self._lane.link)
+        return identity is not None and (self._refused is not None
+                                         or identity.due(self._lane.link))
 
     async def write(self, command: str) -> None:
         if self._due():

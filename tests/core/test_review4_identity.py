@@ -162,6 +162,39 @@ async def cut_off_read_back_reaches_another_model(
     assert gw.instrument_identity("psu")["fits"] is False
 
 
+@pytest.mark.parametrize("io", ["auto", "pyvisa"])
+async def test_a_connection_reopened_inside_a_job_must_reach_the_same_instrument(
+        lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
+        script: Principal, olga: Principal, front_panel: Any, io: str) -> None:
+    """As above, but the connection after the cut reaches another unit of the same model
+    (another serial: two E36312A on one bench, their addresses swapped): its model fits
+    the profile, so the failed read-back's safe action went to an instrument nobody had
+    judged. A connection reopened inside a job must reach the very instrument the job
+    began on; else nothing more is sent on that turn."""
+    gw = lied_gateway(lied_config, db_path, clock, io)
+    await gw.start()
+    try:
+        for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
+            front_panel.write(text)
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
+        assert req is not None
+        read_back = "LIST:CURR? (@3);*IDN?"
+        liar.drop("*IDN?", landed=False, after=read_back)
+        liar.answer("*IDN?", "Keysight Technologies,E36312A,MY99999999,1.0", times=1000,
+                    after=read_back)
+        liar.answer("VOLT? (@1)", "8", times=1000, after=read_back)
+        done = (await gw.grant(req.id, olga, ["setpoint"],
+                               proposal_hash=req.proposal_hash)).request
+        assert done.status is Status.AMBIGUOUS, done.outcome
+        sent_after = liar.received[liar.received.index("VOLT 2.0,(@1)") + 1:]
+        assert not [line for line in sent_after if "?" not in line], sent_after
+        assert int(front_panel.query("OUTP? (@1)")) == 1
+    finally:
+        await gw.close()
+        gw.store.close()
+
+
 async def test_an_answer_holding_a_semicolon_shifts_no_value_into_a_snapshot(
         gw: Gateway, liar: LyingInstrument, script: Principal, front_panel: Any) -> None:
     """A compound read splits its answer on ';'. One answer holding a ';' shifted every
