@@ -18,7 +18,8 @@ that never wait skip the check (the emergency stop, a lost client's lease: a sto
 tries); the watch and a read-back never send one to an instrument that does not fit
 (safety.py asks ``*IDN?`` when a field went unanswered). A profile without an identity
 (``generic``) is not checked. A job that reaches a new connection in its middle (its
-reads dropped one) asks ``*IDN?`` on it before its next command (instruments._Asked).
+reads dropped one) asks ``*IDN?`` on it before its next command, and must find the very
+instrument it began with, serial included (instruments._Asked).
 
 An identity names at least the manufacturer and the model (the profile schema refuses
 fewer). An answer longer than ``answers.MAX_TEXT`` is no identification: it never fits, and
