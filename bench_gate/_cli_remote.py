@@ -158,10 +158,16 @@ def watch(args: argparse.Namespace) -> int:
                 if r.status_code >= 400:
                     r.read()
                     raise ApiError(r.status_code, r.json().get("reason", r.reason_phrase))
-                lines.put(f"watching {args.url}/v1/events (Ctrl-C stops)")
+                if args.json:  # stdout is JSON Lines, one event each; this goes aside
+                    print(f"watching {args.url}/v1/events (Ctrl-C stops)", file=sys.stderr,
+                          flush=True)
+                else:
+                    lines.put(f"watching {args.url}/v1/events (Ctrl-C stops)")
                 for line in r.iter_lines():
                     if line.startswith("data: "):
-                        lines.put(_watched(c, json.loads(line[6:]), commands))
+                        m = json.loads(line[6:])
+                        lines.put(json.dumps(m, ensure_ascii=False) if args.json
+                                  else _watched(c, m, commands))
             lines.put(None)
         except BaseException as exc:  # reported by the main thread
             lines.put(exc)

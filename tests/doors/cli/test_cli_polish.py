@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -50,3 +51,71 @@ def test_a_decision_the_server_refuses_never_prints_as_happening(
     assert bench.psu("VOLT? (@1)") != "+1.400000E+00"
     ok = cli(bench, "olga", "show", tk)
     assert ok.returncode == 0 and "PENDING" in ok.stdout
+
+
+# ------------------------------------------------------------- 2. --json is JSON
+def test_every_command_that_takes_json_prints_json(bench: Bench) -> None:
+    db = str(bench.db)
+    made = run_cli("token", "create", "--name", "jason", "--role", "operator", "--db", db,
+                   "--json")
+    assert made.returncode == 0, made
+    record = json.loads(made.stdout)
+    assert record["name"] == "jason" and record["token"].startswith("bg_")
+    listed = json.loads(run_cli("--json", "token", "list", "--db", db).stdout)
+    assert record["id"] in [r["id"] for r in listed]
+    assert all("token" not in r for r in listed)  # never a secret
+    gone = json.loads(run_cli("token", "revoke", record["id"], "--db", db, "--json").stdout)
+    assert gone == {"revoked": 1, "madeWithIt": []}
+    checked = run_cli("profile", "check", "e36312a", "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["profile"] == "e36312a"
+    tested = run_cli("profile", "test", "e36312a", "--sim", "--json", "--timeout", "2000")
+    found = json.loads(tested.stdout)
+    assert tested.returncode == 0 and found["sent"] == found["answered"] > 0, tested
+    later = threading.Timer(1.0, held, (bench, "VOLT 0.7,(@1)"))
+    later.start()
+    watched = cli(bench, "olga", "watch", "--timeout", "3", "--json")
+    later.join()
+    events = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert watched.returncode == 0 and any(e["type"] == "request" for e in events), watched
+
+
+@pytest.mark.parametrize("args", [["serve", "--json", "--config", "/nonexistent/bench.toml"],
+                                  ["--json", "serve", "--config", "/nonexistent/bench.toml"],
+                                  ["mcp", "--json"], ["--json", "mcp"]])
+def test_a_command_without_json_refuses_the_flag(args: list[str]) -> None:
+    r = run_cli("--url", "http://127.0.0.1:9", "--token", "x", *args)  # nothing served
+    assert r.returncode == 2 and "--json" in r.stderr and r.stdout == "", r
+
+
+# ------------------------------------------------------------- 3. each help, exactly
+@pytest.mark.parametrize(("command", "has", "lacks"), [
+    (["token", "create"], ["--db", "--json"], ["--url", "--token"]),
+    (["token", "list"], ["--db", "--json"], ["--url", "--token"]),
+    (["token", "revoke"], ["--db", "--json"], ["--url", "--token"]),
+    (["profile", "check"], ["--json"], ["--url", "--token"]),
+    (["journal", "verify"], ["--db", "--json"], ["--url", "--token"]),
+    (["serve"], ["--db"], ["--url", "--token", "--json"]),
+    (["mcp"], ["--url", "--token"], ["--json"]),
+    (["pending"], ["--url", "--token", "--json"], ["--db"]),
+])
+def test_each_help_lists_exactly_what_its_command_takes(
+        command: list[str], has: list[str], lacks: list[str]) -> None:
+    r = run_cli(*command, "--help")
+    assert r.returncode == 0
+    for option in has:
+        assert f"  {option}" in r.stdout, (command, option)
+    for option in lacks:
+        assert f"  {option}" not in r.stdout and f"[{option}" not in r.stdout, (command, option)
+
+
+# ------------------------------------------------------------- 4. usage errors
+@pytest.mark.parametrize("args", [
+    ["mcp", "--heartbeat-seconds", "1"], ["mcp", "--heartbeat-seconds", "2.5"],
+    ["mcp", "--heartbeat-seconds", "86401"], ["pending", "--limit", "0"],
+    ["pending", "--limit", "1001"], ["pending", "--offset", "-1"],
+])
+def test_a_bad_argument_is_a_usage_error_before_anything_is_sent(
+        bench: Bench, args: list[str]) -> None:
+    r = cli(bench, "olga", *args)
+    assert r.returncode == 2, r
+    assert r.stderr.strip().splitlines()[-1].startswith(f"bench-gate {args[0]}: error: ")
