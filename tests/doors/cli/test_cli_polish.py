@@ -119,3 +119,19 @@ def test_a_bad_argument_is_a_usage_error_before_anything_is_sent(
     r = cli(bench, "olga", *args)
     assert r.returncode == 2, r
     assert r.stderr.strip().splitlines()[-1].startswith(f"bench-gate {args[0]}: error: ")
+
+
+# ------------------------------------------------------------- 5. a refused command
+def test_the_handoff_shows_a_refused_command_as_refused_and_why(bench: Bench) -> None:
+    with bench.http("bot") as h:
+        run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+        no = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                  "command": "VOLT 99,(@1)"})
+        assert no.status_code >= 400 or no.json().get("outcome") == "refused", no.text
+        r = h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                 "command": "VOLT 1.6,(@1)"})
+        tk = r.json()["takeover"]["id"]
+    s = cli(bench, "olga", "show", tk)
+    earlier = [line for line in s.stdout.splitlines() if "VOLT 99" in line]
+    assert len(earlier) == 1 and "refused: -222" in earlier[0], s.stdout
+    assert "is outside 0.0 to 6.0 V" in earlier[0], earlier
