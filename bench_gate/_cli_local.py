@@ -64,10 +64,22 @@ def serve(args: argparse.Namespace) -> int:
         if bench is not None:
             echo(f"  simulated     PSU {bench.psu_resource_name}, DMM {bench.dmm_resource_name}")
         echo("  instruments")
+        known = {ic.name: r.gateway.instrument_identity(ic.name) for ic in config.instruments}
+        rows = []
         for ic in config.instruments:
             door = r.doors.get(ic.name)
-            where = f"socket door {door[0]}:{door[1]}" if door else "no socket door"
-            echo(f"    {ic.name:<8} {ic.profile:<8} {ic.resource}   {where}")
+            k = known[ic.name]
+            rows.append([ic.name, k["profile"], ic.resource,
+                         f"socket door {door[0]}:{door[1]}" if door else "no socket door"])
+        widths = [max(len(row[n]) for row in rows) for n in range(3)]
+        for row in rows:
+            echo("    " + "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=False))
+                 + "  " + row[3])
+            k = known[row[0]]
+            if k["words"]:
+                echo(f"      WARNING another instrument answers: {k['words']}")
+            elif k["failing"]:
+                echo(f"      WARNING unreachable: {k['failing']}")
         if r.doors_note:
             echo(f"  note          {r.doors_note}")
         if first:
@@ -87,7 +99,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         server.run_loop(server.run(config, store, host=args.host, port=args.port,
-                                   on_ready=ready,
+                                   on_ready=ready, probe=True,
                                    log_level="info" if args.verbose else "warning"))
     except KeyboardInterrupt:
         pass

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +141,67 @@ def test_the_handoff_shows_a_refused_command_as_refused_and_why(bench: Bench) ->
     earlier = [line for line in s.stdout.splitlines() if "VOLT 99" in line]
     assert len(earlier) == 1 and "refused: -222" in earlier[0], s.stdout
     assert "is outside 0.0 to 6.0 V" in earlier[0], earlier
+
+
+# ------------------------------------------------------------- 6. status and the banner
+def _dead_port() -> int:
+    with socket.socket() as s:  # bound, never listening, closed: nothing answers there
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_status_and_the_banner_say_an_instrument_is_unreachable_and_name_its_profile(
+        tmp_path: Path) -> None:
+    import bench_gate
+
+    path = Path(bench_gate.__file__).parent / "profiles" / "e36312a.yaml"
+    dead = f"TCPIP0::127.0.0.1::{_dead_port()}::SOCKET"
+    (tmp_path / "bench.toml").write_text(
+        f'bench = "polish"\n[[instruments]]\nname = "psu"\nresource = "{dead}"\n'
+        f'profile = "{path}"\ntimeout_ms = 1000\n')
+    env = {**os.environ, "BENCH_GATE_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench_gate.cli", "serve", "--port", "0", "--config",
+         str(tmp_path / "bench.toml"), "--db", str(tmp_path / "s.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        out = ""
+        for _ in range(60):
+            line = proc.stdout.readline()
+            if not line or "Ctrl-C" in line:
+                break
+            out += line
+        assert re.search(rf"    psu  e36312a  {re.escape(dead)}  no socket door", out), out
+        assert "WARNING unreachable:" in out, out
+        url = re.search(r"http://127\.0\.0\.1:\d+", out)
+        token = re.search(r"BENCH_GATE_TOKEN=(bg_\S+)", out)
+        assert url and token, out
+        s = run_cli("--url", url.group(0), "--token", token.group(1), "status")
+        assert s.returncode == 0, s
+        assert re.search(rf"psu\s+e36312a\s+{re.escape(dead)}\s+.*UNREACHABLE", s.stdout), \
+            s.stdout
+        assert "WARNING psu: unreachable:" in s.stdout and str(path) not in s.stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# ------------------------------------------------------------- 7. stop, as configured
+def test_stop_names_each_instrument_with_the_resource_bench_toml_gives(bench: Bench) -> None:
+    with bench.http("olga") as h:
+        configured = {i["name"]: i["resource"] for i in h.get("/v1/instruments").json()}
+    try:
+        r = cli(bench, "olga", "stop")
+        assert r.returncode == 0, r
+        for name, resource in configured.items():
+            assert f"{name} ({resource}): sent" in r.stdout, r.stdout
+        with bench.http("olga") as h:
+            stopped = h.get("/v1/bench/stop").json()["stopped"]
+        assert {n: s["resource"] for n, s in stopped.items()} == configured
+    finally:
+        assert cli(bench, "olga", "stop", "--clear").returncode == 0
