@@ -205,3 +205,39 @@ def test_stop_names_each_instrument_with_the_resource_bench_toml_gives(bench: Be
         assert {n: s["resource"] for n, s in stopped.items()} == configured
     finally:
         assert cli(bench, "olga", "stop", "--clear").returncode == 0
+
+
+def test_status_says_an_instrument_answers_as_another_model(tmp_path: Path) -> None:
+    from bench_gate.auth import Tokens
+    from bench_gate.config import default_config
+    from bench_gate.server import ServerThread
+    from bench_gate.store import open_store
+    from sim_instruments import SimBenchThread, SimServedThread
+
+    with SimBenchThread() as sim, SimServedThread("dp832") as dp832:
+        config = default_config(sim.psu_port, sim.dmm_port)
+        config.instruments[0].resource = dp832.resource_name  # a swapped cable
+        for ic in config.instruments:
+            ic.socket_port = 0
+        store = open_store(tmp_path / "bench.db")
+        token = Tokens(store).create("olga", "operator")[1]
+        server = ServerThread(config, store)
+        try:
+            # Asked once (a read), as any first message to it does: now it is known.
+            with server_http(server.url, token) as h:
+                run = h.post("/v1/runs", json={"kind": "script"}).json()["id"]
+                h.post(f"/v1/runs/{run}/scpi", json={"instrument": "psu",
+                                                     "command": "VOLT? (@1)"})
+            s = run_cli("--url", server.url, "--token", token, "status")
+        finally:
+            server.close()
+            store.close()
+    assert s.returncode == 0, s
+    assert re.search(r"^psu\s+e36312a\s+\S+\s+.*ANOTHER MODEL$", s.stdout, re.M), s.stdout
+    assert "WARNING psu: another instrument answers:" in s.stdout and "DP832" in s.stdout
+
+
+def server_http(url: str, token: str):  # type: ignore[no-untyped-def]
+    import httpx
+
+    return httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"})
