@@ -35,23 +35,28 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _decide(args: argparse.Namespace, c: Client, doing: str
-            ) -> tuple[dict[str, Any], str | None]:
+def _decide(args: argparse.Namespace, c: Client) -> tuple[dict[str, Any], str | None]:
     """Fetch the request (by id or prefix) and the hash to name: ``--hash``, else the
     proposal this person was last shown (``show``, or a decision that printed a changed
-    one), never the one fetched now: that may have changed since they read it. Printed
-    when it is the current one. None, with the proposal printed now and remembered, when
-    this person was never shown it: nothing is decided."""
+    one), never the one fetched now: that may have changed since they read it. None,
+    with the proposal printed now and remembered, when this person was never shown it:
+    nothing is decided."""
     tk = c.get(args.request)
     url, token = identity(args)
     seen = args.hash or recall(url, token, str(tk["id"]))
     if seen is None:
         _shown(args, tk)
         return tk, None
+    return tk, seen
+
+
+def _decided(args: argparse.Namespace, tk: dict[str, Any], seen: str, doing: str) -> None:
+    """What was decided on, printed once the server took the decision: one it refused (a
+    requester's, the request's own requester's: 403) prints its error alone, never a
+    summary under "approving ..." that reads as if it were happening."""
     if seen == tk["proposalHash"] and not args.json:
         echo(f"{doing}:")
         summary(tk)
-    return tk, seen
 
 
 def _unseen(tk: dict[str, Any], nothing: str) -> int:
@@ -85,8 +90,7 @@ def approve(args: argparse.Namespace) -> int:
             raise CliError(f"--set {item!r}: write it as CH1.voltage=5")
         edits[key.strip()] = value.strip()
     with client_for(args) as c:
-        tk, seen = _decide(args, c, f"approving {', '.join(kinds)}"
-                                    + (f" with {', '.join(args.set)}" if edits else ""))
+        tk, seen = _decide(args, c)
         if seen is None:
             return _unseen(tk, "approved")
         try:
@@ -94,6 +98,8 @@ def approve(args: argparse.Namespace) -> int:
                              proposal_hash=seen)
         except ProposalChangedError as exc:
             return _changed(args, tk["id"], exc, "approved")
+    _decided(args, tk, seen, f"approving {', '.join(kinds)}"
+                             + (f" with {', '.join(args.set)}" if edits else ""))
     req = result["request"]
     if args.json:
         print_json(result)
@@ -111,13 +117,14 @@ def approve(args: argparse.Namespace) -> int:
 
 def deny(args: argparse.Namespace) -> int:
     with client_for(args) as c:
-        tk, seen = _decide(args, c, "denying")
+        tk, seen = _decide(args, c)
         if seen is None:
             return _unseen(tk, "denied")
         try:
             req = c.deny(tk["id"], args.notes, proposal_hash=seen)
         except ProposalChangedError as exc:
             return _changed(args, tk["id"], exc, "denied")
+    _decided(args, tk, seen, "denying")
     if args.json:
         return print_json(req)
     say(said(req))  # a denial that suspended its run says so in its outcome

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ._cli_common import BROKEN, CliError, client_for, echo, table
+from ._cli_common import BROKEN, CliError, client_for, echo, print_json, table
 from .client import ApiError
 
 __all__ = ["journal_archive", "journal_export", "journal_verify", "mcp", "serve",
@@ -64,10 +64,22 @@ def serve(args: argparse.Namespace) -> int:
         if bench is not None:
             echo(f"  simulated     PSU {bench.psu_resource_name}, DMM {bench.dmm_resource_name}")
         echo("  instruments")
+        known = {ic.name: r.gateway.instrument_identity(ic.name) for ic in config.instruments}
+        rows = []
         for ic in config.instruments:
             door = r.doors.get(ic.name)
-            where = f"socket door {door[0]}:{door[1]}" if door else "no socket door"
-            echo(f"    {ic.name:<8} {ic.profile:<8} {ic.resource}   {where}")
+            k = known[ic.name]
+            rows.append([ic.name, k["profile"], ic.resource,
+                         f"socket door {door[0]}:{door[1]}" if door else "no socket door"])
+        widths = [max(len(row[n]) for row in rows) for n in range(3)]
+        for row in rows:
+            echo("    " + "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=False))
+                 + "  " + row[3])
+            k = known[row[0]]
+            if k["words"]:
+                echo(f"      WARNING another instrument answers: {k['words']}")
+            elif k["failing"]:
+                echo(f"      WARNING unreachable: {k['failing']}")
         if r.doors_note:
             echo(f"  note          {r.doors_note}")
         if first:
@@ -87,7 +99,7 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         server.run_loop(server.run(config, store, host=args.host, port=args.port,
-                                   on_ready=ready,
+                                   on_ready=ready, probe=True,
                                    log_level="info" if args.verbose else "warning"))
     except KeyboardInterrupt:
         pass
@@ -149,18 +161,30 @@ def db_option(db: str | Path) -> tuple[str, bool]:
     return shlex.quote(url), hidden
 
 
+def _token(r: dict[str, Any]) -> dict[str, Any]:
+    """A token's record as JSON (camelCase, as the API): never its secret or digest."""
+    return {"id": r["id"], "name": r["name"], "role": r["role"],
+            "createdAt": r["created_at"], "revokedAt": r.get("revoked_at"),
+            "createdBy": r.get("created_by")}
+
+
 def token_create(args: argparse.Namespace) -> int:
     record, secret = _tokens(args).create(args.name, args.role)
+    if args.json:
+        return print_json({**_token(record), "token": secret})
     echo(f"created {record['id']} for {record['name']} ({record['role']}); shown once:")
     echo(secret)
     return 0
 
 
 def token_list(args: argparse.Namespace) -> int:
+    found = _tokens(args).all()
+    if args.json:
+        return print_json([_token(r) for r in found])
     rows = [[r["id"], r["name"], r["role"], r["created_at"][:19],
              "revoked " + r["revoked_at"][:19] if r.get("revoked_at") else "active",
              r.get("created_by") or "-"]
-            for r in _tokens(args).all()]
+            for r in found]
     table(["ID", "NAME", "ROLE", "CREATED", "STATE", "MADE BY"], rows)
     return 0
 
@@ -168,8 +192,10 @@ def token_list(args: argparse.Namespace) -> int:
 def token_revoke(args: argparse.Namespace) -> int:
     tokens = _tokens(args)
     count = tokens.revoke(args.id_or_name)
-    echo(f"revoked {count} token{'s' if count != 1 else ''}")
     made = tokens.made_by(args.id_or_name)
+    if args.json:
+        return print_json({"revoked": count, "madeWithIt": [_token(r) for r in made]})
+    echo(f"revoked {count} token{'s' if count != 1 else ''}")
     if made:  # if it leaked, so may have what it made: the admin judges, nothing is guessed
         echo("still active, made with it (revoke them too if it leaked: "
              "bench-gate token revoke ID):")
@@ -260,6 +286,8 @@ def journal_export(args: argparse.Namespace) -> int:
                            Path(args.archive_dir) if args.archive_dir else None)
     finally:
         store.close()
+    if args.json:
+        return print_json({"run": args.run, "events": count, "file": str(out)})
     echo(f"wrote {count} events of run {args.run} with their hashes to {out}; check it "
          f"anywhere with `bench-gate journal verify --file {out}`")
     return 0
@@ -296,6 +324,10 @@ def journal_archive(args: argparse.Namespace) -> int:
         done = archive(store, before, folder)
     finally:
         store.close()
+    if args.json:
+        return print_json({"before": before.isoformat(), "segments": [
+            {"firstSeq": g.first_seq, "lastSeq": g.last_seq, "events": g.events,
+             "file": str(g.path)} for g in done]})
     if not done:
         echo(f"nothing to archive: no event older than {before.isoformat()} is left in the "
              "store")

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 
-from ._cli_common import CliError, echo
+from ._cli_common import CliError, echo, print_json
 from .identity import fits, identities
 from .profile_check import Level, check_profile, walk_queries
 from .scpi import ProfileError, get_profile
@@ -47,11 +47,19 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def check(args: argparse.Namespace) -> int:
     report = check_profile(args.file)
-    for finding in report.findings:
-        echo(str(finding))
     errors = sum(1 for f in report.findings if f.level is Level.ERROR)
     warnings = len(report.findings) - errors
     profile = report.profile
+    if args.json:
+        print_json({"file": args.file, "profile": profile.name if profile else None,
+                    "headers": len(profile.model.commands) if profile else None,
+                    "complete": bool(profile and profile.complete), "ok": report.ok,
+                    "errors": errors, "warnings": warnings,
+                    "findings": [{"level": f.level.value, "header": f.header,
+                                  "message": f.message} for f in report.findings]})
+        return 0 if report.ok else FOUND
+    for finding in report.findings:
+        echo(str(finding))
     if profile is not None:
         commands = len(profile.model.commands)
         complete = ", complete" if profile.complete else ""
@@ -102,7 +110,8 @@ def test(args: argparse.Namespace) -> int:
             raise CliError(f"cannot open {name!r}: {exc}") from exc
         try:
             idn = _ask(res, "*IDN?")
-            echo(f"{name}: {idn or '(no answer to *IDN?)'}")
+            if not args.json:
+                echo(f"{name}: {idn or '(no answer to *IDN?)'}")
             expected = identities(profile)
             if not fits(expected, idn or ""):  # its "read-only" queries are another model's
                 raise CliError(f"{name} answers *IDN? {idn!r}, but the profile describes "
@@ -115,6 +124,11 @@ def test(args: argparse.Namespace) -> int:
         finally:
             res.close()
             rm.close()
+    if args.json:
+        print_json({"profile": profile.name, "resource": name, "idn": idn,
+                    "passing": args.passing, "sent": sent, "answered": sent - len(bad),
+                    "unanswered": [str(miss) for miss in bad]})
+        return 0 if not bad else FOUND
     for miss in bad:
         echo(f"unanswered: {miss}")
     what = "passing queries" if args.passing else "read-only queries"

@@ -66,7 +66,8 @@ def stop(args: argparse.Namespace) -> int:
         return print_json(done)
     for name, result in done["instruments"].items():
         state = ", ".join(f"{k}={v}" for k, v in result.get("readBack", {}).items())
-        echo(f"{name}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
+        where = f" ({result['resource']})" if result.get("resource") else ""
+        echo(f"{name}{where}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
              + (f"; read back {state}" if state else "")
              + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
     cancelled, suspended = len(done["cancelled"]), len(done["suspended"])
@@ -83,11 +84,29 @@ def status(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         echo(json.dumps(found, indent=2))
         return 0
-    table(["INSTRUMENT", "PROFILE", "RESOURCE", "LOCK"],
-          [[i["name"], i["profile"], i["resource"], i["lock"]] for i in found])
+    table(["INSTRUMENT", "PROFILE", "RESOURCE", "LOCK", "ANSWERS"],
+          [[i["name"], i.get("profileName") or i["profile"], i["resource"], i["lock"],
+            _answers(i)] for i in found])
     for i in found:
+        if i.get("wrongInstrument"):
+            echo(f"WARNING {i['name']}: another instrument answers: {i['wrongInstrument']}")
+        elif i.get("unreachable"):
+            echo(f"WARNING {i['name']}: unreachable: {i['unreachable']}")
         if i.get("lockWarning"):
             echo(f"WARNING {i['name']}: {i['lock']}: {i['lockWarning']}")
+    return 0
+
+
+def _answers(i: dict[str, Any]) -> str:
+    """Whether the instrument answers as its profile: ``yes``, ``ANOTHER MODEL``,
+    ``UNREACHABLE``, ``not asked yet``, or ``-`` (its profile names no identity)."""
+    if i.get("wrongInstrument"):
+        return "ANOTHER MODEL"
+    if i.get("unreachable"):
+        return "UNREACHABLE"
+    if i.get("idn"):
+        return "yes"
+    return "not asked yet" if i.get("identity") else "-"
     return 0
 
 
@@ -158,10 +177,16 @@ def watch(args: argparse.Namespace) -> int:
                 if r.status_code >= 400:
                     r.read()
                     raise ApiError(r.status_code, r.json().get("reason", r.reason_phrase))
-                lines.put(f"watching {args.url}/v1/events (Ctrl-C stops)")
+                if args.json:  # stdout is JSON Lines, one event each; this goes aside
+                    print(f"watching {args.url}/v1/events (Ctrl-C stops)", file=sys.stderr,
+                          flush=True)
+                else:
+                    lines.put(f"watching {args.url}/v1/events (Ctrl-C stops)")
                 for line in r.iter_lines():
                     if line.startswith("data: "):
-                        lines.put(_watched(c, json.loads(line[6:]), commands))
+                        m = json.loads(line[6:])
+                        lines.put(json.dumps(m, ensure_ascii=False) if args.json
+                                  else _watched(c, m, commands))
             lines.put(None)
         except BaseException as exc:  # reported by the main thread
             lines.put(exc)

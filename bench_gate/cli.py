@@ -24,9 +24,12 @@ from . import _cli_local as local
 from . import _cli_remote as remote
 from ._cli_common import BROKEN, CHANGED, ERROR, CliError, finite, port, seconds, whole
 from ._cli_profile import add_commands as profile_commands
+from ._cli_profile import check as profile_check
+from ._cli_profile import test as profile_test
 from .client import ApiError
 from .config import MAX_KEEP_DAYS
 from .doorway import EXIT_CODES, problem_named, problem_of
+from .terms import MAX_TERM, MIN_TERM
 from .texts import visible
 
 __all__ = ["BROKEN", "CHANGED", "ERROR", "EXIT_CODES", "EXIT_HELP", "CliError", "main", "parser"]
@@ -78,14 +81,52 @@ def _global_options(p: argparse.ArgumentParser, default: bool) -> None:
                         "command has it")
 
 
+#: Commands that work on this machine, never on a server: no ``--url``/``--token``.
+_LOCAL: set[Callable[[argparse.Namespace], int]] = {
+    local.serve, local.token_create, local.token_list, local.token_revoke,
+    local.journal_verify, local.journal_export, local.journal_archive, profile_check,
+    profile_test}
+#: Commands whose output JSON means nothing for: a server's banner, MCP's own stdio.
+NO_JSON: dict[Callable[[argparse.Namespace], int], str] = {
+    local.serve: "serve prints its banner, no JSON (the API at --url is JSON)",
+    local.mcp: "mcp speaks MCP (JSON-RPC) on stdout already"}
+
+
+def _takes(p: argparse.ArgumentParser) -> tuple[bool, bool]:
+    """Whether ``p`` (a command, or a group of them) talks to a server and prints JSON."""
+    fn = p._defaults.get("fn")
+    if fn is not None:
+        return fn not in _LOCAL, fn not in NO_JSON
+    remote = json_ = False
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                r, j = _takes(sp)
+                remote, json_ = remote or r, json_ or j
+    return remote, json_
+
+
 def _every_command(p: argparse.ArgumentParser) -> None:
-    """Give every command (at any depth) the global options."""
+    """Give every command (at any depth) the global options it uses: ``--url`` and
+    ``--token`` if it talks to a server, ``--json`` if it prints JSON; its help lists
+    exactly what it takes."""
     for action in p._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sp in dict.fromkeys(action.choices.values()):
                 _every_command(sp)
-                if "--url" not in sp._option_string_actions:
-                    _global_options(sp, default=False)
+                if "--json" in sp._option_string_actions \
+                        or "--url" in sp._option_string_actions:
+                    continue
+                remote, json_ = _takes(sp)
+                if remote:
+                    sp.add_argument("--url", default=argparse.SUPPRESS,
+                                    help="the server (default http://127.0.0.1:8000, or "
+                                         "BENCH_GATE_URL)")
+                    sp.add_argument("--token", default=argparse.SUPPRESS,
+                                    help="bearer token (default: BENCH_GATE_TOKEN)")
+                if json_:
+                    sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                                    help="print JSON (camelCase, as the API) instead of text")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,24 +169,26 @@ def parser() -> argparse.ArgumentParser:
     tc = tsub.add_parser("create", help="print a new token (shown once)")
     tc.add_argument("--name", required=True)
     tc.add_argument("--role", required=True, choices=["requester", "operator", "admin"])
-    tc.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     tc.set_defaults(fn=local.token_create)
     tl = tsub.add_parser("list", help="every token (never the secrets)")
-    tl.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     tl.set_defaults(fn=local.token_list)
     tr = tsub.add_parser("revoke", help="revoke a token by id, or every token of a name")
     tr.add_argument("id_or_name")
-    tr.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     tr.set_defaults(fn=local.token_revoke)
+    for sp in (tc, tl, tr):
+        sp.add_argument("--db", default=argparse.SUPPRESS, help=(
+            "the store: a SQLite file (default: in the data directory) or a postgresql:// "
+            "URL; the one `serve` printed"))
 
     pe = cmd("pending", remote.pending, "the requests waiting for a decision, a page at a time, "
                                   "with how many wait in all")
     pe.add_argument("--sort", choices=["expiry", "newest"], default="expiry",
                     help="expiry: soonest first, what must be decided before it is lost "
                          "(the default); newest: created last, first")
-    pe.add_argument("--limit", type=int, default=100, help="rows per page (1 to 1000; "
-                                                           "default %(default)s)")
-    pe.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    pe.add_argument("--limit", type=whole(1, 1000), default=100,
+                    help="rows per page (1 to 1000; default %(default)s)")
+    pe.add_argument("--offset", type=whole(0, 2**31 - 1), default=0,
+                    help="skip this many (default 0)")
     pe.add_argument("--instrument", help="only this instrument's")
     sh = cmd("show", decide.show, "one request with everything the console's request page "
                                   "shows: actions, margins, approvals given and missing, the "
@@ -224,7 +267,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=seconds, help="give up after this many seconds (exit 8)")
     mc = cmd("mcp", local.mcp, "serve MCP on stdio for an agent, acting for the token's "
                               "requester (BENCH_GATE_TOKEN) against --url")
-    mc.add_argument("--heartbeat-seconds", type=int, default=60, metavar="N", help=(
+    mc.add_argument("--heartbeat-seconds", type=whole(MIN_TERM, MAX_TERM), default=60,
+                    metavar="N", help=(
         "the session's run closes (its undecided requests cancelled) if this process is "
         "not heard from for N seconds: killed, out of memory, a laptop lid shut. It "
         "heartbeats four times a term (default 60; 2 to 86400)"))
@@ -267,7 +311,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from .errors import GatewayError
 
-    args = parser().parse_args(_legacy_journal(list(sys.argv[1:] if argv is None else argv)))
+    p = parser()
+    args = p.parse_args(_legacy_journal(list(sys.argv[1:] if argv is None else argv)))
+    if args.json and args.fn in NO_JSON:  # given before the command: never ignored
+        p.error(f"--json: {NO_JSON[args.fn]}")
     try:
         code: int = args.fn(args)
         return code

@@ -165,8 +165,11 @@ class Gateway:
         return lock.state if lock is not None else LockState(LockStatus.NOT_LOCKABLE)
 
     def instrument_identity(self, instrument: str) -> dict[str, Any]:
-        """Who answers ``*IDN?`` and whether its profile describes it (identity.py)."""
-        return self.core.instrument(instrument).identity.as_dict()
+        """Who answers ``*IDN?`` and whether its profile describes it (identity.py), its
+        profile's name, and why its last job did not reach it (None once one did)."""
+        inst = self.core.instrument(instrument)
+        return {**inst.identity.as_dict(), "profile": inst.profile.name,
+                "failing": inst.lane.failing}
 
     def envelope(self, instrument: str) -> dict[int, ChannelLimits]:
         """The bench's hard limits for one instrument, per channel, as configured now."""

@@ -188,6 +188,29 @@ def _held_off(profile: Profile, state: dict[str, str]) -> str:
                      and (why := envelope.in_force(profile, state, ch)[1]))
 
 
+def _recent(history: list[Event]) -> list[dict[str, Any]]:
+    """What the run already did, for its reviewer: a command refused (``write_refused``)
+    shows as refused and why, never only as "command received"."""
+    recent: list[dict[str, Any]] = []
+    for e in history:
+        if e.type is EventType.WRITE_REFUSED:
+            why = f"refused: {e.data.get('code')}, {e.data.get('reason')}" \
+                if e.data.get("code") is not None else f"refused: {e.data.get('reason')}"
+            last = recent[-1] if recent else None
+            if last is not None and last["type"] == EventType.COMMAND_RECEIVED.value \
+                    and last["command"] == e.data.get("message") and not last["status"]:
+                last["status"] = why  # the command it refuses, just received
+                continue
+            recent.append({"at": e.at.isoformat(), "type": e.type.value,
+                           "command": e.data.get("message"), "status": why})
+        elif e.type in (EventType.COMMAND_RECEIVED, EventType.STEP_COMPLETED,
+                        EventType.STEP_FAILED, EventType.TAKEOVER_DENIED) \
+                and e.data.get("origin", "client") == "client":  # not the gateway's SYST:ERR?
+            recent.append({"at": e.at.isoformat(), "type": e.type.value,
+                           "command": e.data.get("message"), "status": e.data.get("status")})
+    return recent[-10:]
+
+
 def build_handoff(
     req: TakeoverRequest,
     run: Run,
@@ -263,14 +286,7 @@ def build_handoff(
         signals.append(f"the {_noun(profile)} drives current or voltage into the DUT")
     diff = {k: [snap.values.get(k), v] for k, v in sorted(proposed.items())
             if snap.values.get(k) != v}
-    recent = [
-        {"at": e.at.isoformat(), "type": e.type.value,
-         "command": e.data.get("message"), "status": e.data.get("status")}
-        for e in history
-        if e.type in (EventType.COMMAND_RECEIVED, EventType.STEP_COMPLETED,
-                      EventType.STEP_FAILED, EventType.TAKEOVER_DENIED)
-        and e.data.get("origin", "client") == "client"  # not the gateway's own SYST:ERR?
-    ][-10:]
+    recent = _recent(history)
     return {
         "command": req.message,
         "instrument": req.instrument,

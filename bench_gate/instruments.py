@@ -192,6 +192,8 @@ class Lane:
         self._busy = False
         self._driver: asyncio.Task[None] | None = None
         self.io_errors = 0
+        #: Why its last job failed to reach it (shown by ``status``); None once one did.
+        self.failing: str | None = None
         #: Set by an emergency stop: a running job stops sending further commands (it
         #: checks between units) and the stop's own job runs next.
         self.halted = False
@@ -221,9 +223,12 @@ class Lane:
                     await self.identity.check(self.link)  # another instrument: nothing else
                 if self.lock is not None and self.lock.due(self.link):
                     await self.lock.take(self.link)  # never raises: shown, not fatal
-                return await job(self._job_link(False))
-            except InstrumentError:
+                result = await job(self._job_link(False))
+                self.failing = None
+                return result
+            except InstrumentError as exc:
                 self.io_errors += 1
+                self.failing = exc.message
                 raise
             finally:
                 self._busy = False
@@ -276,9 +281,11 @@ class Lane:
             done = await job(self._job_link(urgent))
             if lock is not None and urgent:  # after a safe action: it waits for nothing
                 await lock.take(self.link)
+            self.failing = None
             return done
-        except InstrumentError:
+        except InstrumentError as exc:
             self.io_errors += 1
+            self.failing = exc.message
             raise
 
     def _job_link(self, urgent: bool) -> AsyncLink:

@@ -23,6 +23,7 @@ from .api import create_app
 from .auth import Tokens
 from .config import BenchConfig, data_dir
 from .gateway import Gateway
+from .identity import ask
 from .mcp import McpDoor
 from .models import now
 from .store import Store
@@ -84,14 +85,36 @@ async def _start_doors(gateway: Gateway, tokens: Tokens, config: BenchConfig
     return await start_doors(gateway, tokens, config), ""
 
 
-async def _announce(running: Running, on_ready: Callable[[Running], None] | None) -> None:
+#: How long the banner waits for each instrument's ``*IDN?`` (``run(probe=True)``).
+PROBE_SECONDS = 5.0
+
+
+async def _probe(gateway: Gateway) -> None:
+    """Ask each instrument ``*IDN?`` once, on its lane, so the banner says which is
+    unreachable or another model (the lane and its identity keep why)."""
+    async def one(inst: Any) -> None:
+        name = inst.config.name
+        try:
+            await asyncio.wait_for(inst.lane.run(lambda link: ask(link, name), whole=False),
+                                   PROBE_SECONDS)
+        except TimeoutError:
+            inst.lane.failing = f"no answer to *IDN? within {PROBE_SECONDS:g} s"
+        except Exception:  # kept by the lane (failing) or its identity: the banner says
+            pass
+    await asyncio.gather(*(one(i) for i in gateway.core.instruments.values()))
+
+
+async def _announce(running: Running, on_ready: Callable[[Running], None] | None,
+                    probe: bool = False) -> None:
     """Call ``on_ready`` once uvicorn is serving (after its startup), never for a start
     that failed: the CLI creates the first admin token there, so a failed start (a port in
-    use) uses none up."""
+    use) uses none up. ``probe``: each instrument is asked who it is first."""
     while not running.server.started:
         if running.server.should_exit:
             return
         await asyncio.sleep(0.01)
+    if probe:
+        await _probe(running.gateway)
     if on_ready is not None:
         on_ready(running)
 
@@ -99,9 +122,10 @@ async def _announce(running: Running, on_ready: Callable[[Running], None] | None
 async def run(config: BenchConfig, store: Store, *, host: str | None = None,
               port: int | None = None, clock: Callable[[], Any] = now,
               on_ready: Callable[[Running], None] | None = None,
-              log_level: str = "warning") -> None:
+              log_level: str = "warning", probe: bool = False) -> None:
     """Serve until stopped (Ctrl-C, SIGTERM or :meth:`Running.stop`), then shut down.
-    ``on_ready`` is called once the HTTP server is serving."""
+    ``on_ready`` is called once the HTTP server is serving (``probe``: and each
+    instrument was asked ``*IDN?``, for the banner to say which does not answer)."""
     host = host if host is not None else config.server.host
     port = port if port is not None else config.server.port
     gateway = Gateway(config, store, clock=clock)
@@ -130,7 +154,7 @@ async def run(config: BenchConfig, store: Store, *, host: str | None = None,
         running = Running(url=f"http://{shown}:{bound}", host=host, port=bound,
                           gateway=gateway, tokens=tokens, app=app, server=server,
                           loop=asyncio.get_running_loop(), doors=addresses, doors_note=note)
-        announced = asyncio.create_task(_announce(running, on_ready))
+        announced = asyncio.create_task(_announce(running, on_ready, probe))
         try:
             async with mcp_door.running():
                 await server.serve(sockets=[sock])

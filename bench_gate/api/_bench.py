@@ -39,7 +39,9 @@ def instruments(who: Caller, gw: GatewayDep, request: Request) -> list[Instrumen
                                  door_port=door[1] if door else None,
                                  lock=lock.words, locked=lock.locked, lock_owner=lock.owner,
                                  lock_warning=lock.warning, identity=known["expected"],
-                                 idn=known["answered"], wrong_instrument=known["words"]))
+                                 idn=known["answered"], wrong_instrument=known["words"],
+                                 profile_name=known["profile"],
+                                 unreachable=None if known["words"] else known["failing"]))
     return out
 
 

@@ -236,6 +236,10 @@ class InstrumentOut(_Out):
     identity: list[str] = Field(default_factory=list)
     idn: str | None = None
     wrong_instrument: str | None = None
+    #: The profile's own name (``profile`` is as bench.toml gives it: a name or a path).
+    profile_name: str | None = None
+    #: Why the last job on it did not reach it (unreachable, no answer); None once one did.
+    unreachable: str | None = None
 
 
 def run_out(run: Run) -> RunOut:

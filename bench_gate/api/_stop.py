@@ -29,13 +29,28 @@ async def stop(who: Caller, gw: GatewayDep, body: StopBody | None = None) -> dic
     refused until an operator clears it. Needs no approval."""
     done: dict[str, Any] = wire(await gw.emergency_stop(who, "HTTP API",
                                                         body.instrument if body else None))
+    for name, result in done.get("instruments", {}).items():
+        if isinstance(result, dict):
+            result["resource"] = _configured(gw, name)
     return done
+
+
+def _configured(gw: Any, name: str) -> str | None:
+    """The instrument's resource as bench.toml spells it (``TCPIP0::…``), never the key a
+    stop is matched by (``TCPIP::…``, interlocks.py)."""
+    ic = gw.config.instrument(name)
+    return str(ic.resource) if ic is not None else None
 
 
 @router.get("")
 def stopped(who: Caller, gw: GatewayDep) -> dict[str, Any]:
-    """Which instruments are stopped now, by whom, when and through which door."""
-    return {"stopped": wire(gw.stopped())}
+    """Which instruments are stopped now, by whom, when and through which door; each
+    with its resource as bench.toml says it."""
+    found: dict[str, Any] = wire(gw.stopped())
+    for name, record in found.items():
+        if isinstance(record, dict) and _configured(gw, name) is not None:
+            record["resource"] = _configured(gw, name)
+    return {"stopped": found}
 
 
 @router.post("/clear")

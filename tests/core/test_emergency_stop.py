@@ -165,7 +165,8 @@ def test_http_and_cli(bench: Bench) -> None:
                              timeout=60)
     assert stopped.returncode == 0, stopped.stderr
     assert "; 1 request cancelled, 1 run suspended; " in stopped.stdout  # was "1 requests"
-    assert ("psu: sent OUTP:DEL:FALL 0.0,(@1); OUTP 0,(@1); OUTP:DEL:FALL 0.0,(@2); "
+    assert (f"psu ({bench.sim.psu_resource_name}): sent OUTP:DEL:FALL 0.0,(@1); OUTP 0,(@1); "
+            "OUTP:DEL:FALL 0.0,(@2); "
             "OUTP 0,(@2); OUTP:DEL:FALL 0.0,(@3); OUTP 0,(@3)") in stopped.stdout
     assert panel(bench) == [0, 0, 0]
 

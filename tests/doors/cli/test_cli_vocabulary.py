@@ -133,9 +133,18 @@ def test_every_command_takes_the_global_options_after_it() -> None:
 
     found = list(leaves(parser, ()))
     assert len(found) > 20
+    # Each takes exactly the global options it uses (a local command no --url/--token;
+    # serve and mcp no --json: tests/doors/cli/test_cli_polish.py).
+    local = {("serve",), ("token", "create"), ("token", "list"), ("token", "revoke"),
+             ("journal", "verify"), ("journal", "export"), ("journal", "archive"),
+             ("profile", "check"), ("profile", "test")}
     for path, leaf in found:
-        assert {"--url", "--token", "--json"} <= set(leaf._option_string_actions), path
-    args = parser.parse_args(["journal", "verify", "--url", "http://a", "--json",
+        takes = set(leaf._option_string_actions)
+        assert ({"--url", "--token"} <= takes) is (path not in local), path
+        assert ("--json" in takes) is (path not in {("serve",), ("mcp",)}), path
+    args = parser.parse_args(["journal", "verify", "--json"])
+    assert args.json is True
+    args = parser.parse_args(["journal", "show", "RUN", "--url", "http://a", "--json",
                               "--token", "t"])
     assert (args.url, args.token, args.json) == ("http://a", "t", True)
     args = parser.parse_args(["--url", "http://b", "--json", "runs"])
