@@ -19,7 +19,7 @@ tries); the watch and a read-back never send one to an instrument that does not 
 (safety.py asks ``*IDN?`` when a field went unanswered). A profile without an identity
 (``generic``) is not checked. A job that reaches a new connection in its middle (its
 reads dropped one) asks ``*IDN?`` on it before its next command, and must find the very
-instrument it began with, serial included (instruments._Asked).
+instrument it began with, serial included (:class:`Asked`).
 
 An identity names at least the manufacturer and the model (the profile schema refuses
 fewer). An answer longer than ``answers.MAX_TEXT`` is no identification: it never fits, and
@@ -36,16 +36,20 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .answers import MAX_TEXT, shown
 from .errors import GatewayError, InstrumentError, WrongInstrument
 from .models import Event, EventType
 from .scpi import Profile
 
+if TYPE_CHECKING:
+    from .instruments import AsyncLink, Lane
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["IDN", "Identity", "Refusing", "ask", "fits", "identities", "journaled", "nothing"]
+__all__ = ["IDN", "Asked", "Identity", "Refusing", "ask", "fits", "identities", "journaled",
+           "nothing"]
 
 IDN = "*IDN?"
 
@@ -200,3 +204,63 @@ class Refusing:
 
     async def close(self) -> None:
         return None
+
+
+class Asked:
+    """A job's link that asks who answers before a command on a connection not asked yet
+    (a new one since the job began); on one where another model answers, or another unit
+    than the job began on, every command is refused unsent (an InstrumentError)."""
+
+    def __init__(self, lane: Lane, inner: AsyncLink) -> None:
+        self._lane = lane
+        self._inner = inner
+        self._refused: int | None = None  # the connection another instrument answers on
+        self._began = lane.identity.seen if lane.identity is not None else None  # that one
+        self._other: InstrumentError | None = None
+
+    @property
+    def opens(self) -> int | None:
+        return getattr(self._lane.link, "opens", None)
+
+    @property
+    def connected(self) -> bool:
+        return bool(getattr(self._lane.link, "connected", True))
+
+    async def _asked(self) -> None:
+        identity, link = self._lane.identity, self._lane.link
+        refusal: InstrumentError | None = identity.refusal() if identity is not None else None
+        refusal = refusal or self._other
+        if refusal is not None and self.connected and self.opens == self._refused:
+            raise refusal  # asked on this connection already: another instrument
+        if identity is None or not identity.due(link):
+            return
+        try:
+            await identity.check(link)
+        except WrongInstrument:
+            self._refused = self.opens
+            raise
+        if self._began is not None and identity.seen != self._began:
+            self._refused = self.opens
+            self._other = InstrumentError(
+                f"{self._lane.name}: the connection was reopened and another instrument "
+                f"answers ({shown(identity.seen or '')}, not {shown(self._began)}): nothing "
+                "more is sent on this turn")
+            raise self._other
+
+    def _due(self) -> bool:  # on every read's path: no coroutine unless it asks
+        identity = self._lane.identity
+        return identity is not None and (self._refused is not None
+                                         or identity.due(self._lane.link))
+
+    async def write(self, command: str) -> None:
+        if self._due():
+            await self._asked()
+        await self._inner.write(command)
+
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        if self._due():
+            await self._asked()
+        return await self._inner.query(command, extra_seconds)
+
+    async def close(self) -> None:
+        await self._inner.close()

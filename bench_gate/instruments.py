@@ -25,10 +25,9 @@ import pyvisa
 import pyvisa.errors
 import pyvisa.rname
 
-from .answers import shown
 from .config import InstrumentConfig
-from .errors import InstrumentError, WrongInstrument
-from .identity import Identity
+from .errors import InstrumentError
+from .identity import Asked, Identity
 from .locking import InstrumentLock
 from .socket_link import SocketLink
 
@@ -295,7 +294,7 @@ class Lane:
         link = self._jobs_link or self.link
         if urgent or self.identity is None or not self.identity.expected:
             return link
-        return _Asked(self, link)
+        return Asked(self, link)
 
     async def drop(self) -> None:
         """Drop the connection, not the lane (answers out of step: lockstep.py): the next
@@ -339,66 +338,6 @@ class _Addressed:
 
     async def close(self) -> None:
         await self._lane.link.close()
-
-
-class _Asked:
-    """A job's link that asks who answers before a command on a connection not asked yet
-    (a new one since the job began); on one where another model answers, or another unit
-    than the job began on, every command is refused unsent (an InstrumentError)."""
-
-    def __init__(self, lane: Lane, inner: AsyncLink) -> None:
-        self._lane = lane
-        self._inner = inner
-        self._refused: int | None = None  # the connection another instrument answers on
-        self._began = lane.identity.seen if lane.identity is not None else None  # that one
-        self._other: InstrumentError | None = None
-
-    @property
-    def opens(self) -> int | None:
-        return getattr(self._lane.link, "opens", None)
-
-    @property
-    def connected(self) -> bool:
-        return bool(getattr(self._lane.link, "connected", True))
-
-    async def _asked(self) -> None:
-        identity, link = self._lane.identity, self._lane.link
-        refusal: InstrumentError | None = identity.refusal() if identity is not None else None
-        refusal = refusal or self._other
-        if refusal is not None and self.connected and self.opens == self._refused:
-            raise refusal  # asked on this connection already: another instrument
-        if identity is None or not identity.due(link):
-            return
-        try:
-            await identity.check(link)
-        except WrongInstrument:
-            self._refused = self.opens
-            raise
-        if self._began is not None and identity.seen != self._began:
-            self._refused = self.opens
-            self._other = InstrumentError(
-                f"{self._lane.name}: the connection was reopened and another instrument "
-                f"answers ({shown(identity.seen or '')}, not {shown(self._began)}): nothing "
-                "more is sent on this turn")
-            raise self._other
-
-    def _due(self) -> bool:  # on every read's path: no coroutine unless it asks
-        identity = self._lane.identity
-        return identity is not None and (self._refused is not None
-                                         or identity.due(self._lane.link))
-
-    async def write(self, command: str) -> None:
-        if self._due():
-            await self._asked()
-        await self._inner.write(command)
-
-    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
-        if self._due():
-            await self._asked()
-        return await self._inner.query(command, extra_seconds)
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 @dataclass
