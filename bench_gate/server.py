@@ -22,6 +22,7 @@ from starlette.routing import Route
 from .api import create_app
 from .auth import Tokens
 from .config import BenchConfig, data_dir
+from .errors import GatewayError
 from .gateway import Gateway
 from .identity import ask
 from .mcp import McpDoor
@@ -99,7 +100,7 @@ async def _probe(gateway: Gateway) -> None:
                                    PROBE_SECONDS)
         except TimeoutError:
             inst.lane.failing = f"no answer to *IDN? within {PROBE_SECONDS:g} s"
-        except Exception:  # kept by the lane (failing) or its identity: the banner says
+        except GatewayError:  # kept by the lane (failing) or its identity: the banner says
             pass
     await asyncio.gather(*(one(i) for i in gateway.core.instruments.values()))
 
