@@ -236,7 +236,9 @@ def test_served_status_socket_door_and_the_warning(served: Bench) -> None:
                            capture_output=True, text=True, env=env, timeout=60)
     assert shown.returncode == 0, shown.stderr
     lines = {line.split()[0]: line for line in shown.stdout.splitlines() if line.strip()}
-    assert lines["psu"].endswith("locked") and lines["dmm"].endswith("locked")
+    # The LOCK column, then ANSWERS (whether the instrument answered as its profile says).
+    assert lines["psu"].split()[-2:] == ["locked", "yes"], lines["psu"]
+    assert lines["dmm"].split()[-2] == "locked", lines["dmm"]
     assert "not lockable" in lines["aux"]
     assert f"WARNING aux: not lockable: {UNLOCKED_WARNING}" in shown.stdout
     # MCP over HTTP shows the same to an agent.
