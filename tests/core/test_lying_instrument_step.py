@@ -26,6 +26,17 @@ from tests.liar_instrument import LyingInstrument, gw, liar, lied_config, lied_g
 __all__ = ["gw", "liar", "lied_config"]  # the fixtures, for pytest
 
 
+async def _in_step_again(gw: Gateway, *, run_id: str, olga: Principal, front_panel: Any,
+                         current: str) -> None:
+    """A fresh request is held on the panel's state (CH1's ``current``) and runs."""
+    again = (await gw.submit(run_id, "psu", "VOLT 3,(@1)")).request
+    assert again is not None and again.snapshot.values["ch1.current"] == current
+    ran = (await gw.grant(again.id, olga, ["setpoint"],
+                          proposal_hash=again.proposal_hash)).request
+    assert ran.status is Status.EXECUTED, ran.outcome
+    assert Decimal(front_panel.query("VOLT? (@1)")) == 3
+
+
 # ------------------------------------------------ an answer ahead of its time: out of step
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
 @pytest.mark.parametrize("gap", [0.0, 0.05])
@@ -55,12 +66,8 @@ async def test_a_stale_answer_at_the_recheck_writes_nothing(
         assert Decimal(front_panel.query("VOLT? (@1)")) == 0
         assert not any(line.startswith("VOLT 2") for line in liar.received)
         # In step again: a fresh request is held on the panel's state and runs.
-        again = (await gw.submit(run.id, "psu", "VOLT 3,(@1)")).request
-        assert again is not None and again.snapshot.values["ch1.current"] == "0.8"
-        ran = (await gw.grant(again.id, olga, ["setpoint"],
-                              proposal_hash=again.proposal_hash)).request
-        assert ran.status is Status.EXECUTED, ran.outcome
-        assert Decimal(front_panel.query("VOLT? (@1)")) == 3
+        await _in_step_again(gw, run_id=run.id, olga=olga, front_panel=front_panel,
+                             current="0.8")
     finally:
         await gw.close()
         gw.store.close()
@@ -113,12 +120,8 @@ async def test_a_recheck_answered_after_the_timeout_writes_nothing_and_stays_in_
         assert done.status is Status.FAILED and "timed out" in (done.outcome or "")
         assert "nothing was written" in (done.outcome or "")
         front_panel.write("CURR 0.7,(@1)")
-        again = (await gw.submit(run.id, "psu", "VOLT 3,(@1)")).request
-        assert again is not None and again.snapshot.values["ch1.current"] == "0.7"
-        ran = (await gw.grant(again.id, olga, ["setpoint"],
-                              proposal_hash=again.proposal_hash)).request
-        assert ran.status is Status.EXECUTED, ran.outcome
-        assert Decimal(front_panel.query("VOLT? (@1)")) == 3
+        await _in_step_again(gw, run_id=run.id, olga=olga, front_panel=front_panel,
+                             current="0.7")
     finally:
         await gw.close()
         gw.store.close()

@@ -140,18 +140,19 @@ async def test_a_new_connection_inside_a_job_is_asked_who_answers(
 
 async def cut_off_read_back_reaches_another_model(
         gw: Gateway, liar: LyingInstrument, script: Principal, olga: Principal,
-        front_panel: Any) -> None:
+        front_panel: Any, answers_as: str = "Keysight Technologies,E36313A,MY00000001,1.0",
+        fits: bool = False) -> None:
     for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
         front_panel.write(text)
     run = gw.create_run(script, "script")
     req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
     assert req is not None
     # After the write: the read-back's sync point is cut off, and the connection after
-    # it reaches another model (answering the same commands), whose CH1 reads 8 V.
+    # it reaches another instrument (``answers_as``: another model answering the same
+    # commands, or another unit of this one), whose CH1 reads 8 V.
     read_back = "LIST:CURR? (@3);*IDN?"  # only the read-back reads CH3
     liar.drop("*IDN?", landed=False, after=read_back)  # its sync point: cut off
-    liar.answer("*IDN?", "Keysight Technologies,E36313A,MY00000001,1.0", times=1000,
-                after=read_back)
+    liar.answer("*IDN?", answers_as, times=1000, after=read_back)
     liar.answer("VOLT? (@1)", "8", times=1000, after=read_back)
     done = (await gw.grant(req.id, olga, ["setpoint"],
                            proposal_hash=req.proposal_hash)).request
@@ -159,7 +160,7 @@ async def cut_off_read_back_reaches_another_model(
     sent_after = liar.received[liar.received.index("VOLT 2.0,(@1)") + 1:]
     assert not [line for line in sent_after if "?" not in line], sent_after
     assert int(front_panel.query("OUTP? (@1)")) == 1
-    assert gw.instrument_identity("psu")["fits"] is False
+    assert gw.instrument_identity("psu")["fits"] is fits
 
 
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
@@ -174,22 +175,9 @@ async def test_a_connection_reopened_inside_a_job_must_reach_the_same_instrument
     gw = lied_gateway(lied_config, db_path, clock, io)
     await gw.start()
     try:
-        for text in ("CURR 0.5,(@1)", "VOLT 1,(@1)", "OUTP ON,(@1)"):
-            front_panel.write(text)
-        run = gw.create_run(script, "script")
-        req = (await gw.submit(run.id, "psu", "VOLT 2,(@1)")).request
-        assert req is not None
-        read_back = "LIST:CURR? (@3);*IDN?"
-        liar.drop("*IDN?", landed=False, after=read_back)
-        liar.answer("*IDN?", "Keysight Technologies,E36312A,MY99999999,1.0", times=1000,
-                    after=read_back)
-        liar.answer("VOLT? (@1)", "8", times=1000, after=read_back)
-        done = (await gw.grant(req.id, olga, ["setpoint"],
-                               proposal_hash=req.proposal_hash)).request
-        assert done.status is Status.AMBIGUOUS, done.outcome
-        sent_after = liar.received[liar.received.index("VOLT 2.0,(@1)") + 1:]
-        assert not [line for line in sent_after if "?" not in line], sent_after
-        assert int(front_panel.query("OUTP? (@1)")) == 1
+        await cut_off_read_back_reaches_another_model(
+            gw, liar, script, olga, front_panel,
+            answers_as="Keysight Technologies,E36312A,MY99999999,1.0", fits=True)
     finally:
         await gw.close()
         gw.store.close()
