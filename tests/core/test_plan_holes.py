@@ -131,6 +131,12 @@ async def test_a_breach_the_gateway_made_safe_ends_the_plans_over_it(
         await asyncio.sleep(0.05)
     assert front_panel.query("OUTP? (@1)").strip() == "0"
     front_panel.write("CURR 0.5,(@1)")
+    # The plans end on the safe action's lane turn, after its read-back and sync point,
+    # a moment after the output went off on the panel.
+    for _ in range(100):
+        if gateway.get_plan(plan_id).status is not PlanStatus.ACTIVE:
+            break
+        await asyncio.sleep(0.05)
     plan = gateway.get_plan(plan_id)
     assert plan.status is PlanStatus.REVOKED, plan
     assert plan.revoked_by is not None and "made safe" in plan.revoked_by
