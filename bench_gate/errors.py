@@ -155,6 +155,11 @@ class InstrumentError(GatewayError):
     """Talking to an instrument failed (timeout, lost connection, garbled reply)."""
 
 
+class NotSent(InstrumentError):
+    """The command was refused before any of it left: a new connection where the turn keeps
+    to one (socket_link.kept_to)."""
+
+
 class WrongInstrument(InstrumentError):
     """The instrument answering ``*IDN?`` is not one its profile describes (bench.toml
     points the profile at another model, a swapped cable): nothing but ``*IDN?`` is sent

@@ -16,19 +16,17 @@ from typing import Any, TypeVar
 from . import envelope
 from .conclusions import Conclusions
 from .core import Core, Instrument, Part
-from .errors import InstrumentError, Refused, WrongInstrument
+from .errors import Refused, WrongInstrument
 from .identity import Refusing
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .leases import Leases
-from .memories import memory_of, trusted
 from .models import (
     Approval,
     Event,
     EventType,
     Receipt,
     SentLine,
-    Snapshot,
     Status,
     TakeoverRequest,
 )
@@ -38,7 +36,7 @@ from .runs import Runs
 from .safety import Safety, Written
 from .scpi import excitation_now, measures_now
 from .selections import read_selection
-from .sent import KEPT_BACK, on_the_wire
+from .sending import Sender
 from .setpoints import Setpoints
 from .snapshots import Snapshots, unverifiable
 from .stale import Stale
@@ -63,6 +61,7 @@ class Executor(Part):
         self.interlocks = interlocks
         self.leases = leases
         self.checks = Rechecks(core, snaps, setpoints, runs, interlocks)
+        self.sender = Sender(snaps, interlocks)
         self.stale = Stale(core, snaps, requests, runs)
         self.conclusions = Conclusions(core, snaps, setpoints, requests, safety, leases)
         self._in_flight: set[str] = set()
@@ -297,42 +296,18 @@ class Executor(Part):
         lines: list[SentLine] = []  # what the instrument got, in order, and what it did not
 
         async def job(link: AsyncLink) -> Written | None:
-            if recheck is not None and not await recheck(link):
-                return None
-            out = Written()
-            if spec is not None and unshown:
-                applies = await excitation_now(spec, link.query)
-                if applies is not None:
-                    found.append(applies)
-                    return out  # nothing written, nothing to read back
-            try:
-                self.interlocks.check(req.instrument)  # a stop since the recheck: no command
-                for i, a in enumerate(req.actions):
-                    if inst.lane.halted:  # an emergency stop: not one more command
-                        out.error = "an emergency stop was pressed during the write"
-                        break
-                    form = profile.form_of(a.canonical)
-                    if a.effect == "select" or (form is not None and form.local):
-                        # per run, or answered by the gateway (*CLS): never sent
-                        lines.append(SentLine(text=a.canonical, sent=False, why=KEPT_BACK[
-                            "select" if a.effect == "select" else "local"]))
-                        continue
-                    memory = memory_of(profile, a.canonical)
-                    saving = await self._before_memory(link, inst, memory,
-                                                       req.snapshot.idn)
-                    lines.extend(on_the_wire(profile, a.canonical))
-                    if a.canonical.split(" ")[0].endswith("?"):
-                        out.answers[i] = await link.query(a.canonical,
-                                                          inst.extra_seconds(a.canonical))
-                    else:
-                        await link.write(a.canonical)
-                    inst.ran(a.canonical)  # a reading's timeout follows what it set
-                    if saving is not None and memory is not None and \
-                            await self._still(link, inst, saving) and \
-                            self.snaps.memories.record(inst, memory[1], saving, req.id):
-                        out.stored[memory[1]] = saving.values  # the receipt: what was kept
-            except (InstrumentError, Refused) as exc:
-                out.error = exc.message
+            # The recheck and the writes on one connection: the recheck stands for the
+            # one it was read on (a lost one is not replaced: Lane.one_connection).
+            with inst.lane.one_connection():
+                if recheck is not None and not await recheck(link):
+                    return None
+                out = Written()
+                if spec is not None and unshown:
+                    applies = await excitation_now(spec, link.query)
+                    if applies is not None:
+                        found.append(applies)
+                        return out  # nothing written, nothing to read back
+                await self.sender.send(link, inst, req, out, lines)
             if recalls and (now_selected := await read_selection(link, inst)) is not None:
                 reselected.append(now_selected)
             # Read back whatever happened; never retry the write blindly. Only the instrument
@@ -374,26 +349,6 @@ class Executor(Part):
         self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
                        executed="executed: " + "; ".join(commands))
         return req
-
-    async def _before_memory(self, link: AsyncLink, inst: Instrument,
-                             memory: tuple[str, str] | None, idn: str) -> Snapshot | None:
-        """Before a unit that changes a stored state is sent: drop the records it makes
-        unknown (a crash after the send leaves them unknown, never stale) and, for a save,
-        read the whole state it stores, on this turn (bench_gate/memories.py); a file's is
-        never kept (``memories.trusted``), so it is not read."""
-        if memory is None or memory[0] == "recall":
-            return None
-        self.snaps.memories.before(inst, memory, idn)
-        if memory[0] != "save" or not trusted(memory[1]):
-            return None
-        return await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
-
-    async def _still(self, link: AsyncLink, inst: Instrument, saving: Snapshot) -> bool:
-        """Whether the state a save stored is the one read before it: read again at once.
-        A change in between (at the front panel, by another program) may be in the slot
-        or not: the slot is then unknown, and no record is kept."""
-        again = await self.snaps.read_state(link, inst, self.snaps.every_field(inst))
-        return again.idn == saving.idn and again.values == saving.values
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""

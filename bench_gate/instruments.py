@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -29,7 +30,7 @@ from .config import InstrumentConfig
 from .errors import InstrumentError
 from .identity import Asked, Identity
 from .locking import InstrumentLock
-from .socket_link import SocketLink
+from .socket_link import SocketLink, kept_to
 
 __all__ = ["AsyncLink", "Lane", "Link", "PyvisaLink", "SocketLink", "open_link"]
 
@@ -62,6 +63,8 @@ class PyvisaLink:
         self._res: Any = None
         #: Connections opened so far: a new one needs the instrument lock again.
         self.opens = 0
+        #: While set, the one connection a turn keeps to (socket_link.kept_to).
+        self.pinned: int | None = None
 
     @property
     def connected(self) -> bool:
@@ -94,6 +97,8 @@ class PyvisaLink:
         return InstrumentError(f"{self.config.name}: {what} {kind}: {exc}")
 
     def write(self, command: str) -> None:
+        if self.pinned is not None:
+            kept_to(self.config.name, self.pinned, self.opens, self.connected, command)
         res = self._open()
         try:
             res.write(command)
@@ -101,6 +106,8 @@ class PyvisaLink:
             raise self._fail(f"write {command!r}", exc) from exc
 
     def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        if self.pinned is not None:
+            kept_to(self.config.name, self.pinned, self.opens, self.connected, command)
         res = self._open()
         try:
             if extra_seconds > 0:
@@ -137,6 +144,15 @@ class _Threaded:
     @property
     def connected(self) -> bool:
         return bool(getattr(self.inner, "connected", True))
+
+    @property
+    def pinned(self) -> int | None:
+        return getattr(self.inner, "pinned", None)
+
+    @pinned.setter
+    def pinned(self, value: int | None) -> None:
+        if hasattr(self.inner, "pinned"):
+            self.inner.pinned = value
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -295,6 +311,22 @@ class Lane:
         if urgent or self.identity is None or not self.identity.expected:
             return link
         return Asked(self, link)
+
+    @contextlib.contextmanager
+    def one_connection(self) -> Iterator[None]:
+        """Within, a job's commands go on one connection (the open one, or the first it
+        opens): a write's recheck stands for the connection it was read on, so a lost one
+        is not replaced until the block ends (socket_link.kept_to)."""
+        link: Any = self.link
+        if not hasattr(link, "pinned"):  # a link that cannot tell its connections apart
+            yield
+            return
+        opens = int(link.opens or 0)
+        link.pinned = opens if link.connected else opens + 1
+        try:
+            yield
+        finally:
+            link.pinned = None
 
     async def drop(self) -> None:
         """Drop the connection, not the lane (answers out of step: lockstep.py): the next

@@ -16,9 +16,9 @@ from typing import cast
 import pyvisa.rname
 
 from .config import InstrumentConfig
-from .errors import InstrumentError
+from .errors import InstrumentError, NotSent
 
-__all__ = ["MAX_ANSWER", "SocketLink"]
+__all__ = ["MAX_ANSWER", "SocketLink", "kept_to"]
 
 #: The longest answer a socket link accepts (a screenshot or a trace stays well below).
 MAX_ANSWER = 16 * 1024 * 1024
@@ -149,6 +149,22 @@ class _Answers(asyncio.Protocol):
             self.abort()
 
 
+def kept_to(name: str, pinned: int | None, opens: int, connected: bool, command: str
+            ) -> None:
+    """Refuse ``command`` unsent on any connection but number ``pinned`` while a turn keeps
+    to it (``Lane.one_connection``): a write's live recheck stands for the connection it was
+    read on, and an instrument that restarted, or a LAN that dropped, may answer a new one in
+    a state nobody rechecked. ``*IDN?`` alone may still ask who answers there (it changes
+    nothing, IEEE 488.2 §10.14); nothing else goes to that connection on this turn."""
+    if pinned is None or command == "*IDN?":
+        return
+    if opens == pinned if connected else opens + 1 == pinned:
+        return
+    raise NotSent(f"{name}: the connection was lost after the live recheck; nothing more is "
+                  "sent on a new one on this turn (the instrument there may not be in the "
+                  "state that was rechecked)")
+
+
 class SocketLink:
     """A raw-socket SCPI instrument, opened lazily and reopened after an I/O error. A
     timeout or a broken answer drops the connection, so a late answer can never be read
@@ -168,18 +184,21 @@ class SocketLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Connections opened so far: a new one needs the instrument lock again.
         self.opens = 0
+        #: While set, the one connection a turn keeps to (:func:`kept_to`).
+        self.pinned: int | None = None
 
     @property
     def connected(self) -> bool:
         return self._conn is not None and not self._conn.lost
 
-    async def _open(self) -> _Answers:
+    async def _open(self, command: str) -> _Answers:
         loop = asyncio.get_running_loop()
         conn = self._conn
         if conn is not None and (self._loop is not loop or conn.lost):
             self._drop()  # a transport belongs to the loop that opened it
             conn = None
         if conn is None:
+            kept_to(self.config.name, self.pinned, self.opens, False, command)
             try:
                 async with asyncio.timeout(self._timeout):
                     _, conn = await loop.create_connection(
@@ -204,7 +223,9 @@ class SocketLink:
 
     async def write(self, command: str) -> None:
         """Send one command; wait only if a slow reader left the buffer above high water."""
-        conn = await self._ready()
+        if self.pinned is not None:
+            kept_to(self.config.name, self.pinned, self.opens, self.connected, command)
+        conn = await self._ready(command)
         try:
             conn.send((command + self._wterm).encode("ascii"))
             if conn.paused:  # rare: a slow reader left the buffer above high water
@@ -219,6 +240,8 @@ class SocketLink:
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         """Send one command and read its answer within the timeout (plus ``extra_seconds``
         for a unit the instrument takes long over)."""
+        if self.pinned is not None:
+            kept_to(self.config.name, self.pinned, self.opens, self.connected, command)
         conn = self._conn
         loop = asyncio.get_running_loop()
         if conn is not None and conn.buffer and self._loop is loop and (
@@ -232,7 +255,7 @@ class SocketLink:
                 f"{extra} bytes nobody asked for (answers out of step); the connection "
                 "was dropped")
         if conn is None or conn.lost or self._loop is not loop:
-            conn = await self._ready()
+            conn = await self._ready(command)
         try:
             data = (command + self._wterm).encode("ascii")
             # The answer's future and its timer exist before the command leaves: once it
@@ -253,14 +276,14 @@ class SocketLink:
             self._drop()  # an answer may still come; never read it as the next one's
             raise
 
-    async def _ready(self) -> _Answers:
+    async def _ready(self, command: str) -> _Answers:
         """The open connection, with no bytes nobody asked for waiting on it."""
-        conn = await self._open()
+        conn = await self._open(command)
         if conn.unasked():
             # Bytes nobody asked for (an instrument that answered twice): which answer is
             # whose is unknown, so start again on a new connection.
             self._drop()
-            conn = await self._open()
+            conn = await self._open(command)
         return conn
 
     async def close(self) -> None:

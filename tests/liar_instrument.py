@@ -21,7 +21,10 @@ Cues, each for the next ``times`` queries whose text contains ``match`` (case-in
 - ``refuse(match)``: a command (no query) containing ``match`` never reaches the
   simulator, as an instrument that refuses it leaves its state;
 - ``drop(match, landed)``: close the connection on the next line containing ``match``
-  (a query or not), after passing it on (``landed``) or before.
+  (a query or not), after passing it on (``landed``) or before;
+- ``hang_up(line, sends)``: on the next line that is exactly ``line``, send ``sends`` (a
+  command) on the instrument's side, then answer and close the connection right behind the
+  answer (an instrument that restarts into another state as it answers).
 
 Every line received is kept in ``received``.
 """
@@ -128,6 +131,9 @@ class LyingInstrument:
     def refuse(self, match: str, times: int = 1) -> None:
         self._cue(_Cue("refuse", match.upper(), times))
 
+    def hang_up(self, line: str, sends: str = "", after: str = "") -> None:
+        self._cue(_Cue("hang_up", line.upper(), 1, text=sends, after=after.upper()))
+
     def calm(self) -> None:
         """No more lies: every cue not yet fired is dropped."""
         with self._lock:
@@ -140,7 +146,8 @@ class LyingInstrument:
     def _take(self, line: str, query: bool = True) -> _Cue | None:
         upper = line.upper()
         with self._lock:
-            hit = next((c for c in self._cues if not c.after and c.match in upper and (
+            hit = next((c for c in self._cues if not c.after and (
+                c.match == upper if c.kind == "hang_up" else c.match in upper) and (
                 query or c.kind in ("drop", "refuse"))), None)
             for cue in self._cues:
                 if cue.after and cue.after in upper:
@@ -196,6 +203,12 @@ class LyingInstrument:
                 self._last[text] = real
                 if cue is None:
                     conn.sendall(real)
+                elif cue.kind == "hang_up":
+                    if cue.text:  # the state it restarts into, in place before it answers
+                        up.sendall(cue.text.encode("latin-1") + b"\n*OPC?\n")
+                        answers.readline()  # *OPC?: it landed
+                    conn.sendall(real)
+                    break  # and the connection ends right behind the answer
                 elif cue.kind == "answer":
                     conn.sendall(_replaced(text, real, cue.match, cue.text))
                 elif cue.kind == "ahead":
