@@ -192,6 +192,11 @@ async def test_a_pending_plan_the_safe_action_ends_takes_its_request_with_it(
         await asyncio.sleep(0.05)
     assert front_panel.query("OUTP? (@1)").strip() == "0"
     front_panel.write("CURR 0.5,(@1)")
+    # The plan ends on the safe action's lane turn, a moment after the output went off.
+    for _ in range(100):
+        if gateway.get_plan(req.plan_id).status is not PlanStatus.PENDING:
+            break
+        await asyncio.sleep(0.05)
     assert gateway.get_plan(req.plan_id).status is PlanStatus.REVOKED
     assert gateway.get_request(req.id).status is Status.CANCELLED
     for who, kind in ((olga, "setpoint"), (pete, "output_enable")):

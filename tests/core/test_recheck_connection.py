@@ -74,9 +74,11 @@ def test_a_write_never_goes_out_on_a_connection_opened_after_its_recheck(
     # Not "executed": the state changed behind the gateway's back, a person must look.
     assert status is Status.AMBIGUOUS, outcome
     # Either the link saw the connection end before the write (nothing more left, on a new
-    # one or any), or the write went into the ending one and the read-back failed there.
+    # one or any), or the write went into the ending one: the read-back failed there, or the
+    # write itself did (the peer's close seen as a broken pipe or a reset, by timing).
     assert ("the connection was lost after the live recheck" in outcome
-            or "could not be read back" in outcome or "Broken pipe" in outcome), outcome
+            or "could not be read back" in outcome or "Broken pipe" in outcome
+            or "Connection reset" in outcome), outcome
 
 
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
