@@ -8,7 +8,7 @@ serve`` runs (uvloop), where an answer and the hang-up behind it are read in one
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,11 +16,14 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 
-from bench_gate.config import BenchConfig
+from bench_gate.config import BenchConfig, ChannelLimits, default_config
+from bench_gate.errors import InstrumentError
 from bench_gate.gateway import Gateway
-from bench_gate.models import Principal
-from tests.conftest import Clock
-from tests.liar_instrument import LyingInstrument, liar, lied_config, lied_gateway
+from bench_gate.models import Principal, Status
+from bench_gate.store import SqliteStore
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import Clock, own_port, served_bench
+from tests.liar_instrument import LyingInstrument, liar, lied_config
 
 __all__ = ["liar", "lied_config"]  # the fixtures, for pytest
 
@@ -30,8 +33,15 @@ T = TypeVar("T")
 def on_uvloop(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
               scenario: Callable[[Gateway], Awaitable[T]]) -> T:
     """``scenario`` on a started gateway (its PSU link ``io``), on uvloop."""
+    return on_uvloop_with(cfg, db_path, clock, io, scenario, 0)
+
+
+def on_uvloop_with(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
+                   scenario: Callable[[Gateway], Awaitable[T]], which: int = -1) -> T:
+    """``scenario`` on a started gateway (instrument ``which``'s link ``io``), on uvloop."""
     async def run() -> T:
-        g = lied_gateway(cfg, db_path, clock, io)
+        cfg.instruments[which].io = io  # type: ignore[assignment]
+        g = Gateway(cfg, SqliteStore(db_path), clock=clock)
         await g.start()
         try:
             return await scenario(g)
@@ -45,6 +55,53 @@ def on_uvloop(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
 
 def panel(front_panel: Any, query: str) -> Decimal:
     return Decimal(str(front_panel.query(query)).strip())
+
+
+class Busy:
+    """The lane's link, as the gateway's loop busy with other work finds it: once the liar
+    hung up behind an answer (``hung_up``), the hang-up is seen before the next command
+    (waited for, bounded), and ``then`` puts the instrument in the state it came back in."""
+
+    def __init__(self, inner: Any, hung_up: Callable[[], bool],
+                 then: Callable[[], object] | None = None) -> None:
+        self.inner = inner
+        self.hung_up = hung_up
+        self.then = then
+        self.waited = False
+
+    @property
+    def opens(self) -> int:
+        return int(self.inner.opens)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.inner.connected)
+
+    @property
+    def pinned(self) -> int | None:
+        return self.inner.pinned  # type: ignore[no-any-return]
+
+    @pinned.setter
+    def pinned(self, value: int | None) -> None:
+        self.inner.pinned = value
+
+    async def write(self, command: str) -> None:
+        await self.inner.write(command)
+
+    async def query(self, command: str, extra_seconds: float = 0.0) -> str:
+        answer = str(await self.inner.query(command, extra_seconds))
+        if not self.waited and self.hung_up():
+            self.waited = True
+            for _ in range(400):  # bounded: 2 s at most
+                if not self.inner.connected:
+                    break
+                await asyncio.sleep(0.005)
+            if self.then is not None:
+                self.then()
+        return answer
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
@@ -98,3 +155,89 @@ def test_a_stop_is_not_reported_safe_from_half_a_read_back(
     assert int(panel(front_panel, "OUTP? (@1)")) == 0, done  # made safe after all
     assert done["read_back"] == {"ch1.output": "0", "ch2.output": "0", "ch3.output": "0"}
     assert done["sent"].count("OUTP 0,(@1)") == 2, done  # once more after the restart
+
+
+@pytest.fixture
+def dp832() -> Iterator[SimServedThread]:
+    """A supply whose state is read one field at a time (no compound queries)."""
+    with SimServedThread("dp832") as served:
+        yield served
+
+
+def test_a_read_back_is_one_state_never_half_before_a_restart(
+        sim: SimBenchThread, dp832: SimServedThread, db_path: Path, clock: Clock,
+        script: Principal, olga: Principal) -> None:
+    """A DP832 (each field asked alone) with CH2 on at 1 V; ``SOUR2:VOLT 5`` approved and
+    written. Its read-back read CH2's voltage (5 V), then the supply answered CH2's current
+    and restarted at 20 V (6 V envelope): the rest was read on a new connection, the write
+    was "executed", and CH2 stayed on at 20 V. Now the read-back is one connection's: lost
+    midway, it is no read-back (ambiguous), and the look that follows, on one new
+    connection, finds 20 V and switches CH2 off. (The gateway's loop busy elsewhere sees
+    the hang-up before it asks the next field; otherwise that field fails on the old one.)"""
+    liar = LyingInstrument(dp832.port)
+    cfg = served_bench(sim, "dp832", dp832, "dp832", {
+        2: ChannelLimits(voltage=Decimal(6), current=Decimal("0.5"))})
+    cfg.instruments[-1].resource = liar.resource
+    cfg.instruments[-1].timeout_ms = 1000
+    cfg.policy.watch_seconds = 0  # nothing but the write's own turn looks at it
+    with own_port(dp832.resource_name, panel=True) as panel:
+        for text in ("SOUR2:CURR 0.2", "SOUR2:VOLT 1", "OUTP CH2,ON"):
+            panel.write(text)
+
+        async def scenario(g: Gateway) -> tuple[Status, str]:
+            run = g.create_run(script, "script")
+            req = (await g.submit(run.id, "dp832", "SOUR2:VOLT 5")).request
+            assert req is not None
+            lane = g.instrument("dp832").lane
+            lane.link = Busy(lane.link,  # type: ignore[assignment]
+                             lambda: ("hang_up", "SOUR2:CURR?") in liar.fired)
+            liar.hang_up("SOUR2:CURR?", sends="SOUR2:VOLT 20", after="SOUR2:VOLT 5.0")
+            done = await g.grant(req.id, olga, [k.value for k in req.missing()],
+                                 proposal_hash=req.proposal_hash)
+            assert ("hang_up", "SOUR2:CURR?") in liar.fired  # where it was meant
+            return done.request.status, done.request.outcome or ""
+
+        try:
+            status, outcome = on_uvloop_with(cfg, db_path, clock, "auto", scenario)
+        finally:
+            liar.close()
+        assert Decimal(panel.query("SOUR2:VOLT?")) == 20  # the state it restarted into
+        assert panel.query("OUTP? CH2").strip() == "OFF", outcome  # made safe at once
+    assert status is Status.AMBIGUOUS, outcome
+
+
+def test_a_reading_never_goes_out_on_a_connection_opened_after_its_function_was_asked(
+        sim: SimBenchThread, db_path: Path, clock: Clock, script: Principal) -> None:
+    """``READ?`` passes at once while the meter measures DC volts, asked (``FUNC?``) on the
+    reading's own lane turn. The meter answered, restarted measuring resistance (a test
+    current into the DUT), and the socket link sent ``READ?`` on a new connection, judged on
+    the function of the old one. Now it is refused unsent; the next reading asks again."""
+    liar = LyingInstrument(sim.dmm_port)
+    cfg = default_config(sim.psu_port, liar.port)
+    cfg.instruments[1].timeout_ms = 1000
+    cfg.policy.watch_seconds = 0
+    with own_port(f"TCPIP0::127.0.0.1::{sim.dmm_port}::SOCKET", panel=True) as meter:
+        meter.write("CONF:VOLT:DC")
+
+        async def scenario(g: Gateway) -> tuple[str, str]:
+            run = g.create_run(script, "script")
+            lane = g.instrument("dmm").lane
+            await g.submit(run.id, "dmm", "*IDN?")  # its connection, asked who answers
+            lane.link = Busy(lane.link,  # type: ignore[assignment]
+                             lambda: ("hang_up", "FUNC?") in liar.fired,
+                             then=lambda: meter.write("CONF:RES"))
+            liar.hang_up("FUNC?")
+            start = len(liar.received)
+            with pytest.raises(InstrumentError, match="lost after the live recheck"):
+                await g.submit(run.id, "dmm", "READ?")
+            assert ("hang_up", "FUNC?") in liar.fired  # the restart came where it was meant
+            after = liar.received[start:]
+            again = await g.submit(run.id, "dmm", "READ?")  # asked again: it excites
+            return ",".join(after), again.status
+
+        try:
+            sent, again = on_uvloop_with(cfg, db_path, clock, "auto", scenario, 1)
+        finally:
+            liar.close()
+    assert "READ?" not in sent.split(","), sent  # never measured with a test current
+    assert again == "pending", again  # held: the function asked now excites
