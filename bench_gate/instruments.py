@@ -351,7 +351,8 @@ class Lane:
 class _Addressed:
     """The lane's link for an instrument that addresses channels by selection: each text is
     sent as ``Profile.wire`` renders it, the select command first, within the same call and
-    so the same lane turn: no other job can move the selection in between."""
+    so the same lane turn: no other job can move the selection in between; and on the same
+    connection (a new one, after a restart, answers for the channel it selects at power-on)."""
 
     def __init__(self, lane: Lane, wire: Callable[[str], tuple[str, ...] | None]) -> None:
         self._lane = lane
@@ -366,15 +367,17 @@ class _Addressed:
 
     async def write(self, command: str) -> None:
         *selects, text = self._texts(command)
-        for select in selects:
-            await self._lane.link.write(select)
-        await self._lane.link.write(text)
+        with self._lane.one_connection():  # a new one has its own selection (power-on)
+            for select in selects:
+                await self._lane.link.write(select)
+            await self._lane.link.write(text)
 
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         *selects, text = self._texts(command)
-        for select in selects:
-            await self._lane.link.write(select)
-        return await self._lane.link.query(text, extra_seconds)
+        with self._lane.one_connection():  # a new one has its own selection (power-on)
+            for select in selects:
+                await self._lane.link.write(select)
+            return await self._lane.link.query(text, extra_seconds)
 
     async def close(self) -> None:
         await self._lane.link.close()

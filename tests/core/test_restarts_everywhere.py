@@ -8,6 +8,7 @@ serve`` runs (uvloop), where an answer and the hang-up behind it are read in one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -59,13 +60,15 @@ def panel(front_panel: Any, query: str) -> Decimal:
 
 class Busy:
     """The lane's link, as the gateway's loop busy with other work finds it: once the liar
-    hung up behind an answer (``hung_up``), the hang-up is seen before the next command
-    (waited for, bounded), and ``then`` puts the instrument in the state it came back in."""
+    hung up behind an answer (``hung_up``), or behind the command ``on`` (waited for), the
+    hang-up is seen before the next command (waited for, bounded), and ``then`` puts the
+    instrument in the state it came back in."""
 
-    def __init__(self, inner: Any, hung_up: Callable[[], bool],
+    def __init__(self, inner: Any, hung_up: Callable[[], bool], on: str | None = None,
                  then: Callable[[], object] | None = None) -> None:
         self.inner = inner
         self.hung_up = hung_up
+        self.on = on
         self.then = then
         self.waited = False
 
@@ -87,18 +90,29 @@ class Busy:
 
     async def write(self, command: str) -> None:
         await self.inner.write(command)
+        await self._seen(command)
 
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         answer = str(await self.inner.query(command, extra_seconds))
-        if not self.waited and self.hung_up():
-            self.waited = True
-            for _ in range(400):  # bounded: 2 s at most
-                if not self.inner.connected:
-                    break
-                await asyncio.sleep(0.005)
-            if self.then is not None:
-                self.then()
+        await self._seen(command)
         return answer
+
+    async def _seen(self, command: str) -> None:
+        if self.waited or (self.on is not None and command != self.on):
+            return
+        for _ in range(400 if self.on is not None else 0):  # bounded: 2 s at most
+            if self.hung_up():
+                break
+            await asyncio.sleep(0.005)
+        if not self.hung_up():
+            return
+        self.waited = True
+        for _ in range(400):  # bounded: 2 s at most
+            if not self.inner.connected:
+                break
+            await asyncio.sleep(0.005)
+        if self.then is not None:
+            self.then()
 
     async def close(self) -> None:
         await self.inner.close()
@@ -241,3 +255,49 @@ def test_a_reading_never_goes_out_on_a_connection_opened_after_its_function_was_
             liar.close()
     assert "READ?" not in sent.split(","), sent  # never measured with a test current
     assert again == "pending", again  # held: the function asked now excites
+
+
+@pytest.fixture
+def e3631a() -> Iterator[SimServedThread]:
+    """A supply that addresses its outputs by selection (``INST:NSEL``)."""
+    with SimServedThread("e3631a") as served:
+        yield served
+
+
+def test_a_selection_and_the_unit_after_it_go_on_one_connection(
+        sim: SimBenchThread, e3631a: SimServedThread, db_path: Path, clock: Clock,
+        script: Principal) -> None:
+    """``VOLT? (@2)`` reaches an E3631A as ``INST:NSEL 2`` then ``VOLT?``. The supply took
+    the selection and restarted: ``VOLT?`` went out on a new connection, where the
+    selection is the power-on one (output 1), and output 1's 1 V came back as output 2's.
+    Now the query is refused unsent; the next one selects again."""
+    liar = LyingInstrument(e3631a.port)
+    cfg = served_bench(sim, "e3631a", e3631a, "e3631a")
+    cfg.instruments[-1].resource = liar.resource
+    cfg.instruments[-1].timeout_ms = 1000
+    cfg.policy.watch_seconds = 0
+    with own_port(e3631a.resource_name, panel=True) as panel:
+        for text in ("INST:NSEL 1", "VOLT 1", "INST:NSEL 2", "VOLT 10", "INST:NSEL 1"):
+            panel.write(text)
+
+        async def scenario(g: Gateway) -> tuple[str, str]:
+            run = g.create_run(script, "script")
+            lane = g.instrument("e3631a").lane
+            await g.submit(run.id, "e3631a", "*IDN?")  # its connection, asked who answers
+            lane.link = Busy(lane.link,  # type: ignore[assignment]
+                             lambda: ("drop", "INST:NSEL 2") in liar.fired, "INST:NSEL 2",
+                             then=lambda: panel.write("INST:NSEL 1"))  # its power-on one
+            liar.drop("INST:NSEL 2", landed=True)
+            answer = ""
+            with contextlib.suppress(InstrumentError):
+                answer = (await g.submit(run.id, "e3631a", "VOLT? (@2)")).response or ""
+            assert ("drop", "INST:NSEL 2") in liar.fired  # the restart came where meant
+            again = (await g.submit(run.id, "e3631a", "VOLT? (@2)")).response or ""
+            return answer, again
+
+        try:
+            answer, again = on_uvloop_with(cfg, db_path, clock, "auto", scenario)
+        finally:
+            liar.close()
+    assert answer == "", answer  # never output 1's voltage as output 2's
+    assert Decimal(again) == 10
