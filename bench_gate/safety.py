@@ -34,8 +34,8 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
     Sent is not done: a channel read back on, or off in an output-off state that still
     holds a level (or unread), or read out of step (with ``inst``: lockstep.py), is an
     error, never reported as made safe. With ``inst``, the read-back is one state, on one
-    connection; an instrument that restarted after the safe action (its connection lost
-    during it or its read-back) may have come back on: sent once more, read back again."""
+    connection; one that lost its connection midway (an instrument that restarted, maybe
+    back on) is no proof: the safe action is sent once more and read back again."""
     sent: list[str] = []
     read: dict[str, str] = {}
     errors: list[str] = []
@@ -43,9 +43,8 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
         return sent, read, errors
     for _ in range(2 if inst is not None else 1):
         failed = await _safe_units(link, profile, channels, sent)
-        where = inst.lane.connection() if inst is not None else None
-        read, errors = await _safe_read(link, profile, channels, inst)
-        if inst is None or (not errors and inst.lane.connection() == where):
+        read, errors, lost = await _safe_read(link, profile, channels, inst)
+        if not lost:
             break
     return sent, read, failed + errors
 
@@ -68,11 +67,13 @@ async def _safe_units(link: AsyncLink, profile: Profile, channels: list[int],
 
 
 async def _safe_read(link: AsyncLink, profile: Profile, channels: list[int],
-                     inst: Instrument | None) -> tuple[dict[str, str], list[str]]:
+                     inst: Instrument | None) -> tuple[dict[str, str], list[str], bool]:
     """The safe action's read-back, on one connection (with ``inst``): a restart midway
-    would mix two states; what cannot be read there is an error."""
+    would mix two states; what cannot be read there is an error. (read, errors, whether
+    the connection was lost midway: a field unanswered, or another connection at its end.)"""
     read: dict[str, str] = {}
     errors: list[str] = []
+    where = inst.lane.connection() if inst is not None else None
     with inst.lane.one_connection() if inst is not None else contextlib.nullcontext():
         for ch in channels:
             for f in envelope.safe_fields(profile, ch):
@@ -93,7 +94,10 @@ async def _safe_read(link: AsyncLink, profile: Profile, channels: list[int],
             except InstrumentError as exc:
                 errors.append(f"the safe action was sent, but its read-back is no proof: "
                               f"{exc.message}")
-    return read, errors
+    if inst is None:
+        return read, errors, False
+    unread = len(read) < sum(len(envelope.safe_fields(profile, ch)) for ch in channels)
+    return read, errors, unread or (where is not None and inst.lane.connection() != where)
 
 
 @dataclass(slots=True)

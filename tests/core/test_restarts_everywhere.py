@@ -1,9 +1,9 @@
 """An instrument that restarts at every step: it answers, drops the connection and comes
 back in another state. Whatever the gateway judges (the envelope watch's look, a read-back,
-a meter's function before a reading, the stop's read-back) stands only for the connection it
-was read on: half a state read before a restart and half after is no state. Every check of
-the instrument is made on the simulator's own port (``front_panel``), on the loop ``bench-gate
-serve`` runs (uvloop), where an answer and the hang-up behind it are read in one go."""
+a meter's function before a reading, a selection before its unit, the stop's read-back)
+stands only for the connection it was read on: half a state read before a restart and half
+after is no state. Every check of the instrument is made on the simulator's own port, on
+asyncio's loop and on the one ``bench-gate serve`` runs (uvloop)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,19 @@ __all__ = ["liar", "lied_config"]  # the fixtures, for pytest
 T = TypeVar("T")
 
 
-def on_uvloop(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
-              scenario: Callable[[Gateway], Awaitable[T]]) -> T:
-    """``scenario`` on a started gateway (its PSU link ``io``), on uvloop."""
-    return on_uvloop_with(cfg, db_path, clock, io, scenario, 0)
+#: The loops a scenario runs on: ``bench-gate serve``'s (uvloop), where an answer and the
+#: hang-up behind it are read in one go, and asyncio's own.
+LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
 
-def on_uvloop_with(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
-                   scenario: Callable[[Gateway], Awaitable[T]], which: int = -1) -> T:
-    """``scenario`` on a started gateway (instrument ``which``'s link ``io``), on uvloop."""
+@pytest.fixture(params=sorted(LOOPS))
+def loop(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def on_loop(loop: str, cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
+            scenario: Callable[[Gateway], Awaitable[T]], which: int = -1) -> T:
+    """``scenario`` on a started gateway (instrument ``which``'s link ``io``), on ``loop``."""
     async def run() -> T:
         cfg.instruments[which].io = io  # type: ignore[assignment]
         g = Gateway(cfg, SqliteStore(db_path), clock=clock)
@@ -50,7 +54,7 @@ def on_uvloop_with(cfg: BenchConfig, db_path: Path, clock: Clock, io: str,
             await g.close()
             g.store.close()
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
         return runner.run(run())
 
 
@@ -121,7 +125,7 @@ class Busy:
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
 def test_the_watch_never_judges_half_a_state_read_before_a_restart(
         lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
-        front_panel: Any, io: str) -> None:
+        front_panel: Any, io: str, loop: str) -> None:
     """CH2 off at 5 V. The watch reads its output (off) and its voltage (5 V), then the
     instrument answers CH2's current and restarts with CH2 on at 20 V (envelope 12 V). The
     rest was read on the new connection and judged with the old half: off at 5 V, inside,
@@ -139,7 +143,7 @@ def test_the_watch_never_judges_half_a_state_read_before_a_restart(
         assert ("hang_up", "CURR? (@2)") in liar.fired  # the restart came where it was meant
         return safed
 
-    safed = on_uvloop(lied_config, db_path, clock, io, scenario)
+    safed = on_loop(loop, lied_config, db_path, clock, io, scenario, 0)
     assert panel(front_panel, "VOLT? (@2)") == 20  # the state it restarted into
     assert panel(front_panel, "OUTP? (@2)") == 0, safed  # never left on outside
     assert safed is not None and safed.sent[-1] == "OUTP 0,(@2)", safed
@@ -149,7 +153,7 @@ def test_the_watch_never_judges_half_a_state_read_before_a_restart(
 @pytest.mark.parametrize("io", ["auto", "pyvisa"])
 def test_a_stop_is_not_reported_safe_from_half_a_read_back(
         lied_config: BenchConfig, db_path: Path, clock: Clock, liar: LyingInstrument,
-        olga: Principal, front_panel: Any, io: str) -> None:
+        olga: Principal, front_panel: Any, io: str, loop: str) -> None:
     """The stop switches every channel off and reads them back. CH1 reads off; as it
     answers CH2, the instrument restarts with CH1 on (a power-on state that keeps outputs
     on). CH3 was read on the new connection, and the stop said every channel was off. Now
@@ -165,7 +169,7 @@ def test_a_stop_is_not_reported_safe_from_half_a_read_back(
         assert ("hang_up", "OUTP? (@2)") in liar.fired  # the restart came where it was meant
         return done["instruments"]["psu"]
 
-    done = on_uvloop(lied_config, db_path, clock, io, scenario)
+    done = on_loop(loop, lied_config, db_path, clock, io, scenario, 0)
     assert int(panel(front_panel, "OUTP? (@1)")) == 0, done  # made safe after all
     assert done["read_back"] == {"ch1.output": "0", "ch2.output": "0", "ch3.output": "0"}
     assert done["sent"].count("OUTP 0,(@1)") == 2, done  # once more after the restart
@@ -180,7 +184,7 @@ def dp832() -> Iterator[SimServedThread]:
 
 def test_a_read_back_is_one_state_never_half_before_a_restart(
         sim: SimBenchThread, dp832: SimServedThread, db_path: Path, clock: Clock,
-        script: Principal, olga: Principal) -> None:
+        script: Principal, olga: Principal, loop: str) -> None:
     """A DP832 (each field asked alone) with CH2 on at 1 V; ``SOUR2:VOLT 5`` approved and
     written. Its read-back read CH2's voltage (5 V), then the supply answered CH2's current
     and restarted at 20 V (6 V envelope): the rest was read on a new connection, the write
@@ -212,7 +216,7 @@ def test_a_read_back_is_one_state_never_half_before_a_restart(
             return done.request.status, done.request.outcome or ""
 
         try:
-            status, outcome = on_uvloop_with(cfg, db_path, clock, "auto", scenario)
+            status, outcome = on_loop(loop, cfg, db_path, clock, "auto", scenario)
         finally:
             liar.close()
         assert Decimal(panel.query("SOUR2:VOLT?")) == 20  # the state it restarted into
@@ -221,7 +225,8 @@ def test_a_read_back_is_one_state_never_half_before_a_restart(
 
 
 def test_a_reading_never_goes_out_on_a_connection_opened_after_its_function_was_asked(
-        sim: SimBenchThread, db_path: Path, clock: Clock, script: Principal) -> None:
+        sim: SimBenchThread, db_path: Path, clock: Clock, script: Principal,
+        loop: str) -> None:
     """``READ?`` passes at once while the meter measures DC volts, asked (``FUNC?``) on the
     reading's own lane turn. The meter answered, restarted measuring resistance (a test
     current into the DUT), and the socket link sent ``READ?`` on a new connection, judged on
@@ -250,7 +255,7 @@ def test_a_reading_never_goes_out_on_a_connection_opened_after_its_function_was_
             return ",".join(after), again.status
 
         try:
-            sent, again = on_uvloop_with(cfg, db_path, clock, "auto", scenario, 1)
+            sent, again = on_loop(loop, cfg, db_path, clock, "auto", scenario, 1)
         finally:
             liar.close()
     assert "READ?" not in sent.split(","), sent  # never measured with a test current
@@ -266,7 +271,7 @@ def e3631a() -> Iterator[SimServedThread]:
 
 def test_a_selection_and_the_unit_after_it_go_on_one_connection(
         sim: SimBenchThread, e3631a: SimServedThread, db_path: Path, clock: Clock,
-        script: Principal) -> None:
+        script: Principal, loop: str) -> None:
     """``VOLT? (@2)`` reaches an E3631A as ``INST:NSEL 2`` then ``VOLT?``. The supply took
     the selection and restarted: ``VOLT?`` went out on a new connection, where the
     selection is the power-on one (output 1), and output 1's 1 V came back as output 2's.
@@ -296,7 +301,7 @@ def test_a_selection_and_the_unit_after_it_go_on_one_connection(
             return answer, again
 
         try:
-            answer, again = on_uvloop_with(cfg, db_path, clock, "auto", scenario)
+            answer, again = on_loop(loop, cfg, db_path, clock, "auto", scenario)
         finally:
             liar.close()
     assert answer == "", answer  # never output 1's voltage as output 2's
