@@ -161,9 +161,9 @@ def kept_to(name: str, pinned: int | None, opens: int, connected: bool, command:
         return
     if opens == pinned if connected else opens + 1 == pinned:
         return
-    raise NotSent(f"{name}: the connection was lost after the live recheck (what this turn "
-                  "read on it); nothing more is sent on a new one on this turn (the "
-                  "instrument there may not be in the state that was read)")
+    raise NotSent(f"{name}: the connection was lost midway through a turn kept to one (after "
+                  "the live recheck, or in one state read); nothing more is sent on a new one "
+                  "on this turn (the instrument there may not be in the state that was read)")
 
 
 class SocketLink:
