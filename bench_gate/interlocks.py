@@ -32,6 +32,7 @@ from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
 from .states import Event as Move
+from .stop_names import follow_names
 from .takeover import Requests
 
 __all__ = ["Interlocks"]
@@ -59,6 +60,14 @@ class Interlocks(Part):
         #: Instruments whose stand-down (cancelling, ending plans) the store refused: done
         #: again before the stop can be cleared, so nothing approved before it runs after.
         self._unfinished: set[str] = set()
+        #: This bench's instruments under a stop now, known without asking the store (kept
+        #: at once by a stop and a clear, and from the store each sweep): the watch holds
+        #: each one's outputs off (holding.py) and never waits for the store to know.
+        self.in_force: set[str] = set()
+        self._changes = 0  # a stop or clear since a sweep began reading the store
+        #: Stopped instruments whose outputs no read-back has shown off yet (the stop's
+        #: safe action failed): why. Tried again every watch period (holding.py).
+        self.unproven: dict[str, str] = {}
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -112,36 +121,9 @@ class Interlocks(Part):
         return None
 
     def follow_names(self) -> None:
-        """At start, before a stop is looked for or finished: a stop of this bench kept
-        under a name bench.toml now gives another instrument (names swapped, an instrument
-        renamed) moves to the name its instrument (its resource) has now. A stop stays
-        with its instrument: the stopped one is refused under its new name, and the other
-        one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
-        a bench no gateway serves now (the bench renamed): listed and cleared here. Written
-        before the old names are deleted: a crash between leaves more stopped, never less."""
-        named = {_resource(inst.config.resource): name
-                 for name, inst in self.core.instruments.items()}
-        ours: dict[str, bool] = {}
-        for table in (STOPS, STOPPING):
-            moves = {}
-            for key, record in self.store.kv_items(table):
-                bench, _, name = key.rpartition("/")  # an instrument's name has no "/"
-                here = self.core.instruments.get(name) if bench == self.config.bench else None
-                if here is not None and _resource(here.config.resource) == record.get(
-                        "resource"):
-                    continue  # its name is still its instrument's (another may be too)
-                now = named.get(str(record.get("resource")))
-                if now is None:
-                    continue
-                if bench not in ours:
-                    ours[bench] = bench == self.config.bench or \
-                        not self.core.registry.alive(bench)
-                if ours[bench]:  # this bench's, or one nobody serves now
-                    moves[key] = (self.core.qualified(now), record)
-            for new, record in moves.values():
-                self.store.kv_put(table, new, record)
-            for old in set(moves) - {new for new, _ in moves.values()}:
-                self.store.kv_delete(table, old)
+        """At start: a stop kept under a name bench.toml now gives another instrument moves
+        to its instrument's name (stop_names.py)."""
+        follow_names(self.core, (STOPS, STOPPING))
 
     def check_write(self, instrument: str, c: Classification | None) -> None:
         """:meth:`check`, for a message with a unit a stopped instrument does not take, or
@@ -185,6 +167,8 @@ class Interlocks(Part):
         for name in names:  # first, so nothing new gets through while the stop runs
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
+        self.in_force.update(names)
+        self._changes += 1
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
         # an output on, and the stop stays in force here until it is kept or cleared.
@@ -193,6 +177,13 @@ class Interlocks(Part):
         keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, self._keyed(records)))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
+        for name, result in reached.items():  # sent is not done: tried until shown off
+            if result["errors"]:
+                self.unproven[name] = "; ".join(result["errors"])
+                result["retry"] = ("not every output is shown off: the safe action is tried "
+                                   "again every watch period until each reads off")
+            else:
+                self.unproven.pop(name, None)
         seconds = time.perf_counter() - started
         store_error = await keeping
         learnt = {n: r for n, r in records.items()  # the stop read who answers
@@ -231,6 +222,19 @@ class Interlocks(Part):
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
+
+    async def refresh(self) -> None:
+        """Each sweep, and at start: which instruments are stopped, from the store too (a
+        restart, another bench's stop of the same instrument, a clear elsewhere). A stop or
+        clear here while the store was read wins: it is newer."""
+        changes = self._changes
+        try:
+            found = await asyncio.to_thread(lambda: {
+                n for n in self.core.instruments if self._stop_of(n) is not None})
+        except StoreError:
+            return  # kept as it was: the next sweep reads again
+        if changes == self._changes:
+            self.in_force = found
 
     def _keyed(self, by_name: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {self.core.qualified(n): r for n, r in by_name.items()}
@@ -279,6 +283,7 @@ class Interlocks(Part):
                     "by": "the gateway", "door": "gateway", "why": why,
                     "at": self.clock().isoformat()}
                 self._unfinished.add(name)
+                self.in_force.add(name)
                 self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
                                            door="gateway", instruments=[name], reason=why)
         return ended_or_held
@@ -376,6 +381,9 @@ class Interlocks(Part):
         for name in names:
             self.store.kv_delete(STOPS, self.core.qualified(name))
             self._held.pop(self.core.qualified(name), None)
+            self.in_force.discard(name)
+            self.unproven.pop(name, None)
+        self._changes += 1
         self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
                                  data={"by": who.name, "instruments": names})])
         self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,
