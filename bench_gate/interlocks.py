@@ -20,18 +20,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .approvals import person, require_operator
+from .approvals import require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
 from .core import resource_key as _resource
 from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .identity import ask
 from .instruments import AsyncLink
-from .models import Event, EventType, Principal, RunStatus, Status
+from .models import Event, EventType, Principal
 from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
-from .states import Event as Move
+from .stand_down import stand_down
 from .stop_names import follow_names
 from .takeover import Requests
 
@@ -60,6 +60,10 @@ class Interlocks(Part):
         #: Instruments whose stand-down (cancelling, ending plans) the store refused: done
         #: again before the stop can be cleared, so nothing approved before it runs after.
         self._unfinished: set[str] = set()
+        #: Stops the store refused part of when pressed (kept, stood down, journaled): each
+        #: (names, who, its event if not journaled yet), finished by a sweep once the store
+        #: is back; until then kept unfinished (STOPPING) too, for a restart to finish.
+        self._to_finish: list[tuple[list[str], Principal, dict[str, Any] | None]] = []
         #: This bench's instruments under a stop now, known without asking the store (kept
         #: at once by a stop and a clear, and from the store each sweep): the watch holds
         #: each one's outputs off (holding.py) and never waits for the store to know.
@@ -211,14 +215,18 @@ class Interlocks(Part):
         if store_error is not None:
             data["store_error"] = (f"{store_error}: the stop is in force on this gateway, "
                                    "but it may not be kept across a restart")
+        journaled = False
         try:
             self.store.append([Event(run_id=self._bench_run(),
                                      type=EventType.EMERGENCY_STOP, data=data)])
+            journaled = True
             if "store_error" not in data:  # done: nothing for a restart to finish
                 for name in names:
                     self.store.kv_delete(STOPPING, self.core.qualified(name))
         except StoreError as exc:
             data.setdefault("store_error", f"{exc.message}: the stop was not journaled")
+        if "store_error" in data:  # the sweeps finish it once the store is back
+            self._to_finish.append((names, who, None if journaled else dict(data)))
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
@@ -256,14 +264,42 @@ class Interlocks(Part):
         kept in the store once it is back, so a restart and the other benches of the store
         see them too; a stop cleared meanwhile is deleted again."""
         held = dict(self._held)
-        if not held or await asyncio.to_thread(self._keep, held, (STOPS,)) is not None:
+        # A stop not finished is kept unfinished too: a restart then finishes it.
+        open_ = {self.core.qualified(n) for names, _, _ in self._to_finish for n in names}
+        kept = (await asyncio.to_thread(self._keep, {k: r for k, r in held.items()
+                                                     if k in open_}, (STOPPING, STOPS)) or
+                await asyncio.to_thread(self._keep, {k: r for k, r in held.items()
+                                                     if k not in open_}, (STOPS,)))
+        if kept is not None:
             return
+        self._finish()
         for key, record in held.items():
             if self._held.get(key) is record:
                 del self._held[key]
             elif key not in self._held:  # cleared while it was being kept
                 with contextlib.suppress(StoreError):
                     await asyncio.to_thread(self.store.kv_delete, STOPS, key)
+
+    def _finish(self) -> None:
+        """What a stop could not do in the store when pressed is done once it is back: the
+        stand-down (what waited is cancelled, the plans end) and its journal event; then
+        its unfinished record goes. Never left for the clear alone: a restart forgot it."""
+        while self._to_finish:
+            names, who, data = self._to_finish[0]
+            try:
+                todo = sorted(self._unfinished.intersection(names))
+                if todo:
+                    self._stand_down(todo, who)
+                    self._unfinished.difference_update(todo)
+                if data is not None:
+                    data["finished"] = "its stand-down and this event once the store was back"
+                    self.store.append([Event(run_id=self._bench_run(),
+                                             type=EventType.EMERGENCY_STOP, data=data)])
+                for name in names:
+                    self.store.kv_delete(STOPPING, self.core.qualified(name))
+            except StoreError:
+                return  # the next sweep tries again
+            self._to_finish.pop(0)
 
     def or_held(self, hook: Callable[[str, list[int]], None]
                 ) -> Callable[[str, list[int]], None]:
@@ -328,40 +364,7 @@ class Interlocks(Part):
             inst.lane.halted = False
 
     def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
-        """Cancel what waits on the stopped instruments, end the plans on them; suspend the
-        runs that asked."""
-        cancelled: list[str] = []
-        runs: set[str] = set()
-        for name in names:
-            for status in (Status.PENDING, Status.APPROVED):
-                for req in self.store.list_requests(status=status, instrument=name,
-                                                    limit=10_000):
-                    if req.bench not in ("", self.config.bench):
-                        continue
-                    if self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
-                                          {"by": who.name, "reason": "emergency stop"},
-                                          outcome=f"cancelled: emergency stop by {who.name}; "
-                                                  "nothing was written"):
-                        cancelled.append(req.id)
-                        runs.add(req.run_id)
-        for hook in self.on_stop:  # standing approvals: a plan would run on after a clear
-            runs |= hook(names, who)
-        suspended = []
-        for run_id in sorted(runs):
-            run = self.store.get_run(run_id)
-            # A run its own requester took over is suspended too: left taken over, it was
-            # theirs to release, and no other person would have looked at it.
-            if run is None or not (run.status is RunStatus.ACTIVE or (
-                    run.status is RunStatus.TAKEN_OVER
-                    and person(run.takeover_by or "") == person(run.principal))):
-                continue
-            run.status = RunStatus.SUSPENDED
-            run.takeover_reason = f"suspended by the emergency stop ({who.name})"
-            self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_SUSPENDED,
-                                            data={"reason": run.takeover_reason})])
-            self.core.notifier.publish("run", id=run_id, status=run.status.value)
-            suspended.append(run_id)
-        return cancelled, suspended
+        return stand_down(self.core, self.requests, self.on_stop, names, who)
 
     def clear(self, who: Principal, instrument: str | None = None) -> list[str]:
         """An operator ends the stop (suspended runs stay suspended until released)."""
@@ -374,6 +377,10 @@ class Interlocks(Part):
         if instrument and instrument not in stopped:
             raise TransitionError(instrument, "running", "clear the stop of",
                                   "it is not stopped")
+        self._finish()  # a stop's own stand-down first (StoreError: nothing is cleared)
+        if self._to_finish:
+            raise StoreError("the store refused to finish the stop's stand-down: "
+                             "nothing was cleared; try again")
         unfinished = sorted(self._unfinished.intersection(names))
         if unfinished:  # what the stop could not cancel or end is never run after it
             self._stand_down(unfinished, who)
