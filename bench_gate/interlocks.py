@@ -32,7 +32,7 @@ from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
 from .stand_down import stand_down
-from .stop_names import follow_names
+from .stop_names import follow_names, same, stop_of
 from .takeover import Requests
 
 __all__ = ["Interlocks"]
@@ -97,32 +97,11 @@ class Interlocks(Part):
         return unit.effect.value == "output" and unit.value is False
 
     def same(self, name: str) -> list[str]:
-        """``name`` and the bench's other names for the same instrument: the same resource
-        however spelled, or the same ``*IDN?`` answer (serial number included) once read.
-        A stop of one is a stop of all: nothing energizes it under another name."""
-        me = self.core.instruments.get(name)
-        if me is None:
-            return [name]
-        return [name] + [n for n, inst in self.core.instruments.items() if n != name and (
-            _resource(inst.config.resource) == _resource(me.config.resource)
-            or (me.idn is not None and inst.idn == me.idn))]
+        """``name`` and the bench's other names for the same instrument (stop_names.py)."""
+        return same(self.core, name)
 
     def _stop_of(self, instrument: str) -> tuple[str, dict[str, Any]] | None:
-        """The stop in force on ``instrument`` under any of its names: this bench's, or
-        another bench's on the shared store (the same resource, or the same ``*IDN?``)."""
-        for name in self.same(instrument):
-            key = self.core.qualified(name)
-            stop = self._held.get(key) or self.store.kv_get(STOPS, key)
-            if stop is not None:
-                return name, stop
-        me = self.core.instruments.get(instrument)
-        if me is None:
-            return None
-        for key, stop in self.store.kv_items(STOPS):  # this bench's under an old name too
-            if stop.get("resource") == _resource(me.config.resource) \
-                    or (me.idn is not None and stop.get("idn") == me.idn):
-                return key, stop
-        return None
+        return stop_of(self.core, self._held, STOPS, instrument)
 
     def follow_names(self) -> None:
         """At start: a stop kept under a name bench.toml now gives another instrument moves
@@ -238,11 +217,19 @@ class Interlocks(Part):
         changes = self._changes
         try:
             found = await asyncio.to_thread(lambda: {
-                n for n in self.core.instruments if self._stop_of(n) is not None})
+                n: s for n in self.core.instruments if (s := self._stop_of(n)) is not None})
         except StoreError:
             return  # kept as it was: the next sweep reads again
-        if changes == self._changes:
-            self.in_force = found
+        if changes != self._changes:
+            return
+        new = sorted(set(found) - self.in_force)
+        self.in_force = set(found)
+        for name in new:  # pressed elsewhere (another bench of the store): what waits here
+            who = Principal(name=str(found[name][1].get("by") or "the gateway"))
+            self._to_finish.append(([name], who, None))  # on it ends too, as by the stop
+            self._unfinished.add(name)
+        if new:
+            self._finish()
 
     def _keyed(self, by_name: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {self.core.qualified(n): r for n, r in by_name.items()}
@@ -266,12 +253,11 @@ class Interlocks(Part):
         held = dict(self._held)
         # A stop not finished is kept unfinished too: a restart then finishes it.
         open_ = {self.core.qualified(n) for names, _, _ in self._to_finish for n in names}
-        kept = (await asyncio.to_thread(self._keep, {k: r for k, r in held.items()
-                                                     if k in open_}, (STOPPING, STOPS)) or
-                await asyncio.to_thread(self._keep, {k: r for k, r in held.items()
-                                                     if k not in open_}, (STOPS,)))
-        if kept is not None:
-            return
+        for tables, records in (((STOPPING, STOPS), {k: r for k, r in held.items()
+                                                     if k in open_}),
+                                ((STOPS,), {k: r for k, r in held.items() if k not in open_})):
+            if records and await asyncio.to_thread(self._keep, records, tables) is not None:
+                return
         self._finish()
         for key, record in held.items():
             if self._held.get(key) is record:

@@ -1,11 +1,14 @@
-"""A stop stays with its instrument, whatever bench.toml names it now (interlocks.py)."""
+"""A stop stays with its instrument, whatever it is named: its other names on this bench,
+another bench's stop of it on the shared store, and bench.toml renaming it (interlocks.py)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from .core import Core
 from .core import resource_key as _resource
 
-__all__ = ["follow_names"]
+__all__ = ["follow_names", "same", "stop_of"]
 
 
 def follow_names(core: Core, tables: tuple[str, ...]) -> None:
@@ -39,3 +42,34 @@ def follow_names(core: Core, tables: tuple[str, ...]) -> None:
             core.store.kv_put(table, new, record)
         for old in set(moves) - {new for new, _ in moves.values()}:
             core.store.kv_delete(table, old)
+
+
+def same(core: Core, name: str) -> list[str]:
+    """``name`` and the bench's other names for the same instrument: the same resource
+    however spelled, or the same ``*IDN?`` answer (serial number included) once read.
+    A stop of one is a stop of all: nothing energizes it under another name."""
+    me = core.instruments.get(name)
+    if me is None:
+        return [name]
+    return [name] + [n for n, inst in core.instruments.items() if n != name and (
+        _resource(inst.config.resource) == _resource(me.config.resource)
+        or (me.idn is not None and inst.idn == me.idn))]
+
+
+def stop_of(core: Core, held: dict[str, dict[str, Any]], table: str, instrument: str
+            ) -> tuple[str, dict[str, Any]] | None:
+    """The stop in force on ``instrument`` under any of its names: this bench's, or
+    another bench's on the shared store (the same resource, or the same ``*IDN?``)."""
+    for name in same(core, instrument):
+        key = core.qualified(name)
+        stop = held.get(key) or core.store.kv_get(table, key)
+        if stop is not None:
+            return name, stop
+    me = core.instruments.get(instrument)
+    if me is None:
+        return None
+    for key, stop in core.store.kv_items(table):  # this bench's under an old name too
+        if stop.get("resource") == _resource(me.config.resource) \
+                or (me.idn is not None and stop.get("idn") == me.idn):
+            return key, stop
+    return None
