@@ -62,23 +62,24 @@ class StopHold(Part):
         (on, unread, or read out of step) gets the safe action again."""
         name, profile = inst.config.name, inst.profile
         channels = list(profile.channels)
-        read, errors = await read_off(link, profile, channels, inst)
+        read, unread = await read_off(link, profile, channels, inst)
+        out_of_step = None
         if read:
-            try:  # "off" read out of step proves nothing
+            try:  # "off" read out of step proves nothing: every channel gets it again
                 await in_step_twice(link, inst)
             except InstrumentError as exc:
-                errors.append(exc.message)
-        on = [ch for ch in channels if envelope.live_words(profile, read, [ch])]
-        if errors:
-            on = channels
+                out_of_step = exc.message
+        # A channel unread (one whose profile has no way to read it too) counts as on.
+        on = channels if out_of_step else [
+            ch for ch in channels if envelope.live_words(profile, read, [ch])]
         if not on:
             if name in self.interlocks.unproven:
                 return Held(found="", after=read)
             return None
         if not self.holds(inst):  # cleared while it was read: the normal rules apply
             return None
-        found = "; ".join([w for w in [envelope.live_words(profile, read, channels)] if w]
-                          + errors)
+        found = "; ".join(w for w in [envelope.live_words(profile, read, on), *unread,
+                                      out_of_step] if w)
         sent, after, failed = await send_safe_action(link, profile, on, inst)
         return Held(found=found, sent=sent, after=after, error="; ".join(failed) or None)
 
@@ -86,13 +87,15 @@ class StopHold(Part):
         """Journal and alert what ``look`` did: each safe action that worked, a failure once
         (until it changes or works), and a stop's failed safe action shown off at last."""
         name = inst.config.name
-        if held.error is not None and self._failing.get(name) == held.error:
+        said = f"{held.found}: {held.error}"
+        if held.error is not None and self._failing.get(name) == said:
             return  # the same failure as the last look: already journaled and alerted
         if held.error is None:
             self._failing.pop(name, None)
             was = self.interlocks.unproven.pop(name, None)
         else:
-            self._failing[name] = self.interlocks.unproven[name] = held.error
+            self._failing[name] = said
+            self.interlocks.unproven[name] = held.error
             was = None
         if held.error is not None:
             words = (f"{name} is stopped, but {held.found}; the safe action failed "
