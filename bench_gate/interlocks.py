@@ -78,7 +78,8 @@ class Interlocks(Part):
         return f"bench:{self.config.bench}"
 
     def stopped(self) -> dict[str, dict[str, Any]]:
-        """The instruments of this bench that are stopped now, with who stopped them."""
+        """The instruments of this bench that are stopped now, with who stopped them (and
+        why not every output is shown off yet, while one is not)."""
         mine = f"{self.config.bench}/"
         held = {k: v for k, v in self._held.items() if k.startswith(mine)}
         try:
@@ -86,7 +87,9 @@ class Interlocks(Part):
         except StoreError:
             if not held:
                 raise
-        return {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
+        found = {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
+        return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
+                for n, v in found.items()}
 
     @staticmethod
     def allowed(unit: Unit) -> bool:
@@ -371,14 +374,24 @@ class Interlocks(Part):
         if unfinished:  # what the stop could not cancel or end is never run after it
             self._stand_down(unfinished, who)
             self._unfinished.difference_update(unfinished)
+        # Cleared is not shown off: an output no read-back showed off is said so.
+        unshown = {n: stopped[n]["not_shown_off"] for n in names
+                   if "not_shown_off" in stopped.get(n, {})}
         for name in names:
             self.store.kv_delete(STOPS, self.core.qualified(name))
+            self.store.kv_delete(STOPPING, self.core.qualified(name))
             self._held.pop(self.core.qualified(name), None)
             self.in_force.discard(name)
             self.unproven.pop(name, None)
         self._changes += 1
+        data: dict[str, Any] = {"by": who.name, "instruments": names}
+        if unshown:
+            data["not_shown_off"] = unshown
         self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
-                                 data={"by": who.name, "instruments": names})])
-        self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,
-                                   instruments=names)
+                                 data=data)])
+        self.core.notifier.publish(
+            "alert", alert="stop_cleared", by=who.name, instruments=names,
+            **({"reason": "stop cleared, but not every output was shown off: " + "; ".join(
+                f"{n}: {why}" for n, why in unshown.items()) + "; check the bench"}
+               if unshown else {}))
         return names

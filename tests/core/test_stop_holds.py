@@ -145,3 +145,26 @@ async def test_a_stop_whose_safe_action_failed_is_tried_until_the_output_reads_o
     assert len(failures) == 1, found  # once, not every period
     assert found[-1]["error"] is None and found[-1]["read_back"]["ch1.output"] == "0"
     assert "OUTP 0,(@1)" in found[-1]["safe_action"]
+
+
+async def test_a_stop_never_shown_off_says_so_until_it_is_and_when_it_is_cleared(
+        faulty: tuple[Gateway, FaultLink], olga: Principal, front_panel: Any) -> None:
+    """The supply will not take ``OUTP 0,(@1)`` at all: the stop, as listed, says CH1 is
+    not shown off; cleared so, the clear's journal event and alert say it too."""
+    gw, link = faulty
+    switch_on_at_panel(front_panel, 1)
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0,(@1)", times=1000)
+    await gw.emergency_stop(olga, "test", "psu")
+    assert "still reads on" in gw.stopped()["psu"]["not_shown_off"]
+    start = gw.watch.checks
+    assert await until(lambda: gw.watch.checks >= start + 2)
+    assert on(front_panel, 1) and "not_shown_off" in gw.stopped()["psu"]
+    async with gw.subscribe() as queue:
+        gw.clear_stop(olga)
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    cleared = [e.data for e in gw.journal(f"bench:{gw.bench}", limit=1000)
+               if e.type is EventType.STOP_CLEARED]
+    assert "CH1" in cleared[-1]["not_shown_off"]["psu"], cleared
+    assert any("not every output was shown off" in a.get("reason", "") for a in alerts)
