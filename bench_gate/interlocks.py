@@ -309,6 +309,7 @@ class Interlocks(Part):
                     "at": self.clock().isoformat()}
                 self._unfinished.add(name)
                 self.in_force.add(name)
+                self._changes += 1
                 self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
                                            door="gateway", instruments=[name], reason=why)
         return ended_or_held
