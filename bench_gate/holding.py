@@ -83,6 +83,10 @@ class StopHold(Part):
         sent, after, failed = await send_safe_action(link, profile, on, inst)
         return Held(found=found, sent=sent, after=after, error="; ".join(failed) or None)
 
+    def settled(self, name: str) -> None:
+        """A look that found nothing to do (or could not look): a failure is news again."""
+        self._failing.pop(name, None)
+
     def report(self, inst: Instrument, held: Held) -> None:
         """Journal and alert what ``look`` did: each safe action that worked, a failure once
         (until it changes or works), and a stop's failed safe action shown off at last."""

@@ -90,6 +90,7 @@ class Watch(Part):
             self.hold.report(inst, safed)
         elif safed is None:
             self._failing.pop(name, None)
+            self.hold.settled(name)
         else:
             self._report(inst, safed)
         return safed
