@@ -379,8 +379,9 @@ class Interlocks(Part):
         unshown = {n: stopped[n]["not_shown_off"] for n in names
                    if "not_shown_off" in stopped.get(n, {})}
         for name in names:
-            self.store.kv_delete(STOPS, self.core.qualified(name))
+            # Unfinished first: a crash between leaves it stopped, never a stop re-run.
             self.store.kv_delete(STOPPING, self.core.qualified(name))
+            self.store.kv_delete(STOPS, self.core.qualified(name))
             self._held.pop(self.core.qualified(name), None)
             self.in_force.discard(name)
             self.unproven.pop(name, None)
