@@ -25,6 +25,7 @@ from .decisions import Decisions, GrantResult
 from .engineers import Engineers, panel_message
 from .errors import PermissionDenied, TransitionError
 from .executor import Executor
+from .holding import StopHold
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
@@ -98,7 +99,7 @@ class Gateway:
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
                                              safety, interlocks, leases)
         #: The envelope watch: a breach nobody wrote is made safe within watch_seconds.
-        self.watch = Watch(core, safety)
+        self.watch = Watch(core, safety, StopHold(core, interlocks))
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
         # A stop ends the plans and setpoints in force on what it stops; so does a breach.

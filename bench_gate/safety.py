@@ -20,7 +20,7 @@ from .lockstep import in_step, in_step_twice
 from .scpi import Profile, classify
 from .snapshots import Snapshots
 
-__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "send_safe_action"]
+__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "read_off", "send_safe_action"]
 
 #: How long a restart waits for an interrupted write to finish inside the instrument.
 SETTLE_SECONDS = 30.0
@@ -98,6 +98,27 @@ async def _safe_read(link: AsyncLink, profile: Profile, channels: list[int],
         return read, errors, False
     unread = len(read) < sum(len(envelope.safe_fields(profile, ch)) for ch in channels)
     return read, errors, unread or (where is not None and inst.lane.connection() != where)
+
+
+async def read_off(link: AsyncLink, profile: Profile, channels: list[int],
+                   inst: Instrument | None = None) -> tuple[dict[str, str], list[str]]:
+    """What the safe action is read back by on each channel (its output and output-off
+    states), with ``inst`` one state on one connection: (read, errors). A field that fails
+    drops the connection: the rest is unread, never the next query's answer."""
+    read: dict[str, str] = {}
+    errors: list[str] = []
+    with inst.lane.one_connection() if inst is not None else contextlib.nullcontext():
+        for ch in channels:
+            for f in envelope.safe_fields(profile, ch):
+                query = profile.field_query(f, ch)
+                try:
+                    read[snapshot_key(ch, f)] = normalize(
+                        profile, f, await link.query(query), query, ch)
+                except InstrumentError as exc:
+                    errors.append(exc.message)
+                    if inst is not None:
+                        await inst.lane.drop()
+    return read, errors
 
 
 @dataclass(slots=True)
