@@ -190,6 +190,11 @@ class SocketDoorConfig(_Strict):
     #: ``refuse``: the write is answered at once with -203 and its request id, and the
     #: script resends it once approved. A connection changes it with ``GATE:HOLD``.
     on_hold: Literal["wait", "refuse"] = "wait"
+    #: What a connection that sent no token (``GATE:TOK``) may do. ``read-write``: reads, and
+    #: writes held for a person as ``script@<address>``; ``read``: reads only, every write
+    #: refused (-203). With ``read``, whoever approves a write knows who asked for it: an
+    #: operator cannot pass her own write through an anonymous connection and approve it.
+    anonymous: Literal["read-write", "read"] = "read-write"
 
 
 class BenchConfig(_Strict):

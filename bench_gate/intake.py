@@ -238,6 +238,8 @@ class Intake(Part):
                 self.interlocks.check(instrument)  # an emergency stop refuses every write
             except Refused as exc:
                 reason = exc.message
+        if not reason and run is not None and (not read_only or decision.verdict is Verdict.HOLD):
+            reason = self.runs.may_write(run) or ""  # anything a person would decide
         if reason:
             self.store.append([received(), Event(
                 run_id=run_id, type=EventType.WRITE_REFUSED,

@@ -17,7 +17,7 @@ from .approvals import require_operator
 from .auth import held_at, refuse_token, revoked_tokens
 from .calibration import Calibration
 from .core import Core, Instrument, Part, new_id
-from .errors import InvalidInput, NotFound, TransitionError
+from .errors import InvalidInput, NotFound, Refused, TransitionError
 from .executor import Executor
 from .handoff import build_handoff
 from .models import (
@@ -171,6 +171,8 @@ class PlanDesk(Part):
         """Ask for a standing plan: a takeover request whose proposal is the plan's scope."""
         refuse_token(rationale, "rationale")
         run = self.runs.get(run_id)
+        if (anonymous := self.runs.may_write(run)) is not None:  # a plan's writes are writes
+            raise Refused(-203, anonymous)
         try:
             scope = PlanScope.model_validate(scope)
         except ValidationError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .approvals import cover_for, person, require_operator
-from .auth import names_of, refuse_revoked, refuse_token
+from .auth import ANONYMOUS_PREFIX, names_of, refuse_revoked, refuse_token
 from .core import Core, Part, new_id
 from .errors import InvalidInput, NotFound, PermissionDenied
 from .models import (
@@ -292,6 +292,16 @@ class Runs(Part):
             if run is not None and run.denials_in_a_row:
                 run.denials_in_a_row = 0
                 self.store.save_run(run, [])
+
+    def may_write(self, run: Run) -> str | None:
+        """Why ``run`` may not write, or None: a socket-door connection without a token,
+        on a bench whose ``socket_door.anonymous`` is ``read``."""
+        if self.config.socket_door.anonymous == "read" \
+                and run.principal.startswith(ANONYMOUS_PREFIX):
+            return ("this bench takes writes only from a connection that presented its token "
+                    "first (GATE:TOK \"bg_...\"; socket_door.anonymous = \"read\"): without "
+                    "one, a connection may only read")
+        return None
 
     def known(self, run_id: str) -> bool:
         """The run exists (runs are never deleted): a read need not load it."""
