@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from . import envelope
 from .conclusions import Conclusions
 from .core import Core, Instrument, Part
-from .errors import Refused, WrongInstrument
+from .errors import Refused, StoreError, WrongInstrument
 from .identity import Refusing
 from .instruments import AsyncLink
 from .interlocks import Interlocks
@@ -346,10 +346,41 @@ class Executor(Part):
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions), error=w.error,
             instrument_errors=w.instrument_errors, read_error=w.read_error)
-        self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
-                       executed="executed: " + "; ".join(commands))
+        try:
+            self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
+                                      executed="executed: " + "; ".join(commands))
+        except StoreError as exc:  # not "nothing was acknowledged": the write went out
+            raise StoreError(f"{req.id}: the write went out, but the store did not record "
+                             f"its outcome ({exc.message}); it is judged from a read-back "
+                             "once the store is back, and never sent again") from exc
         return req
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
         await self.conclusions.reconcile_interrupted(req)
+
+    def reconcile_orphans(self) -> None:
+        """Each sweep: a request of this bench ``executing`` that nobody here executes
+        (its write went out, then the store failed its outcome's commit) is judged from a
+        read-back once the store answers again, as after a crash; never re-sent. None once
+        fenced: the bench's requests are the new owner's."""
+        if self.core.registry.lost is not None:
+            return
+        for req in self.store.list_requests(status=Status.EXECUTING, limit=10_000):
+            if self.core.owns(req) and req.id not in self._in_flight:
+                self._in_flight.add(req.id)
+                self.core.spawn(self._reconcile_orphan(req.id))
+
+    async def _reconcile_orphan(self, request_id: str) -> None:
+        try:
+            lock = self._executing.setdefault(
+                self.requests.get(request_id).instrument, asyncio.Lock())
+            async with lock:  # after the write in progress on its instrument, if any
+                req = self.requests.get(request_id)
+                if req.status is Status.EXECUTING and self.core.owns(req):
+                    await self.conclusions.reconcile_interrupted(
+                        req, "the store's failure to record its outcome")
+        except StoreError:
+            pass  # the store is away again: the next sweep judges it
+        finally:
+            self._in_flight.discard(request_id)

@@ -1,0 +1,118 @@
+"""The PostgreSQL store going away in the middle of the corridor: a server of this module's
+own, stopped and started again by the tests. What the instrument really did is read on the
+simulator's own port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bench_gate.config import BenchConfig
+from bench_gate.errors import GatewayError, StoreError
+from bench_gate.gateway import Gateway
+from bench_gate.instruments import Link, PyvisaLink
+from bench_gate.models import Principal, Status
+from bench_gate.store import PostgresStore
+from tests import pg
+from tests.conftest import Clock
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[pg.PgCluster]:
+    """A server of its own: these tests stop it."""
+    with pg.start_or_skip() as c:
+        yield c
+
+
+class _StoreDiesOnWrite:
+    """The supply's link: once armed, the first write starting with ``prefix`` reaches the
+    instrument, and then the database stops (as a restart of PostgreSQL, or a cable pulled,
+    right after the write went out and before its outcome is committed)."""
+
+    def __init__(self, inner: Link, prefix: str, kill: Callable[[], None]) -> None:
+        self.inner = inner
+        self.prefix = prefix
+        self.kill = kill
+        self.armed = False
+        self.writes: list[str] = []
+        self.killed = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write(self, command: str) -> None:
+        self.writes.append(command)
+        self.inner.write(command)
+        if self.armed and command.startswith(self.prefix):
+            self.armed = False
+            self.kill()
+            self.killed.set()
+
+    def query(self, command: str, *args: Any) -> str:
+        return self.inner.query(command, *args)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _status(gw: Gateway, request_id: str) -> Status | None:
+    with contextlib.suppress(GatewayError):  # the store may still be coming back
+        return gw.get_request(request_id).status
+    return None
+
+
+async def _until(check: Callable[[], bool], seconds: float) -> bool:
+    for _ in range(int(seconds / 0.1)):
+        if check():
+            return True
+        await asyncio.sleep(0.1)
+    return check()
+
+
+async def test_a_write_whose_outcome_commit_was_lost_is_reconciled_once_the_store_is_back(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The grant is committed and ``VOLT 2.5,(@1)`` reaches the supply; then PostgreSQL
+    stops, so the outcome's commit fails. The request stayed ``executing`` for good (only a
+    restart of the gateway reconciled executing requests). Now, once the store is back,
+    the sweeper judges it from a read-back, as after a crash: executed (reconciled), the
+    command sent once."""
+    url = cluster.new_database()
+    psu = config.instrument("psu")
+    assert psu is not None
+    link = _StoreDiesOnWrite(PyvisaLink(psu), "VOLT 2.5", lambda: cluster.stop("immediate"))
+    gw = Gateway(config, PostgresStore(url, pool_timeout=1.0), links={"psu": link},
+                 clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 2.5,(@1)")).request
+        assert req is not None and req.status is Status.PENDING
+        link.armed = True
+        told = ""
+        try:
+            await gw.grant(req.id, olga, list(req.required), proposal_hash=req.proposal_hash)
+        except StoreError as exc:  # the store is gone: a 503 to the approver
+            told = exc.message
+        assert "nothing from this call was acknowledged" not in told, told
+        assert link.killed.is_set(), "the database was never stopped"
+        assert float(front_panel.query("VOLT? (@1)")) == pytest.approx(2.5)
+        cluster.start()
+        done = await _until(lambda: _status(gw, req.id) not in (None, Status.EXECUTING), 15)
+        after = gw.get_request(req.id)
+        assert done, f"left {after.status.value} with nobody executing it"
+        assert after.status is Status.EXECUTED, after.outcome
+        assert after.receipt is not None and after.receipt.reconciled
+        assert "reconciled" in (after.outcome or "")
+        assert [w for w in link.writes if w.startswith("VOLT 2.5")] == ["VOLT 2.5,(@1)"]
+        assert float(front_panel.query("VOLT? (@1)")) == pytest.approx(2.5)
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
