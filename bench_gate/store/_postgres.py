@@ -31,7 +31,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import StoreError
+from ..errors import InvalidInput, StoreError
 from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
@@ -72,9 +72,22 @@ class _PgTx:
         self._cur = cur
 
     def execute(self, sql: str, args: Any = (), /) -> psycopg.Cursor[TupleRow]:
+        if any(isinstance(a, str) and "\x00" in a for a in args):
+            args = _unkept(sql, args)
         # No arguments, no placeholders: a script of several statements (a migration)
         # goes by the simple query protocol.
         return self._cur.execute(q.pg(sql), args) if args else self._cur.execute(sql)
+
+
+def _unkept(sql: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """PostgreSQL's text holds no NUL character (SQLite's does), and psycopg refuses to
+    send one: a lookup by such a value (an id in a URL, ``a%00b``) was a 503. No stored
+    value holds one, so it matches none: compared as NULL, it finds nothing (every
+    comparison of a caller's text is ``=`` or ``LIKE``). Kept, it is refused (422)."""
+    if not sql.lstrip().upper().startswith(("SELECT", "DELETE")):
+        raise InvalidInput("a text holding a NUL character (\\u0000) cannot be kept in the "
+                           "PostgreSQL store")
+    return tuple(None if isinstance(a, str) and "\x00" in a else a for a in args)
 
 
 def describe(url: str) -> str:
