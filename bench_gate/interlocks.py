@@ -106,7 +106,8 @@ class Interlocks(Part):
         if me is None:
             return None
         for key, stop in self.store.kv_items(STOPS):  # this bench's under an old name too
-            if stop.get("resource") == _resource(me.config.resource) \
+            if (stop.get("resource") == _resource(me.config.resource)
+                    and stop.get("host") in (None, self.core.registry.host)) \
                     or (me.idn is not None and stop.get("idn") == me.idn):
                 return key, stop
         return None
@@ -117,7 +118,8 @@ class Interlocks(Part):
         renamed) moves to the name its instrument (its resource) has now. A stop stays
         with its instrument: the stopped one is refused under its new name, and the other
         one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
-        a bench no gateway serves now (the bench renamed): listed and cleared here. Written
+        a bench no gateway serves now (the bench renamed) made on this host: listed and
+        cleared here (one made on another host is another PC's instrument). Written
         before the old names are deleted: a crash between leaves more stopped, never less."""
         named = {_resource(inst.config.resource): name
                  for name, inst in self.core.instruments.items()}
@@ -136,7 +138,10 @@ class Interlocks(Part):
                 if bench not in ours:
                     ours[bench] = bench == self.config.bench or \
                         not self.core.registry.alive(bench)
-                if ours[bench]:  # this bench's, or one nobody serves now
+                # Another bench's only if made on this host: a resource string names
+                # another instrument on another PC (that bench is down, not renamed).
+                if ours[bench] and (bench == self.config.bench
+                                    or record.get("host") == self.core.registry.host):
                     moves[key] = (self.core.qualified(now), record)
             for new, record in moves.values():
                 self.store.kv_put(table, new, record)
@@ -181,7 +186,8 @@ class Interlocks(Part):
         # Which instrument each is, for the other benches on the store: they refuse it too.
         records = {n: {"by": who.name, "door": door, "at": at,
                        "resource": _resource(self.core.instruments[n].config.resource),
-                       "idn": self.core.instruments[n].idn} for n in names}
+                       "idn": self.core.instruments[n].idn,
+                       "host": self.core.registry.host} for n in names}
         for name in names:  # first, so nothing new gets through while the stop runs
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True

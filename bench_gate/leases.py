@@ -66,6 +66,7 @@ class Leases(Part):
         self.store.kv_put(LEASES, key, {
             "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
             "resource": resource_key(inst.config.resource), "idn": inst.idn,
+            "host": self.core.registry.host,
             "channels": sorted(set(held.get("channels", [])) | set(channels))})
         self.renew(req.run_id, client=False)  # a grant ran it, not its client
 
@@ -132,7 +133,11 @@ class Leases(Part):
             return False
         if lease.get("resource") is None and lease.get("idn") is None:
             return True
-        return lease.get("resource") == resource_key(inst.config.resource) or (
+        # A resource string names an instrument on its own host: another bench's lease
+        # taken on another PC (or on one unknown) is never this one's by it.
+        here = lease.get("bench") == self.config.bench or \
+            lease.get("host") == self.core.registry.host
+        return (here and lease.get("resource") == resource_key(inst.config.resource)) or (
             inst.idn is not None and lease.get("idn") == inst.idn)
 
     async def sweep(self) -> None:
