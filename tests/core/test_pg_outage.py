@@ -17,9 +17,10 @@ from bench_gate.errors import GatewayError, StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
 from bench_gate.models import Principal, Status
-from bench_gate.store import PostgresStore
+from bench_gate.store import PostgresStore, open_store
 from tests import pg
 from tests.conftest import Clock
+from tests.core.test_stop_holes import off_within
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,46 @@ async def test_a_write_whose_outcome_commit_was_lost_is_reconciled_once_the_stor
         assert "reconciled" in (after.outcome or "")
         assert [w for w in link.writes if w.startswith("VOLT 2.5")] == ["VOLT 2.5,(@1)"]
         assert float(front_panel.query("VOLT? (@1)")) == pytest.approx(2.5)
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
+
+
+def _queue(gw: Gateway) -> None:
+    """A console polling the queue: a store call on the gateway's event loop."""
+    with contextlib.suppress(GatewayError):
+        gw.list_requests(status=Status.PENDING)
+
+
+async def test_the_emergency_stop_never_waits_for_a_store_that_is_down(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, olga: Principal,
+        front_panel: Any) -> None:
+    """PostgreSQL is down and a console asks for the queue (the gateway calls the store
+    on its event loop): the STOP pressed right after it switched CH1 off only once that
+    call gave up, after the pool's 5 s, and every store call of the stop itself (keeping
+    it, cancelling, journaling) waited 5 s more on the loop. A store known to be down
+    now fails at once: CH1 goes off within the stop's own time."""
+    url = cluster.new_database()
+    gw = Gateway(config, open_store(url), clock=clock)  # the default pool_timeout: 5 s
+    await gw.start()
+    loop = asyncio.get_running_loop()
+
+    def press() -> float | None:
+        loop.call_soon_threadsafe(_queue, gw)
+        stop = asyncio.run_coroutine_threadsafe(gw.emergency_stop(olga, "test"), loop)
+        off = off_within(front_panel, 4.5, (1,))
+        stop.result(120)
+        return off
+
+    try:
+        front_panel.write("VOLT 1,(@1)")
+        front_panel.write("OUTP ON,(@1)")
+        cluster.stop("immediate")
+        off = await asyncio.to_thread(press)
+        assert off is not None and off < 1.5, f"CH1 went off {off} s after the STOP"
+        assert "psu" in gw.stopped()
     finally:
         if not cluster.running:
             cluster.start()
