@@ -16,10 +16,12 @@ from bench_gate.config import BenchConfig
 from bench_gate.errors import GatewayError, StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.instruments import Link, PyvisaLink
-from bench_gate.models import Principal, Status
+from bench_gate.models import EventType, Principal, Status
 from bench_gate.store import PostgresStore, open_store
 from tests import pg
 from tests.conftest import Clock
+from tests.core.test_emergency_stop import energize
+from tests.core.test_leases import LEASE
 from tests.core.test_stop_holes import off_within
 
 
@@ -157,3 +159,43 @@ async def test_the_emergency_stop_never_waits_for_a_store_that_is_down(
             cluster.start()
         await gw.close()
         gw.store.close()
+
+
+async def test_a_lost_clients_lease_runs_out_while_the_store_is_down(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """CH1 on with a lease; PostgreSQL goes away, and so does the client (the same network
+    blip). The lease sweep read the leases from the store each time, failed, and tried
+    again: CH1 stayed on for as long as the database was away. The leases last read are
+    run out from memory meanwhile: CH1 off within the term, and its journal event and the
+    lease's end are written once the store is back (the safe action sent once)."""
+    config.policy.lease_seconds = LEASE
+    config.policy.on_client_lost = "safe"
+    config.policy.watch_seconds = 0  # the lease alone, not the envelope watch
+    url = cluster.new_database()
+    gw = Gateway(config, open_store(url), clock=clock)
+    await gw.start()
+    try:
+        run_id = await energize(gw, script, olga)
+        assert front_panel.query("OUTP? (@1)").strip() == "1"
+        assert [lease["run_id"] for lease in gw.leases()] == [run_id]
+        cluster.stop("immediate")
+        off = await asyncio.to_thread(off_within, front_panel, LEASE + 6, (1,))
+        assert off is not None, "CH1 left on after its client's lease ran out"
+        cluster.start()
+        assert await _until(lambda: _lease_ended(gw, run_id), 15), "the lease never ended"
+        expired = [e for e in gw.journal(run_id, limit=1000)
+                   if e.type is EventType.LEASE_EXPIRED]
+        assert len(expired) == 1, expired
+        assert front_panel.query("OUTP? (@1)").strip() == "0"
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
+
+
+def _lease_ended(gw: Gateway, run_id: str) -> bool:
+    with contextlib.suppress(GatewayError):
+        return all(lease["run_id"] != run_id for lease in gw.leases())
+    return False
