@@ -199,3 +199,45 @@ def _lease_ended(gw: Gateway, run_id: str) -> bool:
     with contextlib.suppress(GatewayError):
         return all(lease["run_id"] != run_id for lease in gw.leases())
     return False
+
+
+async def test_a_breach_made_safe_while_the_store_is_down_is_told_and_journaled_later(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """CH1 on; PostgreSQL goes away; the panel puts CH1's current over its 1 A limit. The
+    envelope watch switched CH1 off, then journaled the breach before telling anyone: the
+    journal failed, so no console was told why CH1 went off, and the breach was never
+    journaled. Now the alert goes at once and the event is journaled, once, when the
+    store is back."""
+    url = cluster.new_database()
+    gw = Gateway(config, open_store(url), clock=clock)
+    await gw.start()
+    try:
+        async with gw.subscribe() as events:
+            await energize(gw, script, olga)
+            cluster.stop("immediate")
+            front_panel.write("CURR 1.5,(@1)")
+            off = await asyncio.to_thread(off_within, front_panel, 5.0, (1,))
+            assert off is not None, "CH1 left on over its limit"
+            told = []
+            for _ in range(50):
+                while not events.empty():
+                    told.append(events.get_nowait())
+                if any(m.get("alert") == "envelope_breach" for m in told):
+                    break
+                await asyncio.sleep(0.1)
+            assert any(m.get("alert") == "envelope_breach" for m in told), told
+        cluster.start()
+        assert await _until(lambda: _breaches(gw, config.bench) == 1, 15)
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
+
+
+def _breaches(gw: Gateway, bench: str) -> int:
+    with contextlib.suppress(GatewayError):
+        return sum(e.type is EventType.ENVELOPE_BREACH
+                   for e in gw.store.journal(f"bench:{bench}", limit=1000))
+    return -1
