@@ -49,8 +49,8 @@ class Leases(Part):
         #: safe action never waits for the store).
         self._known: dict[str, dict[str, Any]] | None = None
         #: Leases run out whose end the store has not taken yet (the store away): what was
-        #: done and its words, and whether it is journaled; ended once it is back, never
-        #: done or said twice.
+        #: done and its words, whether journaled and whether told; ended once it is back,
+        #: never done or said twice.
         self._ran_out: dict[str, tuple[dict[str, Any], str, list[bool]]] = {}
 
     def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
@@ -198,7 +198,7 @@ class Leases(Part):
                                    "every sweep until the outputs read off; check the bench")
                 return
         self._failing.pop(key, None)
-        self._ran_out[key] = (data, what, [False])
+        self._ran_out[key] = (data, what, [False, False])
         self._end(key, run_id, name, channels)
 
     def _end(self, key: str, run_id: str, name: str, channels: list[int]) -> None:
@@ -206,9 +206,12 @@ class Leases(Part):
         data, what, said = self._ran_out[key]
         # Journaled before the lease goes: a crash between the two then leaves the lease,
         # run out again after the restart (its safe action sent once more, harmless), never
-        # outputs switched off with no word of it in the journal.
+        # outputs switched off with no word of it in the journal. Told at once, once.
+        if not said[1]:
+            self._tell(run_id, name, channels, what)
+            said[1] = True
         if not said[0]:
-            self._announce(run_id, name, channels, data, what)
+            self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
             said[0] = True
         self.store.kv_delete(LEASES, key)
         self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
@@ -219,7 +222,11 @@ class Leases(Part):
 
     def _announce(self, run_id: str, name: str, channels: list[int], data: dict[str, Any],
                   what: str) -> None:
+        """Tell every console (first: it never waits for the store), then journal."""
+        self._tell(run_id, name, channels, what)
         self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
+
+    def _tell(self, run_id: str, name: str, channels: list[int], what: str) -> None:
         self.core.notifier.publish(
             "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
             reason=f"the client of {run_id} stopped renewing its lease on {name} "
