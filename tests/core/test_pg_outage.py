@@ -22,6 +22,7 @@ from tests import pg
 from tests.conftest import Clock
 from tests.core.test_emergency_stop import energize
 from tests.core.test_leases import LEASE
+from tests.core.test_plans import active_plan
 from tests.core.test_stop_holes import off_within
 
 
@@ -246,3 +247,54 @@ async def _alerts(events: asyncio.Queue[dict[str, Any]]) -> set[str]:
             told.add(str(events.get_nowait().get("alert")))
         await asyncio.sleep(0.05)
     return told
+
+
+class _DiesAtTheStepsRecord(PostgresStore):
+    """The database stops just as a plan step's unattended-step record is written."""
+
+    kill: Callable[[], None] | None = None
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        if table == "auto_steps" and self.kill is not None:
+            kill, self.kill = self.kill, None
+            kill()
+        super().kv_put(table, key, data)
+
+
+async def test_a_plan_step_its_requester_was_told_failed_never_runs_later(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    """Inside a plan, ``VOLT 1.5,(@1)``: its approved request was committed, then the store
+    went away before the step's record, and the requester got a 503 ("nothing from this
+    call was acknowledged"). Once the store was back the sweeper found the approved request
+    and wrote 1.5 V, unattended, to a requester that had been told it failed. The step is
+    now committed last: a 503 means nothing runs."""
+    url = cluster.new_database()
+    store = _DiesAtTheStepsRecord(url, pool_timeout=1.0)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script", goal="IV curve")
+        await active_plan(gw, run.id, olga, pete)
+        front_panel.write("VOLT 1,(@1)")
+        assert (await gw.submit(run.id, "psu", "CURR 0.5,(@1)")).status == "executed"
+        store.kill = lambda: cluster.stop("immediate")
+        with pytest.raises(StoreError):
+            await gw.submit(run.id, "psu", "VOLT 1.5,(@1)")
+        cluster.start()
+        assert await _until(lambda: _listed(gw) is not None, 15)
+        for _ in range(30):  # bounded: several sweeps, each runs what is approved
+            await asyncio.sleep(0.1)
+        assert [r.message for r in _listed(gw) or [] if r.message == "VOLT 1.5,(@1)"] == []
+        assert float(front_panel.query("VOLT? (@1)")) == pytest.approx(1.0)
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
+
+
+def _listed(gw: Gateway) -> list[Any] | None:
+    with contextlib.suppress(GatewayError):
+        return gw.list_requests()
+    return None
