@@ -73,7 +73,7 @@ class Interlocks(Part):
         except StoreError:
             if not held:
                 raise
-        return {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
+        return {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
 
     @staticmethod
     def allowed(unit: Unit) -> bool:
@@ -296,7 +296,7 @@ class Interlocks(Part):
         journaled) runs again from the start, in the name of who pressed it."""
         cut: dict[tuple[str, str, str], list[str]] = {}
         for key, record in self.store.kv_items(STOPPING):
-            bench, _, name = key.partition("/")
+            bench, _, name = key.rpartition("/")  # a bench's name may hold "/"
             if bench != self.config.bench:
                 continue
             if name not in self.core.instruments:  # no longer on this bench
