@@ -2,6 +2,7 @@
 
     python bench/proxy.py [-n 3000] [--rounds 3] [--what-if-no-journal] [--compare DIR]
     python bench/proxy.py --one-process ...   (the first benchmark: everything in one process)
+    python bench/proxy.py --spy OUT [-n 12000] (py-spy samples of the gateway's process)
 
 As on a bench, every party runs in its own process: the simulated instruments
 (``python -m sim_instruments serve``, standing in for hardware), the server under test, and
@@ -272,6 +273,31 @@ def main_processes(args: argparse.Namespace) -> None:
           f"{ratio:.2f}x -> {'met' if ratio <= 1.3 else 'NOT met'}")
 
 
+def spy(n: int, out: str) -> None:
+    """Where ``bench-gate serve``'s time goes during ``n`` sequential door reads: py-spy's
+    raw samples (``py-spy`` on PATH) of every thread of the gateway's process."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    psu, dmm = free_port(), free_port()
+    config = tmp / "bench.toml"
+    config.write_text(bench_toml(psu, dmm))
+    with ExitStack() as stack:
+        sim = stack.enter_context(process(
+            [sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
+             "--dmm-port", str(dmm)], cwd=ROOT))
+        assert sim.stdout is not None
+        sim.stdout.readline()  # serving
+        port, pid = stack.enter_context(gateway(tmp, "gateway", config, None))
+        pids = {"server": pid, "sim": sim.pid}
+        measure(port, 500, pids)  # warm: parse cache, read plans, connections
+        recorder = subprocess.Popen(["py-spy", "record", "-r", "500", "-f", "raw", "--threads",
+                                     "-o", out, "-p", str(pid)])
+        time.sleep(1.5)  # py-spy attached
+        result = measure(port, n, pids)
+        recorder.send_signal(2)
+        recorder.wait(60)
+    print(json.dumps(result))
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if ONE_PROCESS_FLAGS & set(argv):
@@ -288,6 +314,9 @@ def main() -> None:
                         help="also the door with reads not journaled (not the product)")
     parser.add_argument("--compare", action="append", default=[], metavar="DIR",
                         help="also bench-gate serve from the source tree DIR (repeatable)")
+    parser.add_argument("--spy", metavar="OUT",
+                        help="instead: py-spy the gateway's process during one round of -n "
+                             "reads, raw samples (every thread) to OUT")
     parser.add_argument("--client", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pids", help=argparse.SUPPRESS)
     parser.add_argument("--serve-relay", type=int, help=argparse.SUPPRESS)
@@ -299,6 +328,8 @@ def main() -> None:
         relay_main(args.serve_relay)
     elif args.serve_no_journal is not None:
         no_journal_main(*args.serve_no_journal)
+    elif args.spy:
+        spy(args.n, args.spy)
     else:
         main_processes(args)
 

@@ -69,7 +69,8 @@ def stop(args: argparse.Namespace) -> int:
         where = f" ({result['resource']})" if result.get("resource") else ""
         echo(f"{name}{where}: sent {'; '.join(result.get('sent', [])) or 'nothing'}"
              + (f"; read back {state}" if state else "")
-             + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else ""))
+             + (f"; ERRORS {'; '.join(result['errors'])}" if result.get("errors") else "")
+             + (f" ({result['retry']})" if result.get("retry") else ""))
     cancelled, suspended = len(done["cancelled"]), len(done["suspended"])
     echo(f"stopped in {done['seconds'] * 1000:.0f} ms; {cancelled} request"
          f"{'s' * (cancelled != 1)} cancelled, {suspended} run{'s' * (suspended != 1)} "

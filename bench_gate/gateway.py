@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from .decisions import Decisions, GrantResult
 from .engineers import Engineers, panel_message
 from .errors import PermissionDenied, TransitionError
 from .executor import Executor
+from .holding import StopHold
 from .instruments import AsyncLink, Link
 from .intake import Intake, Outcome, SubmitResult
 from .interlocks import Interlocks
@@ -97,13 +99,15 @@ class Gateway:
         self._executor = executor = Executor(core, snaps, setpoints, requests, runs,
                                              safety, interlocks, leases)
         #: The envelope watch: a breach nobody wrote is made safe within watch_seconds.
-        self.watch = Watch(core, safety)
+        self.watch = Watch(core, safety, StopHold(core, interlocks))
         self._calibration = calibration = Calibration(core, requests, runs)
         self._plans = plans = PlanDesk(core, snaps, requests, runs, executor, calibration)
-        interlocks.on_stop.append(plans.stand_down)  # a stop ends the plans on what it stops
-        safety.on_safed.append(interlocks.or_held(plans.made_safe))  # and a breach made safe
-        leases.on_safed.append(interlocks.or_held(lambda name, chs: plans.made_safe(
-            name, chs, "its client's lease ran out")))  # someone may be at the DUT now
+        # A stop ends the plans and setpoints in force on what it stops; so does a breach.
+        interlocks.on_stop += [plans.stand_down, setpoints.stand_down]
+        for safed in (plans.made_safe, setpoints.made_safe):
+            safety.on_safed.append(interlocks.or_held(safed))
+            leases.on_safed.append(interlocks.or_held(  # someone may be at the DUT now
+                functools.partial(safed, why="its client's lease ran out")))
         self._decisions = Decisions(core, snaps, setpoints, requests, runs, executor)
         self._intake = Intake(core, requests, runs, plans, interlocks, leases)
         executor.reselect = self._intake.reselected

@@ -315,11 +315,12 @@ class Lane:
     @contextlib.contextmanager
     def one_connection(self) -> Iterator[None]:
         """Within, a job's commands go on one connection (the open one, or the first it
-        opens): a write's recheck stands for the connection it was read on, so a lost one
-        is not replaced until the block ends (socket_link.kept_to)."""
+        opens): a write's recheck stands for the connection it was read on, and a state
+        read is one state, so a lost one is not replaced until the block ends
+        (socket_link.kept_to). Nested, the outermost block decides."""
         link: Any = self.link
-        if not hasattr(link, "pinned"):  # a link that cannot tell its connections apart
-            yield
+        if not hasattr(link, "pinned") or link.pinned is not None:
+            yield  # a link that cannot tell its connections apart, or kept to one already
             return
         opens = int(link.opens or 0)
         link.pinned = opens if link.connected else opens + 1
@@ -327,6 +328,13 @@ class Lane:
             yield
         finally:
             link.pinned = None
+
+    def connection(self) -> int | None:
+        """Which connection is open now (the link's count of them); None when none is, or
+        the link cannot tell its connections apart."""
+        link: Any = self.link
+        opens = getattr(link, "opens", None)
+        return int(opens) if opens is not None and link.connected else None
 
     async def drop(self) -> None:
         """Drop the connection, not the lane (answers out of step: lockstep.py): the next
@@ -343,7 +351,8 @@ class Lane:
 class _Addressed:
     """The lane's link for an instrument that addresses channels by selection: each text is
     sent as ``Profile.wire`` renders it, the select command first, within the same call and
-    so the same lane turn: no other job can move the selection in between."""
+    so the same lane turn: no other job can move the selection in between; and on the same
+    connection (a new one, after a restart, answers for the channel it selects at power-on)."""
 
     def __init__(self, lane: Lane, wire: Callable[[str], tuple[str, ...] | None]) -> None:
         self._lane = lane
@@ -358,15 +367,17 @@ class _Addressed:
 
     async def write(self, command: str) -> None:
         *selects, text = self._texts(command)
-        for select in selects:
-            await self._lane.link.write(select)
-        await self._lane.link.write(text)
+        with self._lane.one_connection():  # a new one has its own selection (power-on)
+            for select in selects:
+                await self._lane.link.write(select)
+            await self._lane.link.write(text)
 
     async def query(self, command: str, extra_seconds: float = 0.0) -> str:
         *selects, text = self._texts(command)
-        for select in selects:
-            await self._lane.link.write(select)
-        return await self._lane.link.query(text, extra_seconds)
+        with self._lane.one_connection():  # a new one has its own selection (power-on)
+            for select in selects:
+                await self._lane.link.write(select)
+            return await self._lane.link.query(text, extra_seconds)
 
     async def close(self) -> None:
         await self._lane.link.close()

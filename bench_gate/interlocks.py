@@ -20,18 +20,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .approvals import person, require_operator
+from .approvals import require_operator
 from .auth import refuse_revoked
 from .core import Core, Instrument, Part
 from .core import resource_key as _resource
 from .errors import InstrumentError, Refused, StoreError, TransitionError
 from .identity import ask
 from .instruments import AsyncLink
-from .models import Event, EventType, Principal, RunStatus, Status
+from .models import Event, EventType, Principal
 from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
-from .states import Event as Move
+from .stand_down import stand_down
+from .stop_names import follow_names, same, stop_of
 from .takeover import Requests
 
 __all__ = ["Interlocks"]
@@ -59,13 +60,26 @@ class Interlocks(Part):
         #: Instruments whose stand-down (cancelling, ending plans) the store refused: done
         #: again before the stop can be cleared, so nothing approved before it runs after.
         self._unfinished: set[str] = set()
+        #: Stops the store refused part of when pressed (kept, stood down, journaled): each
+        #: (names, who, its event if not journaled yet), finished by a sweep once the store
+        #: is back; until then kept unfinished (STOPPING) too, for a restart to finish.
+        self._to_finish: list[tuple[list[str], Principal, dict[str, Any] | None]] = []
+        #: This bench's instruments under a stop now, known without asking the store (kept
+        #: at once by a stop and a clear, and from the store each sweep): the watch holds
+        #: each one's outputs off (holding.py) and never waits for the store to know.
+        self.in_force: set[str] = set()
+        self._changes = 0  # a stop or clear since a sweep began reading the store
+        #: Stopped instruments whose outputs no read-back has shown off yet (the stop's
+        #: safe action failed): why. Tried again every watch period (holding.py).
+        self.unproven: dict[str, str] = {}
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
         return f"bench:{self.config.bench}"
 
     def stopped(self) -> dict[str, dict[str, Any]]:
-        """The instruments of this bench that are stopped now, with who stopped them."""
+        """The instruments of this bench that are stopped now, with who stopped them (and
+        why not every output is shown off yet, while one is not)."""
         mine = f"{self.config.bench}/"
         held = {k: v for k, v in self._held.items() if k.startswith(mine)}
         try:
@@ -73,7 +87,9 @@ class Interlocks(Part):
         except StoreError:
             if not held:
                 raise
-        return {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
+        found = {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
+        return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
+                for n, v in found.items()}
 
     @staticmethod
     def allowed(unit: Unit) -> bool:
@@ -84,69 +100,16 @@ class Interlocks(Part):
         return unit.effect.value == "output" and unit.value is False
 
     def same(self, name: str) -> list[str]:
-        """``name`` and the bench's other names for the same instrument: the same resource
-        however spelled, or the same ``*IDN?`` answer (serial number included) once read.
-        A stop of one is a stop of all: nothing energizes it under another name."""
-        me = self.core.instruments.get(name)
-        if me is None:
-            return [name]
-        return [name] + [n for n, inst in self.core.instruments.items() if n != name and (
-            _resource(inst.config.resource) == _resource(me.config.resource)
-            or (me.idn is not None and inst.idn == me.idn))]
+        """``name`` and the bench's other names for the same instrument (stop_names.py)."""
+        return same(self.core, name)
 
     def _stop_of(self, instrument: str) -> tuple[str, dict[str, Any]] | None:
-        """The stop in force on ``instrument`` under any of its names: this bench's, or
-        another bench's on the shared store (the same resource, or the same ``*IDN?``)."""
-        for name in self.same(instrument):
-            key = self.core.qualified(name)
-            stop = self._held.get(key) or self.store.kv_get(STOPS, key)
-            if stop is not None:
-                return name, stop
-        me = self.core.instruments.get(instrument)
-        if me is None:
-            return None
-        for key, stop in self.store.kv_items(STOPS):  # this bench's under an old name too
-            if (stop.get("resource") == _resource(me.config.resource)
-                    and stop.get("host") in (None, self.core.registry.host)) \
-                    or (me.idn is not None and stop.get("idn") == me.idn):
-                return key, stop
-        return None
+        return stop_of(self.core, self._held, STOPS, instrument)
 
     def follow_names(self) -> None:
-        """At start, before a stop is looked for or finished: a stop of this bench kept
-        under a name bench.toml now gives another instrument (names swapped, an instrument
-        renamed) moves to the name its instrument (its resource) has now. A stop stays
-        with its instrument: the stopped one is refused under its new name, and the other
-        one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
-        a bench no gateway serves now (the bench renamed) made on this host: listed and
-        cleared here (one made on another host is another PC's instrument). Written
-        before the old names are deleted: a crash between leaves more stopped, never less."""
-        named = {_resource(inst.config.resource): name
-                 for name, inst in self.core.instruments.items()}
-        ours: dict[str, bool] = {}
-        for table in (STOPS, STOPPING):
-            moves = {}
-            for key, record in self.store.kv_items(table):
-                bench, _, name = key.rpartition("/")  # an instrument's name has no "/"
-                here = self.core.instruments.get(name) if bench == self.config.bench else None
-                if here is not None and _resource(here.config.resource) == record.get(
-                        "resource"):
-                    continue  # its name is still its instrument's (another may be too)
-                now = named.get(str(record.get("resource")))
-                if now is None:
-                    continue
-                if bench not in ours:
-                    ours[bench] = bench == self.config.bench or \
-                        not self.core.registry.alive(bench)
-                # Another bench's only if made on this host: a resource string names
-                # another instrument on another PC (that bench is down, not renamed).
-                if ours[bench] and (bench == self.config.bench
-                                    or record.get("host") == self.core.registry.host):
-                    moves[key] = (self.core.qualified(now), record)
-            for new, record in moves.values():
-                self.store.kv_put(table, new, record)
-            for old in set(moves) - {new for new, _ in moves.values()}:
-                self.store.kv_delete(table, old)
+        """At start: a stop kept under a name bench.toml now gives another instrument moves
+        to its instrument's name (stop_names.py)."""
+        follow_names(self.core, (STOPS, STOPPING))
 
     def check_write(self, instrument: str, c: Classification | None) -> None:
         """:meth:`check`, for a message with a unit a stopped instrument does not take, or
@@ -191,6 +154,8 @@ class Interlocks(Part):
         for name in names:  # first, so nothing new gets through while the stop runs
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
+        self.in_force.update(names)
+        self._changes += 1
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
         # an output on, and the stop stays in force here until it is kept or cleared.
@@ -199,6 +164,13 @@ class Interlocks(Part):
         keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, self._keyed(records)))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
+        for name, result in reached.items():  # sent is not done: tried until shown off
+            if result["errors"]:
+                self.unproven[name] = "; ".join(result["errors"])
+                result["retry"] = ("not every output is shown off: the safe action is tried "
+                                   "again every watch period until each reads off")
+            else:
+                self.unproven.pop(name, None)
         seconds = time.perf_counter() - started
         store_error = await keeping
         learnt = {n: r for n, r in records.items()  # the stop read who answers
@@ -226,17 +198,42 @@ class Interlocks(Part):
         if store_error is not None:
             data["store_error"] = (f"{store_error}: the stop is in force on this gateway, "
                                    "but it may not be kept across a restart")
+        journaled = False
         try:
             self.store.append([Event(run_id=self._bench_run(),
                                      type=EventType.EMERGENCY_STOP, data=data)])
+            journaled = True
             if "store_error" not in data:  # done: nothing for a restart to finish
                 for name in names:
                     self.store.kv_delete(STOPPING, self.core.qualified(name))
         except StoreError as exc:
             data.setdefault("store_error", f"{exc.message}: the stop was not journaled")
+        if "store_error" in data:  # the sweeps finish it once the store is back
+            self._to_finish.append((names, who, None if journaled else dict(data)))
         self.core.notifier.publish("alert", alert="emergency_stop", by=who.name, door=door,
                                    instruments=names)
         return data
+
+    async def refresh(self) -> None:
+        """Each sweep, and at start: which instruments are stopped, from the store too (a
+        restart, another bench's stop of the same instrument, a clear elsewhere). A stop or
+        clear here while the store was read wins: it is newer."""
+        changes = self._changes
+        try:
+            found = await asyncio.to_thread(lambda: {
+                n: s for n in self.core.instruments if (s := self._stop_of(n)) is not None})
+        except StoreError:
+            return  # kept as it was: the next sweep reads again
+        if changes != self._changes:
+            return
+        new = sorted(set(found) - self.in_force)
+        self.in_force = set(found)
+        for name in new:  # pressed elsewhere (another bench of the store): what waits here
+            who = Principal(name=str(found[name][1].get("by") or "the gateway"))
+            self._to_finish.append(([name], who, None))  # on it ends too, as by the stop
+            self._unfinished.add(name)
+        if new:
+            self._finish()
 
     def _keyed(self, by_name: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {self.core.qualified(n): r for n, r in by_name.items()}
@@ -258,14 +255,41 @@ class Interlocks(Part):
         kept in the store once it is back, so a restart and the other benches of the store
         see them too; a stop cleared meanwhile is deleted again."""
         held = dict(self._held)
-        if not held or await asyncio.to_thread(self._keep, held, (STOPS,)) is not None:
-            return
+        # A stop not finished is kept unfinished too: a restart then finishes it.
+        open_ = {self.core.qualified(n) for names, _, _ in self._to_finish for n in names}
+        for tables, records in (((STOPPING, STOPS), {k: r for k, r in held.items()
+                                                     if k in open_}),
+                                ((STOPS,), {k: r for k, r in held.items() if k not in open_})):
+            if records and await asyncio.to_thread(self._keep, records, tables) is not None:
+                return
+        self._finish()
         for key, record in held.items():
             if self._held.get(key) is record:
                 del self._held[key]
             elif key not in self._held:  # cleared while it was being kept
                 with contextlib.suppress(StoreError):
                     await asyncio.to_thread(self.store.kv_delete, STOPS, key)
+
+    def _finish(self) -> None:
+        """What a stop could not do in the store when pressed is done once it is back: the
+        stand-down (what waited is cancelled, the plans end) and its journal event; then
+        its unfinished record goes. Never left for the clear alone: a restart forgot it."""
+        while self._to_finish:
+            names, who, data = self._to_finish[0]
+            try:
+                todo = sorted(self._unfinished.intersection(names))
+                if todo:
+                    self._stand_down(todo, who)
+                    self._unfinished.difference_update(todo)
+                if data is not None:
+                    data["finished"] = "its stand-down and this event once the store was back"
+                    self.store.append([Event(run_id=self._bench_run(),
+                                             type=EventType.EMERGENCY_STOP, data=data)])
+                for name in names:
+                    self.store.kv_delete(STOPPING, self.core.qualified(name))
+            except StoreError:
+                return  # the next sweep tries again
+            self._to_finish.pop(0)
 
     def or_held(self, hook: Callable[[str, list[int]], None]
                 ) -> Callable[[str, list[int]], None]:
@@ -285,6 +309,8 @@ class Interlocks(Part):
                     "by": "the gateway", "door": "gateway", "why": why,
                     "at": self.clock().isoformat()}
                 self._unfinished.add(name)
+                self.in_force.add(name)
+                self._changes += 1
                 self.core.notifier.publish("alert", alert="emergency_stop", by="the gateway",
                                            door="gateway", instruments=[name], reason=why)
         return ended_or_held
@@ -329,40 +355,7 @@ class Interlocks(Part):
             inst.lane.halted = False
 
     def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
-        """Cancel what waits on the stopped instruments, end the plans on them; suspend the
-        runs that asked."""
-        cancelled: list[str] = []
-        runs: set[str] = set()
-        for name in names:
-            for status in (Status.PENDING, Status.APPROVED):
-                for req in self.store.list_requests(status=status, instrument=name,
-                                                    limit=10_000):
-                    if req.bench not in ("", self.config.bench):
-                        continue
-                    if self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
-                                          {"by": who.name, "reason": "emergency stop"},
-                                          outcome=f"cancelled: emergency stop by {who.name}; "
-                                                  "nothing was written"):
-                        cancelled.append(req.id)
-                        runs.add(req.run_id)
-        for hook in self.on_stop:  # standing approvals: a plan would run on after a clear
-            runs |= hook(names, who)
-        suspended = []
-        for run_id in sorted(runs):
-            run = self.store.get_run(run_id)
-            # A run its own requester took over is suspended too: left taken over, it was
-            # theirs to release, and no other person would have looked at it.
-            if run is None or not (run.status is RunStatus.ACTIVE or (
-                    run.status is RunStatus.TAKEN_OVER
-                    and person(run.takeover_by or "") == person(run.principal))):
-                continue
-            run.status = RunStatus.SUSPENDED
-            run.takeover_reason = f"suspended by the emergency stop ({who.name})"
-            self.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_SUSPENDED,
-                                            data={"reason": run.takeover_reason})])
-            self.core.notifier.publish("run", id=run_id, status=run.status.value)
-            suspended.append(run_id)
-        return cancelled, suspended
+        return stand_down(self.core, self.requests, self.on_stop, names, who)
 
     def clear(self, who: Principal, instrument: str | None = None) -> list[str]:
         """An operator ends the stop (suspended runs stay suspended until released)."""
@@ -375,15 +368,33 @@ class Interlocks(Part):
         if instrument and instrument not in stopped:
             raise TransitionError(instrument, "running", "clear the stop of",
                                   "it is not stopped")
+        self._finish()  # a stop's own stand-down first (StoreError: nothing is cleared)
+        if self._to_finish:
+            raise StoreError("the store refused to finish the stop's stand-down: "
+                             "nothing was cleared; try again")
         unfinished = sorted(self._unfinished.intersection(names))
         if unfinished:  # what the stop could not cancel or end is never run after it
             self._stand_down(unfinished, who)
             self._unfinished.difference_update(unfinished)
+        # Cleared is not shown off: an output no read-back showed off is said so.
+        unshown = {n: stopped[n]["not_shown_off"] for n in names
+                   if "not_shown_off" in stopped.get(n, {})}
         for name in names:
+            # Unfinished first: a crash between leaves it stopped, never a stop re-run.
+            self.store.kv_delete(STOPPING, self.core.qualified(name))
             self.store.kv_delete(STOPS, self.core.qualified(name))
             self._held.pop(self.core.qualified(name), None)
+            self.in_force.discard(name)
+            self.unproven.pop(name, None)
+        self._changes += 1
+        data: dict[str, Any] = {"by": who.name, "instruments": names}
+        if unshown:
+            data["not_shown_off"] = unshown
         self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
-                                 data={"by": who.name, "instruments": names})])
-        self.core.notifier.publish("alert", alert="stop_cleared", by=who.name,
-                                   instruments=names)
+                                 data=data)])
+        self.core.notifier.publish(
+            "alert", alert="stop_cleared", by=who.name, instruments=names,
+            **({"reason": "stop cleared, but not every output was shown off: " + "; ".join(
+                f"{n}: {why}" for n, why in unshown.items()) + "; check the bench"}
+               if unshown else {}))
         return names

@@ -69,6 +69,7 @@ class Lifecycle(Part):
         await take_locks([inst.lane for inst in self.instruments.values()])
         self._executor.interlocks.follow_names()  # bench.toml may have renamed them
         await self._executor.interlocks.finish_cut_off()  # a stop a crash cut off: safe first
+        await self._executor.interlocks.refresh()  # a stop kept across the restart holds
         self._runs.close_gone_clients()
         self._terms.start()  # every term starts again now: being down is no silence
         self._over_policy()
@@ -141,6 +142,7 @@ class Lifecycle(Part):
                 await asyncio.shield(self._beat)
                 self._fenced()
                 await self._executor.interlocks.keep_held()  # a stop the store refused
+                await self._executor.interlocks.refresh()  # stops and clears from elsewhere
                 await self.sweep()
                 await self._executor.run_approved()
                 self._executor.reconcile_orphans()  # an outcome the store failed to keep

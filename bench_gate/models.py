@@ -136,6 +136,9 @@ class EventType(enum.StrEnum):
     #: Someone pressed the emergency stop; and an operator cleared it.
     EMERGENCY_STOP = "emergency_stop"
     STOP_CLEARED = "stop_cleared"
+    #: A stopped instrument read with an output not shown off (switched on at the panel,
+    #: or the stop's safe action failed): the safe action again; or shown off at last.
+    STOP_ENFORCED = "stop_enforced"
     #: A run that energized an output stopped renewing its lease (its client is gone).
     LEASE_EXPIRED = "lease_expired"
     #: The gateway took (or could not take) an instrument's lock (bench_gate/locking.py).

@@ -16,6 +16,7 @@ for a person has its readings asked about on a lane turn of their own (:func:`ex
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -53,6 +54,10 @@ async def run_units(inst: Instrument, units: list[Unit], selected: int | None = 
     excitation = inst.profile.model.excitation if any(u.measures for u in units) else None
 
     async def job(link: AsyncLink) -> dict[int, str]:
+        with inst.lane.one_connection() if excitation is not None else nullcontext():
+            return await units_on(link)
+
+    async def units_on(link: AsyncLink) -> dict[int, str]:
         if excitation is not None:  # asked on this turn: no cache, the panel may change it
             found = await excitation_now(excitation, link.query)
             if found is not None:
@@ -90,14 +95,21 @@ async def run_plan(inst: Instrument, plan: ReadPlan, selected: int | None) -> st
     excitation = inst.profile.model.excitation if plan.measures else None
 
     async def job(link: AsyncLink) -> list[str]:
-        if excitation is not None:  # asked on this turn: no cache, the panel may change it
-            found = await excitation_now(excitation, link.query)
+        answers = []
+        if excitation is None:
+            for unit in units:
+                answers.append(await link.query(unit.canonical, inst.extra_seconds(unit)))
+                inst.ran(unit)
+            return answers
+        # The function asked stands for the connection it was asked on: a meter that
+        # restarts in between measures with another one on a new connection (kept_to).
+        with inst.lane.one_connection():
+            found = await excitation_now(excitation, link.query)  # asked on this turn
             if found is not None:
                 raise Excites(found)
-        answers = []
-        for unit in units:
-            answers.append(await link.query(unit.canonical, inst.extra_seconds(unit)))
-            inst.ran(unit)
+            for unit in units:
+                answers.append(await link.query(unit.canonical, inst.extra_seconds(unit)))
+                inst.ran(unit)
         return answers
     answers = await inst.lane.run(job, whole=False)
     return answers[0] if len(answers) == 1 else join_answers(

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from . import envelope
 from .answers import SHOWN, normalize, shown
 from .core import Core, Instrument, Part
-from .errors import InstrumentError
+from .errors import InstrumentError, NotSent
 from .handoff import snapshot_key
 from .instruments import AsyncLink
 from .lockstep import in_step, in_step_twice
 from .scpi import Profile, classify
 from .snapshots import Snapshots
 
-__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "send_safe_action"]
+__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "read_off", "send_safe_action"]
 
 #: How long a restart waits for an interrupted write to finish inside the instrument.
 SETTLE_SECONDS = 30.0
@@ -33,13 +33,29 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
     then read back (the output and its output-off states): (sent, read back, errors).
     Sent is not done: a channel read back on, or off in an output-off state that still
     holds a level (or unread), or read out of step (with ``inst``: lockstep.py), is an
-    error, never reported as made safe."""
+    error, never reported as made safe. With ``inst``, the read-back is one state, on one
+    connection; one that lost its connection midway (an instrument that restarted, maybe
+    back on) is no proof: the safe action is sent once more and read back again."""
     sent: list[str] = []
     read: dict[str, str] = {}
     errors: list[str] = []
-    safe = profile.safe_action
-    if safe is None:
+    if profile.safe_action is None:
         return sent, read, errors
+    for _ in range(2 if inst is not None else 1):
+        failed = await _safe_units(link, profile, channels, sent)
+        read, errors, lost = await _safe_read(link, profile, channels, inst)
+        if not lost:
+            break
+    return sent, read, failed + errors
+
+
+async def _safe_units(link: AsyncLink, profile: Profile, channels: list[int],
+                      sent: list[str]) -> list[str]:
+    """Every unit of the safe action, on whatever connection answers (it is safe on any);
+    the errors."""
+    errors: list[str] = []
+    safe = profile.safe_action
+    assert safe is not None
     for ch in channels:
         for unit in classify(safe.command.format(ch=ch), profile.name).units:
             try:
@@ -47,26 +63,62 @@ async def send_safe_action(link: AsyncLink, profile: Profile, channels: list[int
                 sent.append(unit.canonical)
             except InstrumentError as exc:
                 errors.append(exc.message)
-    for ch in channels:
-        for f in envelope.safe_fields(profile, ch):
-            query = profile.field_query(f, ch)
+    return errors
+
+
+async def _safe_read(link: AsyncLink, profile: Profile, channels: list[int],
+                     inst: Instrument | None) -> tuple[dict[str, str], list[str], bool]:
+    """The safe action's read-back, on one connection (with ``inst``): a restart midway
+    would mix two states; what cannot be read there is an error. (read, errors, whether
+    the connection was lost midway: a field unanswered, or another connection at its end.)"""
+    read: dict[str, str] = {}
+    errors: list[str] = []
+    where = inst.lane.connection() if inst is not None else None
+    with inst.lane.one_connection() if inst is not None else contextlib.nullcontext():
+        for ch in channels:
+            for f in envelope.safe_fields(profile, ch):
+                query = profile.field_query(f, ch)
+                try:
+                    read[snapshot_key(ch, f)] = normalize(
+                        profile, f, await link.query(query), query, ch)
+                except InstrumentError as exc:
+                    errors.append(exc.message)
+                    if inst is not None:  # never the next query's answer
+                        await inst.lane.drop()
+        still = envelope.live_words(profile, read, channels)
+        if still:
+            errors.append(f"the safe action was sent, but {still}")
+        if inst is not None and read:
             try:
-                read[snapshot_key(ch, f)] = normalize(profile, f, await link.query(query),
-                                                      query, ch)
+                await in_step_twice(link, inst)
             except InstrumentError as exc:
-                errors.append(exc.message)
-                if inst is not None:  # the rest read in step
-                    await inst.lane.drop()
-    still = envelope.live_words(profile, read, channels)
-    if still:
-        errors.append(f"the safe action was sent, but {still}")
-    if inst is not None and read:
-        try:
-            await in_step_twice(link, inst)
-        except InstrumentError as exc:
-            errors.append(f"the safe action was sent, but its read-back is no proof: "
-                          f"{exc.message}")
-    return sent, read, errors
+                errors.append(f"the safe action was sent, but its read-back is no proof: "
+                              f"{exc.message}")
+    if inst is None:
+        return read, errors, False
+    unread = len(read) < sum(len(envelope.safe_fields(profile, ch)) for ch in channels)
+    return read, errors, unread or (where is not None and inst.lane.connection() != where)
+
+
+async def read_off(link: AsyncLink, profile: Profile, channels: list[int],
+                   inst: Instrument | None = None) -> tuple[dict[str, str], list[str]]:
+    """What the safe action is read back by on each channel (its output and output-off
+    states), with ``inst`` one state on one connection: (read, errors). A field that fails
+    drops the connection: the rest is unread, never the next query's answer."""
+    read: dict[str, str] = {}
+    errors: list[str] = []
+    with inst.lane.one_connection() if inst is not None else contextlib.nullcontext():
+        for ch in channels:
+            for f in envelope.safe_fields(profile, ch):
+                query = profile.field_query(f, ch)
+                try:
+                    read[snapshot_key(ch, f)] = normalize(
+                        profile, f, await link.query(query), query, ch)
+                except InstrumentError as exc:
+                    errors.append(exc.message)
+                    if inst is not None:
+                        await inst.lane.drop()
+    return read, errors
 
 
 @dataclass(slots=True)
@@ -145,6 +197,33 @@ class Safety(Part):
                 errors.append(answer if len(answer) <= SHOWN else shown(answer))
         return errors
 
+    @staticmethod
+    async def _one_by_one(link: AsyncLink, inst: Instrument, readable: list[tuple[int, str]],
+                          failed: set[tuple[int, str]]) -> tuple[dict[str, str], bool, bool]:
+        """Each field but the ``failed`` asked alone, all on one connection; (what was read,
+        cut short for a safe action waiting, whether the connection ended midway). A
+        field that fails is added to ``failed`` and ends the read: the rest is unread."""
+        after: dict[str, str] = {}
+        with inst.lane.one_connection():
+            for ch, f in readable:
+                if (ch, f) in failed:
+                    continue
+                if inst.lane.safe_waiting:
+                    # A slow instrument answers each field late: a stop (or a lost client's
+                    # safe action) waited behind these reads for all of them. It goes next.
+                    return after, True, False
+                query = inst.profile.field_query(f, ch)
+                try:
+                    after[snapshot_key(ch, f)] = normalize(
+                        inst.profile, f, await link.query(query), query, ch)
+                except NotSent:  # lost before it was asked (a restart): not its fault
+                    return after, False, True
+                except InstrumentError:  # unread: outside; never the next one's answer
+                    failed.add((ch, f))
+                    await inst.lane.drop()
+                    return after, False, True
+        return after, False, False
+
     async def make_safe(self, link: AsyncLink, inst: Instrument,
                         after: dict[str, str] | None) -> Safed | None:
         """Invariant 4 after a write: an energized channel read back outside the envelope
@@ -158,20 +237,16 @@ class Safety(Part):
         limits = self.config.envelope.get(inst.config.name, {})
         cut_short = False
         if after is None:
-            after = {}
             readable = envelope.readable_fields(inst.profile, limits)
-            for ch, f in readable:
-                if inst.lane.safe_waiting:
-                    # A slow instrument answers each field late: a stop (or a lost client's
-                    # safe action) waited behind these reads for all of them. It goes next.
-                    cut_short = True
-                    break
-                query = inst.profile.field_query(f, ch)
-                try:
-                    after[snapshot_key(ch, f)] = normalize(
-                        inst.profile, f, await link.query(query), query, ch)
-                except InstrumentError:  # unread: outside; and the rest read in step
-                    await inst.lane.drop()
+            # One state, read on one connection: a field that fails (the connection
+            # dropped after it) or an instrument that closed it (a restart) leaves a state
+            # half read, and what the rest would answer on a new one is another state.
+            # So all of it is read again on one new connection, but what failed (unread:
+            # outside); ended midway again, the rest is unread too.
+            failed: set[tuple[int, str]] = set()
+            after, cut_short, ended = await self._one_by_one(link, inst, readable, failed)
+            if ended:
+                after, cut_short, _ = await self._one_by_one(link, inst, readable, failed)
             if len(after) < len(readable) and not cut_short:  # a cable moved to another model?
                 with contextlib.suppress(InstrumentError):
                     await inst.identity.check(link)  # WrongInstrument: kept in ``wrong``

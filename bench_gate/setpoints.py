@@ -8,6 +8,7 @@ tell who may switch that channel on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,7 +17,7 @@ from .auth import held_at, revoked_tokens
 from .core import Core, Instrument, Part
 from .envelope import setpoint_fields
 from .handoff import show_value, snapshot_key
-from .models import Action, ApprovalKind, Snapshot, TakeoverRequest
+from .models import Action, ApprovalKind, Principal, Snapshot, TakeoverRequest
 from .plans import PlanScope, within
 
 __all__ = ["SETPOINT_FIELDS", "Setpoints"]
@@ -220,6 +221,34 @@ class Setpoints(Part):
                 "tokens_field": tokens_field,
                 "people": sorted({p for v in by_field.values() for p in v}),
                 "at": self.clock().isoformat()})
+
+    def stand_down(self, names: list[str], who: Principal) -> set[str]:
+        """An emergency stop of ``names``: the setpoint in force on each of their channels
+        ends, as their plans do (an approval given before the stop never runs after it).
+        No run is suspended for it (returns none)."""
+        for name in names:
+            self.withdraw(name, None, f"the emergency stop ({who.name})")
+        return set()
+
+    def made_safe(self, instrument: str, channels: list[int],
+                  why: str = "an envelope breach") -> None:
+        """The gateway gave ``channels`` the safe action (a breach, a lost client's lease):
+        the setpoint in force there ends with the plans over them; a person looks first."""
+        self.withdraw(instrument, channels, f"the gateway made it safe ({why})")
+
+    def withdraw(self, instrument: str, channels: Iterable[int] | None, why: str) -> None:
+        """The setpoint in force on ``channels`` (None: every channel) of ``instrument`` is
+        nobody's now: switching one on again needs a setpoint approval of its own. Kept as
+        a record with no instrument behind it (``_in_force`` finds none), saying why."""
+        inst = self.core.instruments.get(instrument)
+        if inst is None:
+            return
+        key = self.core.qualified(instrument)
+        for ch in inst.profile.channels if channels is None else channels:
+            stored = self.store.get_setpoint(key, ch)
+            if stored is not None and "withdrawn" not in stored:
+                self.store.put_setpoint(key, ch, {"withdrawn": why,
+                                                  "at": self.clock().isoformat()})
 
     def _step_scope(self, req: TakeoverRequest) -> PlanScope | None:
         """The scope of the plan a write ran inside unattended, or None."""

@@ -156,9 +156,12 @@ class Snapshots(Part):
         profile with ``compound_queries``, its number and boolean fields and ``*IDN?`` in
         one message (scpi/compound.py), each answer normalized as if asked alone. An answer
         it cannot read may be another query's (a line ahead of its time): the connection is
-        dropped, so the rest is never read as the next query's answer (lockstep.py)."""
+        dropped, so the rest is never read as the next query's answer (lockstep.py). All of
+        it on one connection: an instrument that restarted (or a LAN that dropped) midway
+        answers the rest in another state, and half of each is no state at all."""
         try:
-            return await Snapshots._read_state(link, inst, fields)
+            with inst.lane.one_connection():
+                return await Snapshots._read_state(link, inst, fields)
         except InstrumentError:
             await inst.lane.drop()
             raise

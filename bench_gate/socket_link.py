@@ -152,17 +152,18 @@ class _Answers(asyncio.Protocol):
 def kept_to(name: str, pinned: int | None, opens: int, connected: bool, command: str
             ) -> None:
     """Refuse ``command`` unsent on any connection but number ``pinned`` while a turn keeps
-    to it (``Lane.one_connection``): a write's live recheck stands for the connection it was
-    read on, and an instrument that restarted, or a LAN that dropped, may answer a new one in
-    a state nobody rechecked. ``*IDN?`` alone may still ask who answers there (it changes
-    nothing, IEEE 488.2 §10.14); nothing else goes to that connection on this turn."""
+    to it (``Lane.one_connection``): a write's live recheck, a meter's function asked before
+    a reading, a state read field by field, each stands for the connection it was read on,
+    and an instrument that restarted, or a LAN that dropped, may answer a new one in a state
+    nobody read. ``*IDN?`` alone may still ask who answers there (it changes nothing, IEEE
+    488.2 §10.14); nothing else goes to that connection on this turn."""
     if pinned is None or command == "*IDN?":
         return
     if opens == pinned if connected else opens + 1 == pinned:
         return
-    raise NotSent(f"{name}: the connection was lost after the live recheck; nothing more is "
-                  "sent on a new one on this turn (the instrument there may not be in the "
-                  "state that was rechecked)")
+    raise NotSent(f"{name}: the connection was lost midway through a turn kept to one (after "
+                  "the live recheck, or in one state read); nothing more is sent on a new one "
+                  "on this turn (the instrument there may not be in the state that was read)")
 
 
 class SocketLink:

@@ -11,7 +11,9 @@ applies the profile's safe action at once to an energized channel it cannot show
 for a person. A check never holds the sweeper: it queues on the instrument's lane like
 any job, one at a time per instrument. Each check first asks ``*IDN?`` (of every instrument
 whose profile has an identity, enveloped or not): one answering as another model is never
-acted on, and shows as such within a period (identity.py).
+acted on, and shows as such within a period (identity.py). An instrument under an
+emergency stop is held instead: every output must read off (holding.py), and is read so
+even with the envelope watch off.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from . import envelope
 from .core import Core, Instrument, Part
 from .errors import GatewayError, InstrumentError, StoreError, WrongInstrument
+from .holding import STOP_WATCH_SECONDS, Held, StopHold
 from .instruments import AsyncLink
 from .models import Event, EventType
 from .safety import Safed, Safety
@@ -32,9 +35,10 @@ __all__ = ["Watch"]
 
 
 class Watch(Part):
-    def __init__(self, core: Core, safety: Safety) -> None:
+    def __init__(self, core: Core, safety: Safety, hold: StopHold) -> None:
         super().__init__(core)
         self.safety = safety
+        self.hold = hold
         #: When each instrument's next check is due (monotonic seconds).
         self._due: dict[str, float] = {}
         #: Instruments whose check is queued or running now.
@@ -56,22 +60,28 @@ class Watch(Part):
         if self._unjournaled and not self._flushing:
             self._flushing = True
             self.core.spawn(self._flush())
-        period = self.config.policy.watch_seconds
-        if period <= 0:
-            return
         now = time.monotonic()
         for name, inst in self.core.instruments.items():
             if name in self._busy or now < self._due.get(name, 0.0):
                 continue
+            if self.hold.holds(inst):  # a stop holds whatever the watch's period says
+                pass
+            elif self.config.policy.watch_seconds <= 0:
+                continue
             # One without an envelope is still asked who it is (a meter's cable moved).
-            if not self._enveloped(inst) and not inst.identity.expected:
+            elif not self._enveloped(inst) and not inst.identity.expected:
                 continue
             self._busy.add(name)
             self.core.spawn(self.check(inst))
 
-    async def check(self, inst: Instrument) -> Safed | None:
+    def _period(self, inst: Instrument) -> float:
+        period = self.config.policy.watch_seconds
+        return period if period > 0 or not self.hold.holds(inst) else STOP_WATCH_SECONDS
+
+    async def check(self, inst: Instrument) -> Safed | Held | None:
         """One look at ``inst`` on its lane turn: the safe action for any energized channel
-        not shown inside the envelope. Returns what was done, if anything."""
+        not shown inside the envelope, or any output on under a stop. Returns what was done,
+        if anything."""
         name = inst.config.name
         try:
             safed = await inst.lane.run(lambda link: self._look(link, inst))
@@ -81,15 +91,18 @@ class Watch(Part):
             self._seen(inst, self._unread.pop(name, None))
         finally:
             self._busy.discard(name)
-            self._due[name] = time.monotonic() + self.config.policy.watch_seconds
+            self._due[name] = time.monotonic() + self._period(inst)
         self.checks += 1
-        if safed is None:
+        if isinstance(safed, Held):
+            self.hold.report(inst, safed)
+        elif safed is None:
             self._failing.pop(name, None)
+            self.hold.settled(name)
         else:
             self._report(inst, safed)
         return safed
 
-    async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | None:
+    async def _look(self, link: AsyncLink, inst: Instrument) -> Safed | Held | None:
         # An instrument that answers nothing at all is unreachable, not breached: its lane
         # counts the error, and no write reaches it until it answers (the recheck).
         # Another instrument than the profile's (a swapped cable): its readings say nothing
@@ -98,6 +111,10 @@ class Watch(Part):
         try:
             if inst.identity.expected:
                 await inst.identity.check(link)
+            if inst.lane.safe_waiting:  # a stop waits behind a slow answer: it goes first
+                return None
+            if self.hold.holds(inst):  # every output off, not only the enveloped ones
+                return await self.hold.look(link, inst)
             limits = self.config.envelope.get(inst.config.name, {})
             if not self._enveloped(inst) or not envelope.enveloped_fields(inst.profile, limits):
                 return None

@@ -207,7 +207,11 @@ class LyingInstrument:
                     if cue.text:  # the state it restarts into, in place before it answers
                         up.sendall(cue.text.encode("latin-1") + b"\n*OPC?\n")
                         answers.readline()  # *OPC?: it landed
+                    # Corked: the answer and the hang-up leave in one segment (the file
+                    # reading it would keep the socket open past close()).
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
                     conn.sendall(real)
+                    conn.shutdown(socket.SHUT_WR)
                     break  # and the connection ends right behind the answer
                 elif cue.kind == "answer":
                     conn.sendall(_replaced(text, real, cue.match, cue.text))

@@ -221,7 +221,8 @@ def build_server(session_for: SessionFor, *, name: str = "bench-gate") -> MCPSer
             name: [str(e) for e in r.get("errors") or []]
             for name, r in done.instruments.items() if r.get("errors")}
         outputs = ("outputs off" if not failed else "NOT every output is shown off: " + "; ".join(
-            f"{name}: {'; '.join(errors)}" for name, errors in failed.items()))
+            f"{name}: {'; '.join(errors)}" for name, errors in failed.items())
+            + " (the gateway tries again every watch period until each reads off)")
         return _result(done, f"stopped {', '.join(done.instruments) or 'the bench'}: "
                              f"{outputs}; {len(done.cancelled)} request"
                              f"{'s' * (len(done.cancelled) != 1)} cancelled; an "

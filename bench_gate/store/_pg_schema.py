@@ -112,6 +112,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX journal_request ON journal (request_id, type, seq);
     """,
+    # 8: that index holds only the events of requests (a read's events have none).
+    """
+    DROP INDEX journal_request;
+    CREATE INDEX journal_request ON journal (request_id, type, seq) WHERE request_id IS NOT NULL;
+    """,
 )
 
 if len(MIGRATIONS) != len(SQLITE_MIGRATIONS):  # pragma: no cover - a programming error
