@@ -90,8 +90,10 @@ class Conclusions(Part):
                                if "a person must" not in text else f"ambiguous: {text}")
 
 
-    async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
-        """A write was in flight when the gateway stopped: read back, never re-send."""
+    async def reconcile_interrupted(self, req: TakeoverRequest, by: str = "a restart"
+                                    ) -> None:
+        """A write was in flight when the gateway stopped (or the store failed its
+        outcome's commit: ``by``): read back, never re-send."""
         inst = self.core.instrument(req.instrument)
         limits = self.config.envelope.get(inst.config.name, {})
         fields = list(dict.fromkeys([*self.snaps.fields(inst, req.actions),
@@ -117,13 +119,13 @@ class Conclusions(Part):
         receipt = Receipt(sent=[], before=req.snapshot.values, after=w.after or {},
                           approvals=req.valid_approvals(), started_at=self.clock(),
                           finished_at=self.clock(), reconciled=True,
-                          detail="interrupted by a restart; reconciled from read-back")
+                          detail=f"interrupted by {by}; reconciled from read-back")
         judged = judge_readback(
             before=req.snapshot.values,
             expected=self.snaps.proposed(req.actions, req.snapshot, inst.profile),
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions),
-            error="interrupted by a restart before its read-back; nothing is re-sent",
+            error=f"interrupted by {by} before its read-back; nothing is re-sent",
             instrument_errors=[], read_error=w.read_error)
         self.conclude(req, inst, receipt, judged, w.safed, w.after,
-                       executed="executed (reconciled after a restart)")
+                       executed=f"executed (reconciled after {by})")

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from . import envelope
 from .conclusions import Conclusions
 from .core import Core, Instrument, Part
-from .errors import Refused, WrongInstrument
+from .errors import GatewayError, NotFound, Refused, StoreError, WrongInstrument
 from .identity import Refusing
 from .instruments import AsyncLink
 from .interlocks import Interlocks
@@ -65,6 +65,9 @@ class Executor(Part):
         self.stale = Stale(core, snaps, requests, runs)
         self.conclusions = Conclusions(core, snaps, setpoints, requests, safety, leases)
         self._in_flight: set[str] = set()
+        #: Executions here that ended in a store error: one left ``executing`` is judged
+        #: from a read-back once the store answers (reconcile_orphans), never re-sent.
+        self._unrecorded: set[str] = set()
         #: One execution at a time per instrument, from the recheck to the read-back (the
         #: recheck and the write share one lane turn; the moves recorded around it belong to
         #: one request at a time). An asyncio lock: a waiting execution holds no thread.
@@ -102,6 +105,9 @@ class Executor(Part):
         async def owned() -> TakeoverRequest:
             try:
                 return await self._execute_owned(request_id, resent)
+            except StoreError:
+                self._unrecorded.add(request_id)  # its end may be unkept: reconcile_orphans
+                raise
             finally:
                 self._in_flight.discard(request_id)
         return await self._to_the_end(owned())
@@ -240,6 +246,9 @@ class Executor(Part):
             assert why is not None
             await self.stale.record(why, req, inst)
             return self.requests.get(req.id)
+        except StoreError:
+            self._unrecorded.add(req.id)  # its end may be unkept: reconcile_orphans
+            raise
         finally:
             lock.release()
             self._in_flight.discard(req.id)
@@ -346,10 +355,44 @@ class Executor(Part):
             after=w.after, unverifiable=unverifiable(req.actions),
             blind=any(a.unpredictable for a in req.actions), error=w.error,
             instrument_errors=w.instrument_errors, read_error=w.read_error)
-        self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
-                       executed="executed: " + "; ".join(commands))
+        try:
+            self.conclusions.conclude(req, inst, receipt, judged, w.safed, w.after,
+                                      executed="executed: " + "; ".join(commands))
+        except StoreError as exc:  # not "nothing was acknowledged": the write went out
+            raise StoreError(f"{req.id}: the write went out, but the store did not record "
+                             f"its outcome ({exc.message}); it is judged from a read-back "
+                             "once the store is back, and never sent again") from exc
         return req
 
     async def reconcile_interrupted(self, req: TakeoverRequest) -> None:
         """A write was in flight when the gateway stopped: read back, never re-send."""
         await self.conclusions.reconcile_interrupted(req)
+
+    def reconcile_orphans(self) -> None:
+        """Each sweep: an execution here that ended in a store error (its write went out,
+        then the store failed its outcome's commit; or its start's commit was never
+        confirmed) and left its request ``executing`` is judged from a read-back once the
+        store answers, as after a crash; never re-sent. None once fenced: the bench's
+        requests are the new owner's (its start reconciles them)."""
+        if self.core.registry.lost is not None:
+            return
+        for request_id in sorted(self._unrecorded - self._in_flight):
+            self._in_flight.add(request_id)
+            self.core.spawn(self._reconcile_orphan(request_id))
+
+    async def _reconcile_orphan(self, request_id: str) -> None:
+        try:
+            lock = self._executing.setdefault(
+                self.requests.get(request_id).instrument, asyncio.Lock())
+            async with lock:  # after the write in progress on its instrument, if any
+                req = self.requests.get(request_id)
+                if req.status is Status.EXECUTING and self.core.owns(req):
+                    await self.conclusions.reconcile_interrupted(
+                        req, "the store's failure to record its outcome")
+            self._unrecorded.discard(request_id)
+        except NotFound:
+            self._unrecorded.discard(request_id)
+        except GatewayError:
+            pass  # the store (or the instrument) is away again: the next sweep judges it
+        finally:
+            self._in_flight.discard(request_id)

@@ -87,7 +87,7 @@ class Interlocks(Part):
         except StoreError:
             if not held:
                 raise
-        found = {k.split("/", 1)[1]: v for k, v in held.items() if k.startswith(mine)}
+        found = {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
         return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
                 for n, v in found.items()}
 
@@ -149,7 +149,8 @@ class Interlocks(Part):
         # Which instrument each is, for the other benches on the store: they refuse it too.
         records = {n: {"by": who.name, "door": door, "at": at,
                        "resource": _resource(self.core.instruments[n].config.resource),
-                       "idn": self.core.instruments[n].idn} for n in names}
+                       "idn": self.core.instruments[n].idn,
+                       "host": self.core.registry.host} for n in names}
         for name in names:  # first, so nothing new gets through while the stop runs
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
@@ -321,7 +322,7 @@ class Interlocks(Part):
         journaled) runs again from the start, in the name of who pressed it."""
         cut: dict[tuple[str, str, str], list[str]] = {}
         for key, record in self.store.kv_items(STOPPING):
-            bench, _, name = key.partition("/")
+            bench, _, name = key.rpartition("/")  # a bench's name may hold "/"
             if bench != self.config.bench:
                 continue
             if name not in self.core.instruments:  # no longer on this bench

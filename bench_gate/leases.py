@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .core import Core, Part, resource_key
-from .errors import InstrumentError
+from .errors import InstrumentError, StoreError
 from .identity import ask
 from .instruments import AsyncLink
 from .models import Event, EventType, TakeoverRequest
@@ -45,6 +45,13 @@ class Leases(Part):
         #: Told (instrument, channels) before a lost client's outputs get the safe action:
         #: the standing plans over them end (planning.py), as after a breach made safe.
         self.on_safed: list[Callable[[str, list[int]], None]] = []
+        #: The leases as last read from the store: run out from here while it is away (a
+        #: safe action never waits for the store).
+        self._known: dict[str, dict[str, Any]] | None = None
+        #: Leases run out whose end the store has not taken yet (the store away): what was
+        #: done and its words, whether journaled and whether told; ended once it is back,
+        #: never done or said twice.
+        self._ran_out: dict[str, tuple[dict[str, Any], str, list[bool]]] = {}
 
     def energized(self, req: TakeoverRequest, after: dict[str, str]) -> None:
         """After an executed write: the channels it switched on that read back on."""
@@ -63,10 +70,13 @@ class Leases(Part):
         inst = self.core.instrument(req.instrument)
         # Which instrument it is, beyond its names: bench.toml may rename the bench or the
         # instrument before the lease runs out, and the lease must still find its outputs.
-        self.store.kv_put(LEASES, key, {
-            "run_id": req.run_id, "instrument": req.instrument, "bench": self.config.bench,
-            "resource": resource_key(inst.config.resource), "idn": inst.idn,
-            "channels": sorted(set(held.get("channels", [])) | set(channels))})
+        lease = {"run_id": req.run_id, "instrument": req.instrument,
+                 "bench": self.config.bench, "resource": resource_key(inst.config.resource),
+                 "idn": inst.idn, "host": self.core.registry.host,
+                 "channels": sorted(set(held.get("channels", [])) | set(channels))}
+        self.store.kv_put(LEASES, key, lease)
+        if self._known is not None:
+            self._known[key] = lease
         self.renew(req.run_id, client=False)  # a grant ran it, not its client
 
     def renew(self, run_id: str, *, client: bool = True) -> None:
@@ -94,8 +104,16 @@ class Leases(Part):
         term = self.config.policy.lease_seconds
         out = []
         alive: dict[str, bool] = {}
-        for key, lease in self.store.kv_items(LEASES):
-            name = self._mine(lease, alive)
+        try:
+            self._known = dict(self.store.kv_items(LEASES))
+        except StoreError:
+            if self._known is None:
+                raise
+        for key, lease in list(self._known.items()):
+            try:
+                name = self._mine(lease, alive)
+            except StoreError:  # another bench's, whether its gateway is alive unknown now
+                continue
             if name is None:
                 continue
             run_id = str(lease["run_id"])
@@ -132,7 +150,11 @@ class Leases(Part):
             return False
         if lease.get("resource") is None and lease.get("idn") is None:
             return True
-        return lease.get("resource") == resource_key(inst.config.resource) or (
+        # A resource string names an instrument on its own host: another bench's lease
+        # taken on another PC (or on one unknown) is never this one's by it.
+        here = lease.get("bench") == self.config.bench or \
+            lease.get("host") == self.core.registry.host
+        return (here and lease.get("resource") == resource_key(inst.config.resource)) or (
             inst.idn is not None and lease.get("idn") == inst.idn)
 
     async def sweep(self) -> None:
@@ -154,6 +176,9 @@ class Leases(Part):
                                 "lease_seconds": policy.lease_seconds}
         what = ("its outputs were switched off" if policy.on_client_lost == "safe"
                 else "its outputs stay as they are (policy hold): check the bench")
+        if key in self._ran_out:  # done already: said and ended once the store takes it
+            self._end(key, run_id, name, channels)
+            return
         reachable = self._is(name, lease) or await self._asked(name, lease)
         if policy.on_client_lost == "safe" and not reachable:
             what = (f"the instrument it was taken on as {name} is not on this bench now "
@@ -173,17 +198,35 @@ class Leases(Part):
                                    "every sweep until the outputs read off; check the bench")
                 return
         self._failing.pop(key, None)
+        self._ran_out[key] = (data, what, [False, False])
+        self._end(key, run_id, name, channels)
+
+    def _end(self, key: str, run_id: str, name: str, channels: list[int]) -> None:
+        """Journal a lease run out, then delete it (StoreError: the next sweep goes on)."""
+        data, what, said = self._ran_out[key]
         # Journaled before the lease goes: a crash between the two then leaves the lease,
         # run out again after the restart (its safe action sent once more, harmless), never
-        # outputs switched off with no word of it in the journal.
-        self._announce(run_id, name, channels, data, what)
+        # outputs switched off with no word of it in the journal. Told at once, once.
+        if not said[1]:
+            self._tell(run_id, name, channels, what)
+            said[1] = True
+        if not said[0]:
+            self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
+            said[0] = True
         self.store.kv_delete(LEASES, key)
         self.store.kv_delete(LEASES, f"{run_id}/{name}")  # as kept before leases named a bench
         self._renewed.pop(run_id, None)
+        self._ran_out.pop(key, None)
+        if self._known is not None:
+            self._known.pop(key, None)
 
     def _announce(self, run_id: str, name: str, channels: list[int], data: dict[str, Any],
                   what: str) -> None:
+        """Tell every console (first: it never waits for the store), then journal."""
+        self._tell(run_id, name, channels, what)
         self.store.append([Event(run_id=run_id, type=EventType.LEASE_EXPIRED, data=data)])
+
+    def _tell(self, run_id: str, name: str, channels: list[int], what: str) -> None:
         self.core.notifier.publish(
             "alert", alert="client_lost", run_id=run_id, instrument=name, channels=channels,
             reason=f"the client of {run_id} stopped renewing its lease on {name} "

@@ -145,6 +145,7 @@ class Lifecycle(Part):
                 await self._executor.interlocks.refresh()  # stops and clears from elsewhere
                 await self.sweep()
                 await self._executor.run_approved()
+                self._executor.reconcile_orphans()  # an outcome the store failed to keep
                 self._retention.tick()  # starts an archive at most hourly; never waits
 
     async def _guard_forever(self) -> None:

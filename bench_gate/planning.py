@@ -342,12 +342,15 @@ class PlanDesk(Part):
                             data={"kinds": [k.value for k in required], "by": by,
                                   "plan_id": plan.id, "writes_left": plan.writes_left,
                                   "proposal_hash": req.proposal_hash}))
-        stored = self.store.create_request(req, events)
-        if stored.id != req.id:
-            return stored
+        # The record first: the approved request is the commit that runs it (the sweeper
+        # runs any it finds), never one a 503 told its requester was not kept.
         self.store.kv_put("auto_steps", req.id, {
             "run_id": run.id, "step_id": step_id, "effect": ",".join(
                 k.value for k in required), "outcome": None})
+        stored = self.store.create_request(req, events)
+        if stored.id != req.id:
+            self.store.kv_delete("auto_steps", req.id)
+            return stored
         return await self.executor.execute(req.id)
 
 

@@ -17,8 +17,9 @@ def follow_names(core: Core, tables: tuple[str, ...]) -> None:
     renamed) moves to the name its instrument (its resource) has now. A stop stays
     with its instrument: the stopped one is refused under its new name, and the other
     one is neither stopped nor cleared, nor made safe, in its place. So does a stop of
-    a bench no gateway serves now (the bench renamed): listed and cleared here. Written
-    before the old names are deleted: a crash between leaves more stopped, never less."""
+    a bench no gateway serves now (the bench renamed) made on this host: listed and
+    cleared here (one made on another host is another PC's instrument). Written before
+    the old names are deleted: a crash between leaves more stopped, never less."""
     named = {_resource(inst.config.resource): name
              for name, inst in core.instruments.items()}
     ours: dict[str, bool] = {}
@@ -36,7 +37,10 @@ def follow_names(core: Core, tables: tuple[str, ...]) -> None:
             if bench not in ours:
                 ours[bench] = bench == core.config.bench or \
                     not core.registry.alive(bench)
-            if ours[bench]:  # this bench's, or one nobody serves now
+            # Another bench's only if made on this host: a resource string names
+            # another instrument on another PC (that bench is down, not renamed).
+            if ours[bench] and (bench == core.config.bench
+                                or record.get("host") == core.registry.host):
                 moves[key] = (core.qualified(now), record)
         for new, record in moves.values():
             core.store.kv_put(table, new, record)
@@ -69,7 +73,8 @@ def stop_of(core: Core, held: dict[str, dict[str, Any]], table: str, instrument:
     if me is None:
         return None
     for key, stop in core.store.kv_items(table):  # this bench's under an old name too
-        if stop.get("resource") == _resource(me.config.resource) \
+        if (stop.get("resource") == _resource(me.config.resource)
+                and stop.get("host") in (None, core.registry.host)) \
                 or (me.idn is not None and stop.get("idn") == me.idn):
             return key, stop
     return None

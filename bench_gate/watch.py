@@ -18,12 +18,13 @@ even with the envelope watch off.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from . import envelope
 from .core import Core, Instrument, Part
-from .errors import GatewayError, InstrumentError, WrongInstrument
+from .errors import GatewayError, InstrumentError, StoreError, WrongInstrument
 from .holding import STOP_WATCH_SECONDS, Held, StopHold
 from .instruments import AsyncLink
 from .models import Event, EventType
@@ -50,9 +51,15 @@ class Watch(Part):
         self._unread: dict[str, str] = {}  # this check's reason, from its lane turn
         #: Checks done since start (each a full look at one instrument's enveloped fields).
         self.checks = 0
+        #: What the watch did that the store did not take (away): journaled once it is back.
+        self._unjournaled: list[Event] = []
+        self._flushing = False
 
     def tick(self) -> None:
         """From the sweeper: start a check on every instrument whose turn has come."""
+        if self._unjournaled and not self._flushing:
+            self._flushing = True
+            self.core.spawn(self._flush())
         now = time.monotonic()
         for name, inst in self.core.instruments.items():
             if name in self._busy or now < self._due.get(name, 0.0):
@@ -138,12 +145,32 @@ class Watch(Part):
             self.blind[name] = unread
             reason = (f"the envelope watch cannot read {name} ({unread}): its channels are "
                       "not watched until it answers")
-        self.store.append([Event(run_id=f"bench:{self.config.bench}",
-                                 type=EventType.WATCH_BLIND,
-                                 data={"instrument": name, "blind": unread is not None,
-                                       "error": unread})])
         self.core.notifier.publish("alert", alert="watch_blind" if unread else "watch_sees",
                                    instrument=name, reason=reason)
+        self._journal(Event(run_id=f"bench:{self.config.bench}", type=EventType.WATCH_BLIND,
+                            data={"instrument": name, "blind": unread is not None,
+                                  "error": unread}))
+
+    def _journal(self, event: Event) -> None:
+        """Journal ``event``, or keep it for when the store is back (the safe action and the
+        alert never wait for it)."""
+        if self._unjournaled:  # in their order
+            self._unjournaled.append(event)
+            return
+        try:
+            self.store.append([event])
+        except StoreError:
+            self._unjournaled.append(event)
+
+    async def _flush(self) -> None:
+        try:
+            events = list(self._unjournaled)
+            await asyncio.to_thread(self.store.append, events)  # off the loop: it may wait
+            del self._unjournaled[:len(events)]
+        except StoreError:
+            pass  # still away: the next tick again
+        finally:
+            self._flushing = False
 
     def _enveloped(self, inst: Instrument) -> bool:
         return bool(self.config.envelope.get(inst.config.name)) and \
@@ -164,8 +191,8 @@ class Watch(Part):
             "instrument": name, "found_by": "watch",
             "breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
             "read_back": safed.after, "error": safed.error}
-        self.store.append([Event(run_id=f"bench:{self.config.bench}",
-                                 type=EventType.ENVELOPE_BREACH, data=data)])
         self.core.notifier.publish(
             "alert", alert="envelope_breach", instrument=name,
             reason=f"the envelope watch found {words} on {name}; {done}")
+        self._journal(Event(run_id=f"bench:{self.config.bench}",
+                            type=EventType.ENVELOPE_BREACH, data=data))

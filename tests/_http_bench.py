@@ -86,10 +86,11 @@ def suspended_run(bench: Bench, requester: str, denier: str) -> tuple[str, str]:
 
 
 def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, unlockable: bool = False,
-                **policy: Any) -> Iterator[Bench]:
+                store_url: str | None = None, **policy: Any) -> Iterator[Bench]:
     """``policy`` sets ``[policy]`` keys, ``limits`` the ``[limits]`` ones. ``unlockable``
     adds ``aux``: the simulated meter again, under the generic profile, which has no lock
-    section (an instrument the gateway cannot lock; it only reads it)."""
+    section (an instrument the gateway cannot lock; it only reads it). ``store_url``: a
+    store other than ``tmp``'s SQLite file (a PostgreSQL database)."""
     with SimBenchThread() as sim:
         config = default_config(sim.psu_port, sim.dmm_port)
         if unlockable:
@@ -102,7 +103,7 @@ def start_bench(tmp: Path, *, limits: dict[str, Any] | None = None, unlockable: 
         for key, value in (limits or {}).items():
             setattr(config.limits, key, value)
         db = tmp / "bench.db"
-        store = open_store(db)
+        store = open_store(store_url or db)
         tokens = Tokens(store)
         secrets = {
             "bot": tokens.create("bot", "requester")[1],

@@ -17,7 +17,7 @@ from ..models import Principal, Role
 __all__ = ["requires"]
 
 
-def _principal(request: Request) -> Principal:
+def _principal(request: Request, stop: bool = False) -> Principal:
     tokens: Tokens = request.app.state.tokens
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -25,18 +25,21 @@ def _principal(request: Request) -> Principal:
     if scheme.lower() != "bearer" or not token.strip():
         raise HTTPException(401, "a bearer token is required (Authorization: Bearer bg_...)",
                             headers=challenge)
-    who = tokens.verify(token.strip())
+    who = (tokens.verify_for_stop if stop else tokens.verify)(token.strip())
     if who is None:
         raise HTTPException(401, "the token is not valid or was revoked", headers=challenge)
     return who
 
 
-def requires(role: Role) -> Callable[[Request], Awaitable[Principal]]:
+def requires(role: Role, *, stop: bool = False
+             ) -> Callable[[Request], Awaitable[Principal]]:
     """A FastAPI dependency: the caller, if its role is at least ``role``. A coroutine, so
-    FastAPI runs it on the loop rather than sending each request through a worker thread."""
+    FastAPI runs it on the loop rather than sending each request through a worker thread.
+    ``stop``: for the emergency stop, which never waits for the store (a token verified
+    here before is taken while the store is away)."""
 
     async def dependency(request: Request) -> Principal:
-        who = _principal(request)
+        who = _principal(request, stop)
         if not who.at_least(role):
             article = "an" if who.role.value[0] in "aeiou" else "a"  # "an operator"
             raise HTTPException(403, f"{who.name} is {article} {who.role.value}; this needs "

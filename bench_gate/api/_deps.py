@@ -11,7 +11,7 @@ from ..gateway import Gateway, RequestPage
 from ..models import Principal, Role, Run, TakeoverRequest
 from ._auth import requires
 
-__all__ = ["NO_BODY", "PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator",
+__all__ = ["NO_BODY", "PAGE_HEADERS", "Admin", "Caller", "GatewayDep", "Operator", "Presser",
            "own_request", "own_run", "page_headers", "wait_seconds"]
 
 MAX_WAIT = 60.0
@@ -24,6 +24,8 @@ async def _gateway(request: Request) -> Gateway:  # async: no worker thread per 
 
 GatewayDep = Annotated[Gateway, Depends(_gateway)]
 Caller = Annotated[Principal, Depends(requires(Role.REQUESTER))]
+#: Whoever presses the emergency stop: a caller, known here even while the store is away.
+Presser = Annotated[Principal, Depends(requires(Role.REQUESTER, stop=True))]
 Operator = Annotated[Principal, Depends(requires(Role.OPERATOR))]
 Admin = Annotated[Principal, Depends(requires(Role.ADMIN))]
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import Field
 
 from ..wire import wire
-from ._deps import Caller, GatewayDep, Operator
+from ._deps import Caller, GatewayDep, Operator, Presser
 from ._schemas import _Camel
 
 __all__ = ["router"]
@@ -23,7 +23,7 @@ class StopBody(_Camel):
 
 
 @router.post("")
-async def stop(who: Caller, gw: GatewayDep, body: StopBody | None = None) -> dict[str, Any]:
+async def stop(who: Presser, gw: GatewayDep, body: StopBody | None = None) -> dict[str, Any]:
     """Press the emergency stop: every channel's safe action at once, every pending and
     approved request on those instruments cancelled, their runs suspended; every write
     refused until an operator clears it. Needs no approval."""

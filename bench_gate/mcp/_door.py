@@ -34,7 +34,7 @@ from mcp_types import METHOD_NOT_FOUND
 from starlette.types import Message, Receive, Scope, Send
 
 from ..auth import Tokens
-from ..errors import GatewayError, QuotaExceeded
+from ..errors import GatewayError, QuotaExceeded, StoreError
 from ..gateway import Gateway
 from ..models import Principal
 from ..quotas import Lease, Quota, lease
@@ -117,14 +117,22 @@ class McpDoor:
         if kind.lower() != "bearer" or not token.strip():
             await _unauthorized(send, "a bearer token is required (Authorization: Bearer bg_...)")
             return
-        who = self.tokens.verify(token.strip())
+        known = b"mcp-session-id" in dict(scope.get("headers") or [])
+        try:
+            # An open session's token, verified when it opened, is taken while the store
+            # is away: its emergency_stop never waits for the store (other tools do).
+            who = (self.tokens.verify_for_stop if known else self.tokens.verify)(
+                token.strip())
+        except StoreError as exc:  # not a 500 with a traceback
+            await _problem(send, 503, "Service Unavailable", "store-error", exc.message, [])
+            return
         if who is None:
             await _unauthorized(send, "the token is not valid or was revoked")
             return
         user = AuthenticatedUser(AccessToken(token="", client_id=who.name, subject=who.name,
                                              scopes=[who.role.value]))
         scope = {**scope, "user": user, PRINCIPAL_KEY: who}
-        if b"mcp-session-id" in dict(scope.get("headers") or []):
+        if known:
             await self.manager.handle_request(scope, receive, send)
             return
         await self._open(scope, receive, send, who, token.strip())

@@ -4,8 +4,10 @@
 - psycopg 3 (sync) behind a ``psycopg_pool.ConnectionPool``. Each method is one transaction,
   and every psycopg or pool error is translated into ``StoreError`` here, at one boundary.
 - A lost connection costs no acknowledged write: a method returns only after its COMMIT, and
-  the pool checks a connection before handing it out, so a dead one is replaced. While the
-  database is down every call raises ``StoreError`` after at most ``pool_timeout`` seconds.
+  the pool checks a connection before handing it out, so a dead one is replaced. A call
+  waits at most ``pool_timeout`` seconds for a connection, and once a connection attempt
+  has failed (the database is down) only ``DOWN_WAIT``: the gateway calls the store on its
+  event loop, and a call waiting there held up everything else, an emergency stop too.
 - The journal is one hash chain (``bench_gate.store._chain``) for every gateway on the
   database. An append locks the chain's head row (``SELECT ... FOR UPDATE``), numbers and
   hashes its events after it, inserts them and moves the head, in one transaction: appends
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import StoreError
+from ..errors import InvalidInput, StoreError
 from ..models import Event
 from . import _queries as q
 from ._base import PendingCheck
@@ -51,6 +54,10 @@ NOTIFY_LIMIT = 7900
 _LOCK_MIGRATE = 0x62670001
 _LOCK_QUOTA = 0x62670003
 _LOCK_ARCHIVE = 0x62670004
+
+#: How long a call waits for a connection while the last connection attempt failed, and
+#: how often a longer wait looks whether one has failed meanwhile.
+DOWN_WAIT = 0.1
 
 _SCHEMA_VERSION_TABLE = """
     CREATE TABLE IF NOT EXISTS schema_version (
@@ -72,9 +79,22 @@ class _PgTx:
         self._cur = cur
 
     def execute(self, sql: str, args: Any = (), /) -> psycopg.Cursor[TupleRow]:
+        if any(isinstance(a, str) and "\x00" in a for a in args):
+            args = _unkept(sql, args)
         # No arguments, no placeholders: a script of several statements (a migration)
         # goes by the simple query protocol.
         return self._cur.execute(q.pg(sql), args) if args else self._cur.execute(sql)
+
+
+def _unkept(sql: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """PostgreSQL's text holds no NUL character (SQLite's does), and psycopg refuses to
+    send one: a lookup by such a value (an id in a URL, ``a%00b``) was a 503. No stored
+    value holds one, so it matches none: compared as NULL, it finds nothing (every
+    comparison of a caller's text is ``=`` or ``LIKE``). Kept, it is refused (422)."""
+    if not sql.lstrip().upper().startswith(("SELECT", "DELETE")):
+        raise InvalidInput("a text holding a NUL character (\\u0000) cannot be kept in the "
+                           "PostgreSQL store")
+    return tuple(None if isinstance(a, str) and "\x00" in a else a for a in args)
 
 
 def describe(url: str) -> str:
@@ -161,9 +181,12 @@ class PostgresStore(SqlStore):
         if isinstance(exc, PoolClosed):
             return StoreError(f"the PostgreSQL store {self.where} is closed")
         if isinstance(exc, PoolTimeout):
-            why = self.last_connect_error or "is the database running and reachable?"
+            if self.last_connect_error:
+                return StoreError(f"the PostgreSQL store {self.where} is unavailable "
+                                  f"({self.last_connect_error})")
             return StoreError(f"the PostgreSQL store {self.where} is unavailable: no "
-                              f"connection within {self.pool_timeout:g} s ({why})")
+                              f"connection within {self.pool_timeout:g} s (is the "
+                              "database running and reachable?)")
         if isinstance(exc, psycopg.OperationalError):
             return StoreError(f"lost the PostgreSQL store {self.where}: {exc}; "
                               "nothing from this call was acknowledged")
@@ -173,10 +196,26 @@ class PostgresStore(SqlStore):
     def _tx(self) -> Iterator[_PgTx]:
         """One transaction: committed when the block ends, rolled back if it raises."""
         try:
-            with self._pool.connection() as conn, conn.cursor() as cur:
-                yield _PgTx(cur)
+            conn = self._connection()
+            try:
+                with conn, conn.cursor() as cur:
+                    yield _PgTx(cur)
+            finally:
+                self._pool.putconn(conn)
         except psycopg.Error as exc:
             raise self._error(exc) from exc
+
+    def _connection(self) -> psycopg.Connection[TupleRow]:
+        """A connection from the pool, within ``pool_timeout``; at once, or a PoolTimeout
+        as soon as a connection attempt has failed (the database is away)."""
+        deadline = time.monotonic() + self.pool_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._pool.getconn(timeout=max(0.01, min(DOWN_WAIT, left)))
+            except PoolTimeout:
+                if self.last_connect_error or time.monotonic() >= deadline:
+                    raise
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[TupleRow]:
         with self._tx() as cx:

@@ -63,8 +63,8 @@ class Console:
         self.samples: dict[str, Samples] = {}
         self.flash: dict[str, list[tuple[str, str]]] = {}
 
-    def who(self, request: Request) -> tuple[Session, Principal]:
-        found = self.sessions.get(request.cookies.get(COOKIE))
+    def who(self, request: Request, stop: bool = False) -> tuple[Session, Principal]:
+        found = self.sessions.get(request.cookies.get(COOKIE), stop)
         if found is None:
             raise SignInRequired()
         return found
@@ -147,11 +147,12 @@ def same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host")
 
 
-async def checked_form(request: Request) -> tuple[Console, Session, Principal,
-                                                  dict[str, list[str]]]:
-    """A signed-in POST with a matching CSRF token from the same origin, or 403."""
+async def checked_form(request: Request, stop: bool = False
+                       ) -> tuple[Console, Session, Principal, dict[str, list[str]]]:
+    """A signed-in POST with a matching CSRF token from the same origin, or 403.
+    ``stop``: the emergency stop's, which never waits for the store."""
     console = console_of(request)
-    session, me = console.who(request)
+    session, me = console.who(request, stop)
     form = await form_of(request)
     if not same_origin(request) or not Sessions.csrf_ok(session.csrf, first(form, "csrf")):
         raise HTTPException(403, "the form's CSRF token is missing or wrong: reload the page "

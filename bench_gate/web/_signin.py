@@ -61,7 +61,7 @@ async def login(request: Request) -> Response:
 @router.post("/stop", response_class=HTMLResponse)
 async def emergency_stop(request: Request) -> Response:
     """The emergency stop, for anyone signed in: no approval, never waits."""
-    console, session, me, _ = await checked_form(request)
+    console, session, me, _ = await checked_form(request, stop=True)
     done = await console.gateway.emergency_stop(me, "console")
     names = ", ".join(done["instruments"])
     console.say(session, "error", f"EMERGENCY STOP by {me.name}: {names} made safe in "
