@@ -1,15 +1,14 @@
 """The emergency stop: one action that makes the whole bench (or one instrument) safe at
 once, through every door, needing no approval (safe actions never wait).
 
-It applies each instrument's profile safe action to every channel, jumping the lane's
-queue (a write in progress stops before its next unit); cancels every pending and approved
-request on those instruments and ends every standing plan on them; suspends the active
-runs that had them; and journals who
-pressed it, through which door, and what each instrument read back afterwards. Until an
-operator clears it, every write to a stopped instrument is refused (-203), across a
-restart too (the stop is kept in the store). A stop a crash cut off (recorded, but its safe
-action, stand-down or journal event not done) is finished by the restart, before anything
-else reaches the instrument (``finish_cut_off``).
+It applies each instrument's profile safe action to every channel, jumping the lane's queue
+(a write in progress stops before its next unit); cancels every pending and approved request
+on those instruments and ends every standing plan on them; suspends the active runs that had
+them; and journals who pressed it, through which door, and what each instrument read back.
+Until an operator clears it, every write to a stopped instrument is refused (-203), across a
+restart too (kept in the store). A stop a crash cut off is finished by the restart before
+anything else reaches the instrument (``finish_cut_off``), and what the journal says a stop
+or a clear did is never done twice (stop_journal.py).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
 from .stand_down import stand_down
+from .stop_journal import settle_journaled
 from .stop_names import follow_names, same, stop_of
 from .takeover import Requests
 
@@ -183,8 +183,8 @@ class Interlocks(Part):
             for name in names:
                 if self._held.get(self.core.qualified(name)) is records[name]:
                     del self._held[self.core.qualified(name)]
-        data: dict[str, Any] = {"by": who.name, "door": door, "instruments": reached,
-                                "cancelled": [], "suspended": [],
+        data: dict[str, Any] = {"by": who.name, "door": door, "at": at,
+                                "instruments": reached, "cancelled": [], "suspended": [],
                                 "seconds": round(seconds, 4)}
         if resumed:
             data["resumed"] = (f"pressed at {at}, cut off by a crash before it was done; "
@@ -271,9 +271,9 @@ class Interlocks(Part):
                     await asyncio.to_thread(self.store.kv_delete, STOPS, key)
 
     def _finish(self) -> None:
-        """What a stop could not do in the store when pressed is done once it is back: the
-        stand-down (what waited is cancelled, the plans end) and its journal event; then
-        its unfinished record goes. Never left for the clear alone: a restart forgot it."""
+        """What a stop could not do in the store when pressed is done once it is back (its
+        stand-down, its journal event), then its unfinished record goes: not left for a
+        clear, a restart forgot it."""
         while self._to_finish:
             names, who, data = self._to_finish[0]
             try:
@@ -316,10 +316,10 @@ class Interlocks(Part):
         return ended_or_held
 
     async def finish_cut_off(self) -> list[dict[str, Any]]:
-        """At start, before anything else reaches an instrument: a stop of this bench that
-        a crash cut off (recorded first, so the store says stopped, but its safe action may
-        never have reached the instrument, what waited is not cancelled and nothing is
-        journaled) runs again from the start, in the name of who pressed it."""
+        """At start, before anything else reaches an instrument: a stop of this bench a
+        crash cut off before its journal event (its safe action, stand-down unsure) runs
+        again from the start, in the name of who pressed it."""
+        settle_journaled(self.core, STOPS, STOPPING)  # journaled: done, never again
         cut: dict[tuple[str, str, str], list[str]] = {}
         for key, record in self.store.kv_items(STOPPING):
             bench, _, name = key.rpartition("/")  # a bench's name may hold "/"
@@ -379,6 +379,14 @@ class Interlocks(Part):
         # Cleared is not shown off: an output no read-back showed off is said so.
         unshown = {n: stopped[n]["not_shown_off"] for n in names
                    if "not_shown_off" in stopped.get(n, {})}
+        data: dict[str, Any] = {"by": who.name, "instruments": names, "stops": {
+            n: stopped[n].get("at") for n in names if n in stopped}}
+        if unshown:
+            data["not_shown_off"] = unshown
+        # Journaled first: a crash before the deletes leaves the stop in the store, and the
+        # restart finishes the clear it finds journaled (stop_journal.py).
+        self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
+                                 data=data)])
         for name in names:
             # Unfinished first: a crash between leaves it stopped, never a stop re-run.
             self.store.kv_delete(STOPPING, self.core.qualified(name))
@@ -387,11 +395,6 @@ class Interlocks(Part):
             self.in_force.discard(name)
             self.unproven.pop(name, None)
         self._changes += 1
-        data: dict[str, Any] = {"by": who.name, "instruments": names}
-        if unshown:
-            data["not_shown_off"] = unshown
-        self.store.append([Event(run_id=self._bench_run(), type=EventType.STOP_CLEARED,
-                                 data=data)])
         self.core.notifier.publish(
             "alert", alert="stop_cleared", by=who.name, instruments=names,
             **({"reason": "stop cleared, but not every output was shown off: " + "; ".join(
