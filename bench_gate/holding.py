@@ -21,7 +21,7 @@ from . import envelope
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, StoreError
 from .instruments import AsyncLink
-from .interlocks import Interlocks
+from .interlocks import STOPS, Interlocks
 from .lockstep import in_step_twice
 from .models import Event, EventType
 from .safety import read_off, send_safe_action
@@ -87,6 +87,15 @@ class StopHold(Part):
         """A look that found nothing to do (or could not look): a failure is news again."""
         self._failing.pop(name, None)
 
+    def _proven(self, name: str) -> None:
+        """The stop's record stops saying not shown off (a restart would say it again)."""
+        key = self.core.qualified(name)
+        with contextlib.suppress(StoreError):  # still said: the next look proves it again
+            old = self.store.kv_get(STOPS, key)
+            if old is not None and "not_shown_off" in old:
+                self.store.kv_swap(STOPS, key, old,
+                                   {k: v for k, v in old.items() if k != "not_shown_off"})
+
     def report(self, inst: Instrument, held: Held) -> None:
         """Journal and alert what ``look`` did: each safe action that worked, a failure once
         (until it changes or works), and a stop's failed safe action shown off at last."""
@@ -116,6 +125,7 @@ class StopHold(Part):
                                 "error": held.error}
         if was is not None:
             data["proven"] = f"every output reads off (the stop's own safe action: {was})"
+            self._proven(name)
         self.core.notifier.publish("alert", alert="stop_enforced", instrument=name,
                                    reason=words)
         with contextlib.suppress(StoreError):  # the outputs never wait for the store

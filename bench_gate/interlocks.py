@@ -31,7 +31,7 @@ from .runs import Runs
 from .safety import send_safe_action
 from .scpi import Classification, Unit
 from .stand_down import stand_down
-from .stop_journal import settle_journaled
+from .stop_journal import cut_off
 from .stop_names import follow_names, same, stop_of
 from .takeover import Requests
 
@@ -173,8 +173,11 @@ class Interlocks(Part):
                 self.unproven.pop(name, None)
         seconds = time.perf_counter() - started
         store_error = await keeping
+        for name, record in records.items():  # kept with the stop: a restart says it too
+            if name in self.unproven:
+                record["not_shown_off"] = self.unproven[name]
         learnt = {n: r for n, r in records.items()  # the stop read who answers
-                  if r["idn"] != self.core.instruments[n].idn}
+                  if r["idn"] != self.core.instruments[n].idn or "not_shown_off" in r}
         for name, record in learnt.items():
             record["idn"] = self.core.instruments[name].idn
         if store_error is None and learnt:
@@ -228,6 +231,9 @@ class Interlocks(Part):
             return
         new = sorted(set(found) - self.in_force)
         self.in_force = set(found)
+        for name, (_, stop) in found.items():  # never shown off, as the stop kept it
+            if stop.get("not_shown_off") and name not in self.unproven:
+                self.unproven[name] = str(stop["not_shown_off"])
         for name in new:  # pressed elsewhere (another bench of the store): what waits here
             who = Principal(name=str(found[name][1].get("by") or "the gateway"))
             self._to_finish.append(([name], who, None))  # on it ends too, as by the stop
@@ -319,18 +325,7 @@ class Interlocks(Part):
         """At start, before anything else reaches an instrument: a stop of this bench a
         crash cut off before its journal event (its safe action, stand-down unsure) runs
         again from the start, in the name of who pressed it."""
-        settle_journaled(self.core, STOPS, STOPPING)  # journaled: done, never again
-        cut: dict[tuple[str, str, str], list[str]] = {}
-        for key, record in self.store.kv_items(STOPPING):
-            bench, _, name = key.rpartition("/")  # a bench's name may hold "/"
-            if bench != self.config.bench:
-                continue
-            if name not in self.core.instruments:  # no longer on this bench
-                self.store.kv_delete(STOPPING, key)
-                continue
-            group = (str(record.get("by", "")), str(record.get("door", "")),
-                     str(record.get("at", "")))
-            cut.setdefault(group, []).append(name)
+        cut = cut_off(self.core, STOPS, STOPPING)  # what the journal says done is not
         return [await self._stop(Principal(name=by), door, names, at, resumed=True)
                 for (by, door, at), names in cut.items()]
 

@@ -1,9 +1,9 @@
-"""What the journal already says of a stop, read at start (interlocks.py): a crash between a
-stop's or a clear's journal event and the store writes after it leaves the store behind the
-journal. The restart does what the journal says was done, never it again: a stop journaled
-as done is not re-run (a second ``emergency_stop``), and a clear journaled is finished
-(never a stop gone from the store with no ``stop_cleared``, nor one journaled as cleared
-and still in force)."""
+"""A stop a crash cut off, found at start (interlocks.py), and what the journal already says
+of one: a crash between a stop's or a clear's journal event and the store writes after it
+leaves the store behind the journal. The restart does what the journal says was done, never
+it again: a stop journaled as done is not re-run (a second ``emergency_stop``), and a clear
+journaled is finished (never a stop gone from the store with no ``stop_cleared``, nor one
+journaled as cleared and still in force)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from .core import Core
 from .models import EventType
 
-__all__ = ["settle_journaled"]
+__all__ = ["cut_off"]
 
 #: How far back the bench's journal is read: the crash came right after the event, and the
 #: restart reads it before anything else is journaled on the bench.
@@ -29,7 +29,7 @@ def _mine(core: Core, table: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def settle_journaled(core: Core, stops: str, stopping: str) -> None:
+def _settle(core: Core, stops: str, stopping: str) -> None:
     """At start, before a cut-off stop is finished: the stops a ``stop_cleared`` event
     already ends (it names each one's ``at``) go from both tables; a stop journaled as done
     (an ``emergency_stop`` of its ``by`` and ``at``, with nothing the store refused) loses
@@ -52,3 +52,22 @@ def settle_journaled(core: Core, stops: str, stopping: str) -> None:
     for name, record in _mine(core, stopping).items():
         if (str(record.get("by")), str(record.get("at")), name) in done:
             core.store.kv_delete(stopping, core.qualified(name))
+
+
+def cut_off(core: Core, stops: str, stopping: str) -> dict[tuple[str, str, str], list[str]]:
+    """At start: this bench's stops a crash cut off before their journal event, grouped by
+    who pressed them, through what and when (each pressing runs again); the journal read
+    first (``_settle``). A record of an instrument no longer on the bench goes."""
+    _settle(core, stops, stopping)
+    cut: dict[tuple[str, str, str], list[str]] = {}
+    for key, record in core.store.kv_items(stopping):
+        bench, _, name = key.rpartition("/")  # a bench's name may hold "/"
+        if bench != core.config.bench:
+            continue
+        if name not in core.instruments:  # no longer on this bench
+            core.store.kv_delete(stopping, key)
+            continue
+        group = (str(record.get("by", "")), str(record.get("door", "")),
+                 str(record.get("at", "")))
+        cut.setdefault(group, []).append(name)
+    return cut
