@@ -3,13 +3,11 @@ once, through every door, needing no approval (safe actions never wait).
 
 It applies each instrument's profile safe action to every channel, jumping the lane's
 queue (a write in progress stops before its next unit); cancels every pending and approved
-request on those instruments and ends every standing plan on them; suspends the active
-runs that had them; and journals who
-pressed it, through which door, and what each instrument read back afterwards. Until an
-operator clears it, every write to a stopped instrument is refused (-203), across a
-restart too (the stop is kept in the store). A stop a crash cut off (recorded, but its safe
-action, stand-down or journal event not done) is finished by the restart, before anything
-else reaches the instrument (``finish_cut_off``).
+request on those instruments, ends every standing plan on them (stand_down.py), suspends
+the active runs that had them, and journals who pressed it, through which door, and what
+each instrument read back. Until an operator clears it, every write to a stopped
+instrument is refused (-203), across a restart too (kept in the store). A stop a crash cut
+off is finished by the restart before anything else reaches the instrument.
 """
 
 from __future__ import annotations
@@ -30,9 +28,9 @@ from .instruments import AsyncLink
 from .models import Event, EventType, Principal
 from .runs import Runs
 from .safety import send_safe_action
-from .scpi import Classification, Unit
+from .scpi import Classification
 from .stand_down import stand_down
-from .stop_names import follow_names, same, stop_of
+from .stop_names import allowed, follow_names, same, stop_of
 from .takeover import Requests
 
 __all__ = ["Interlocks"]
@@ -91,13 +89,7 @@ class Interlocks(Part):
         return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
                 for n, v in found.items()}
 
-    @staticmethod
-    def allowed(unit: Unit) -> bool:
-        """What a stopped instrument still takes: reads, selections, status commands, a
-        meter's passive settings, and switching an output off. Nothing that can energize."""
-        if unit.effect.value in ("read", "select", "harmless", "measure-config"):
-            return True
-        return unit.effect.value == "output" and unit.value is False
+    allowed = staticmethod(allowed)  # what a stopped instrument still takes (stop_names.py)
 
     def same(self, name: str) -> list[str]:
         """``name`` and the bench's other names for the same instrument (stop_names.py)."""
@@ -155,6 +147,8 @@ class Interlocks(Part):
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
         self.in_force.update(names)
+        # Not shown off until read back: a clear meanwhile says so.
+        self.unproven.update(dict.fromkeys(names, "the stop's safe action had not finished"))
         self._changes += 1
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
@@ -165,16 +159,22 @@ class Interlocks(Part):
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         for name, result in reached.items():  # sent is not done: tried until shown off
-            if result["errors"]:
+            self.unproven.pop(name, None)
+            if result["errors"] and name not in self.in_force:  # cleared: nothing holds it
+                result["retry"] = ("not every output is shown off, and the stop was cleared "
+                                   "before its safe action was done: check the bench")
+            elif result["errors"]:
                 self.unproven[name] = "; ".join(result["errors"])
                 result["retry"] = ("not every output is shown off: the safe action is tried "
                                    "again every watch period until each reads off")
-            else:
-                self.unproven.pop(name, None)
         seconds = time.perf_counter() - started
         store_error = await keeping
+        for name in sorted(set(names) - self.in_force):  # cleared meanwhile: the record
+            with contextlib.suppress(StoreError):  # kept since is no stop (none re-kept)
+                for table in (STOPS, STOPPING):
+                    self.store.kv_delete(table, self.core.qualified(name))
         learnt = {n: r for n, r in records.items()  # the stop read who answers
-                  if r["idn"] != self.core.instruments[n].idn}
+                  if r["idn"] != self.core.instruments[n].idn and n in self.in_force}
         for name, record in learnt.items():
             record["idn"] = self.core.instruments[name].idn
         if store_error is None and learnt:

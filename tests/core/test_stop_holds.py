@@ -168,3 +168,32 @@ async def test_a_stop_never_shown_off_says_so_until_it_is_and_when_it_is_cleared
                if e.type is EventType.STOP_CLEARED]
     assert "CH1" in cleared[-1]["not_shown_off"]["psu"], cleared
     assert any("not every output was shown off" in a.get("reason", "") for a in alerts)
+
+
+async def test_a_stop_cleared_before_its_safe_action_is_done_says_so(
+        faulty: tuple[Gateway, FaultLink], olga: Principal, front_panel: Any) -> None:
+    """The stop's ``OUTP 0,(@1)`` hangs (then times out), and an operator clears the stop
+    meanwhile. The clear said nothing of an output not shown off (no read-back had come
+    yet), the stop then said its safe action would be tried again every watch period (it
+    never was: cleared), and CH1 stayed on with nobody told to check the bench."""
+    gw, link = faulty
+    switch_on_at_panel(front_panel, 1)
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0,(@1)", delay=0.5)
+    stopping = asyncio.ensure_future(gw.emergency_stop(olga, "test", "psu"))
+    assert await until(lambda: any(c == "OUTP 0,(@1)" for _, c in link.fired))
+    assert "not_shown_off" in gw.stopped()["psu"], "no read-back has shown it off yet"
+    async with gw.subscribe() as queue:
+        gw.clear_stop(olga)
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    done = await stopping
+    assert on(front_panel, 1)  # the safe action failed, and the stop is cleared
+    cleared = [e.data for e in gw.journal(f"bench:{gw.bench}", limit=1000)
+               if e.type is EventType.STOP_CLEARED]
+    assert "psu" in cleared[-1].get("not_shown_off", {}), cleared
+    assert any("not every output was shown off" in a.get("reason", "") for a in alerts)
+    result = done["instruments"]["psu"]
+    assert result["errors"] and "tried again" not in result.get("retry", ""), result
+    assert "cleared" in result["retry"]
+    assert gw.stopped() == {}
