@@ -197,3 +197,28 @@ async def test_a_stop_cleared_before_its_safe_action_is_done_says_so(
     assert result["errors"] and "tried again" not in result.get("retry", ""), result
     assert "cleared" in result["retry"]
     assert gw.stopped() == {}
+
+
+async def test_a_clear_while_the_hold_sends_its_safe_action_is_not_reported_as_a_stop(
+        faulty: tuple[Gateway, FaultLink], olga: Principal, front_panel: Any) -> None:
+    """CH1 switched on at the panel under a stop; the hold's ``OUTP 0,(@1)`` hangs (then
+    times out) and the stop is cleared meanwhile. The hold then journaled and alerted
+    "psu is stopped, but CH1 on ...: it is tried again every watch period" after the clear:
+    nothing tries again, and psu is not stopped."""
+    gw, link = faulty
+    await gw.emergency_stop(olga, "test", "psu")
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0,(@1)", delay=0.5)
+    switch_on_at_panel(front_panel, 1)
+    assert await until(lambda: any(c == "OUTP 0,(@1)" for _, c in link.fired))
+    async with gw.subscribe() as queue:
+        gw.clear_stop(olga)
+        assert await until(lambda: bool(enforced(gw)))
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    assert on(front_panel, 1)  # the hold's try failed; cleared, the panel's CH1 is left on
+    said = enforced(gw)[-1]
+    assert "cleared" in said["cleared"], said
+    told = [a["reason"] for a in alerts if a.get("alert") == "stop_enforced"]
+    assert told and all("is stopped" not in t and "tried again" not in t for t in told), told
+    assert "psu" not in gw.stopped()
