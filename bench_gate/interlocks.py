@@ -20,14 +20,12 @@ from typing import Any
 
 from .approvals import require_operator
 from .auth import refuse_revoked
-from .core import Core, Instrument, Part
+from .core import Core, Part
 from .core import resource_key as _resource
-from .errors import InstrumentError, Refused, StoreError, TransitionError
-from .identity import ask
-from .instruments import AsyncLink
+from .errors import Refused, StoreError, TransitionError
 from .models import Event, EventType, Principal
 from .runs import Runs
-from .safety import send_safe_action
+from .safety import stop_outputs
 from .scpi import Classification
 from .stand_down import stand_down
 from .stop_names import allowed, follow_names, same, stop_of
@@ -70,6 +68,8 @@ class Interlocks(Part):
         #: Stopped instruments whose outputs no read-back has shown off yet (the stop's
         #: safe action failed): why. Tried again every watch period (holding.py).
         self.unproven: dict[str, str] = {}
+        #: Stops whose safe action has not come back yet: not shown off either.
+        self._sending: set[str] = set()
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -86,8 +86,9 @@ class Interlocks(Part):
             if not held:
                 raise
         found = {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
-        return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
-                for n, v in found.items()}
+        why = {**dict.fromkeys(self._sending, "the stop's safe action has not finished"),
+               **self.unproven}
+        return {n: {**v, "not_shown_off": why[n]} if n in why else v for n, v in found.items()}
 
     allowed = staticmethod(allowed)  # what a stopped instrument still takes (stop_names.py)
 
@@ -147,18 +148,18 @@ class Interlocks(Part):
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
         self.in_force.update(names)
-        # Not shown off until read back: a clear meanwhile says so.
-        self.unproven.update(dict.fromkeys(names, "the stop's safe action had not finished"))
+        self._sending.update(names)  # not shown off until read back: a clear says so
         self._changes += 1
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
         # an output on, and the stop stays in force here until it is kept or cleared.
-        making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
+        making = [asyncio.ensure_future(stop_outputs(self.core.instruments[n]))
                   for n in names]
         keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, self._keyed(records)))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         for name, result in reached.items():  # sent is not done: tried until shown off
+            self._sending.discard(name)
             self.unproven.pop(name, None)
             if result["errors"] and name not in self.in_force:  # cleared: nothing holds it
                 result["retry"] = ("not every output is shown off, and the stop was cleared "
@@ -333,26 +334,6 @@ class Interlocks(Part):
             cut.setdefault(group, []).append(name)
         return [await self._stop(Principal(name=by), door, names, at, resumed=True)
                 for (by, door, at), names in cut.items()]
-
-    async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
-        profile = inst.profile
-        safe = profile.safe_action
-        channels = list(profile.channels)
-
-        async def job(link: AsyncLink) -> dict[str, Any]:
-            if safe is None:
-                return {"sent": [], "read_back": {}, "errors": [],
-                        "note": "this instrument has no safe action in its profile"}
-            sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
-            with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
-                inst.idn = await ask(link, inst.config.name)  # megabytes: none
-                inst.identity.judge(inst.idn)  # shown if it is not the profile's
-            return {"sent": sent, "read_back": read_back, "errors": errors}
-
-        try:
-            return await inst.lane.run(job, urgent=True)
-        finally:
-            inst.lane.halted = False
 
     def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
         return stand_down(self.core, self.requests, self.on_stop, names, who)

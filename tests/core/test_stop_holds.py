@@ -18,7 +18,8 @@ from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal
 from bench_gate.store import SqliteStore
-from tests.conftest import Clock
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import Clock, served_bench
 from tests.faults import Fault, FaultLink
 
 
@@ -222,3 +223,31 @@ async def test_a_clear_while_the_hold_sends_its_safe_action_is_not_reported_as_a
     told = [a["reason"] for a in alerts if a.get("alert") == "stop_enforced"]
     assert told and all("is stopped" not in t and "tried again" not in t for t in told), told
     assert "psu" not in gw.stopped()
+
+
+async def test_a_slow_instrument_of_a_bench_stop_leaves_the_others_hold_quiet(
+        sim: SimBenchThread, db_path: Path, olga: Principal, front_panel: Any) -> None:
+    """A whole-bench stop: psu's safe action is done at once, the DP832's ``OUTP CH1,OFF``
+    hangs. Meanwhile the watch looks at psu, every output off: nothing to say (a look that
+    took psu's stop for one never shown off journaled it 'proven' at last)."""
+    with SimServedThread("dp832") as served:
+        cfg = served_bench(sim, "dp832", served, "dp832")
+        cfg.policy.watch_seconds = 0.1
+        dp832 = cfg.instrument("dp832")
+        assert dp832 is not None
+        dp832.timeout_ms = 1000
+        link = FaultLink(PyvisaLink(dp832), "dp832")
+        gw = Gateway(cfg, SqliteStore(db_path), links={"dp832": link})
+        await gw.start()
+        try:
+            link.arm(Fault.WRITE_TIMEOUT, match="OUTP CH1,OFF", delay=1.0)
+            checks = gw.watch.checks
+            done = await gw.emergency_stop(olga, "test")
+            assert gw.watch.checks > checks + 2  # the watch looked meanwhile
+            assert not done["instruments"]["psu"]["errors"]
+            assert await until(lambda: gw.watch.checks > checks + 6)
+            assert [e for e in enforced(gw) if e["instrument"] == "psu"] == []
+            assert "not_shown_off" not in gw.stopped()["psu"]
+        finally:
+            await gw.close()
+            gw.store.close()
