@@ -301,7 +301,8 @@ class Interlocks(Part):
             if name in self._unfinished:  # held already: its plans end before a clear
                 return
             try:
-                hook(name, channels)
+                for each in self.same(name):  # its other names: the same channels' plans
+                    hook(each, channels)
             except StoreError as exc:
                 chs = ", ".join(f"CH{c}" for c in channels)
                 why = (f"the gateway made {name} {chs} safe but could not end the plans "
