@@ -103,6 +103,9 @@ class StopHold(Part):
         said = f"{held.found}: {held.error}"
         if held.error is not None and self._failing.get(name) == said:
             return  # the same failure as the last look: already journaled and alerted
+        if name not in self.interlocks.in_force:  # cleared while the look sent it
+            self._cleared(inst, held)
+            return
         if held.error is None:
             self._failing.pop(name, None)
             was = self.interlocks.unproven.pop(name, None)
@@ -131,3 +134,22 @@ class StopHold(Part):
         with contextlib.suppress(StoreError):  # the outputs never wait for the store
             self.store.append([Event(run_id=f"bench:{self.config.bench}",
                                      type=EventType.STOP_ENFORCED, data=data)])
+
+    def _cleared(self, inst: Instrument, held: Held) -> None:
+        """A look's safe action that went out as the stop was cleared: journaled as what it
+        is, never as a stop in force or one tried again (nothing holds it now)."""
+        name = inst.config.name
+        self._failing.pop(name, None)
+        if not held.sent and held.error is None:
+            return  # it read every output off: nothing was done, nothing to say
+        done = f"failed ({held.error})" if held.error is not None else "ran"
+        words = (f"{name}'s stop was cleared while {held.found}: the safe action "
+                 f"({'; '.join(held.sent)}) {done}; the normal rules apply now")
+        self.core.notifier.publish("alert", alert="stop_enforced", instrument=name,
+                                   reason=words)
+        with contextlib.suppress(StoreError):  # the outputs never wait for the store
+            self.store.append([Event(run_id=f"bench:{self.config.bench}",
+                                     type=EventType.STOP_ENFORCED,
+                                     data={"instrument": name, "found": held.found,
+                                           "safe_action": held.sent, "read_back": held.after,
+                                           "error": held.error, "cleared": words})])

@@ -3,12 +3,12 @@ once, through every door, needing no approval (safe actions never wait).
 
 It applies each instrument's profile safe action to every channel, jumping the lane's queue
 (a write in progress stops before its next unit); cancels every pending and approved request
-on those instruments and ends every standing plan on them; suspends the active runs that had
-them; and journals who pressed it, through which door, and what each instrument read back.
-Until an operator clears it, every write to a stopped instrument is refused (-203), across a
-restart too (kept in the store). A stop a crash cut off is finished by the restart before
-anything else reaches the instrument (``finish_cut_off``), and what the journal says a stop
-or a clear did is never done twice (stop_journal.py).
+on those instruments and ends every standing plan on them (stand_down.py); suspends the
+active runs that had them; and journals who pressed it, through which door, and what each
+instrument read back. Until an operator clears it, every write to a stopped instrument is
+refused (-203), across a restart too (kept in the store). A stop a crash cut off is finished
+by the restart before anything else reaches the instrument (``finish_cut_off``), and what
+the journal says a stop or a clear did is never done twice (stop_journal.py).
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ from typing import Any
 
 from .approvals import require_operator
 from .auth import refuse_revoked
-from .core import Core, Instrument, Part
+from .core import Core, Part
 from .core import resource_key as _resource
-from .errors import InstrumentError, Refused, StoreError, TransitionError
-from .identity import ask
-from .instruments import AsyncLink
+from .errors import Refused, StoreError, TransitionError
 from .models import Event, EventType, Principal
 from .runs import Runs
-from .safety import send_safe_action
-from .scpi import Classification, Unit
+from .safety import stop_outputs
+from .scpi import Classification
 from .stand_down import stand_down
 from .stop_journal import cut_off
-from .stop_names import follow_names, same, stop_of
+from .stop_names import allowed, follow_names, same, stop_of
 from .takeover import Requests
 
 __all__ = ["Interlocks"]
@@ -72,6 +70,8 @@ class Interlocks(Part):
         #: Stopped instruments whose outputs no read-back has shown off yet (the stop's
         #: safe action failed): why. Tried again every watch period (holding.py).
         self.unproven: dict[str, str] = {}
+        #: Stops whose safe action has not come back yet: not shown off either.
+        self._sending: set[str] = set()
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -88,16 +88,11 @@ class Interlocks(Part):
             if not held:
                 raise
         found = {k[len(mine):]: v for k, v in held.items() if k.startswith(mine)}
-        return {n: {**v, "not_shown_off": self.unproven[n]} if n in self.unproven else v
-                for n, v in found.items()}
+        why = {**dict.fromkeys(self._sending, "the stop's safe action has not finished"),
+               **self.unproven}
+        return {n: {**v, "not_shown_off": why[n]} if n in why else v for n, v in found.items()}
 
-    @staticmethod
-    def allowed(unit: Unit) -> bool:
-        """What a stopped instrument still takes: reads, selections, status commands, a
-        meter's passive settings, and switching an output off. Nothing that can energize."""
-        if unit.effect.value in ("read", "select", "harmless", "measure-config"):
-            return True
-        return unit.effect.value == "output" and unit.value is False
+    allowed = staticmethod(allowed)  # what a stopped instrument still takes (stop_names.py)
 
     def same(self, name: str) -> list[str]:
         """``name`` and the bench's other names for the same instrument (stop_names.py)."""
@@ -155,29 +150,38 @@ class Interlocks(Part):
             self._held[self.core.qualified(name)] = records[name]
             self.core.instruments[name].lane.halted = True
         self.in_force.update(names)
+        self._sending.update(names)  # not shown off until read back: a clear says so
         self._changes += 1
         # The safe actions start now; the store keeps the stop (for a restart, and the
         # other gateways) on a worker thread meanwhile: a slow or locked store never holds
         # an output on, and the stop stays in force here until it is kept or cleared.
-        making = [asyncio.ensure_future(self._make_safe(self.core.instruments[n]))
+        making = [asyncio.ensure_future(stop_outputs(self.core.instruments[n]))
                   for n in names]
         keeping = asyncio.ensure_future(asyncio.to_thread(self._keep, self._keyed(records)))
         results = await asyncio.gather(*making)
         reached = {n: r for n, r in zip(names, results, strict=True)}
         for name, result in reached.items():  # sent is not done: tried until shown off
-            if result["errors"]:
+            self._sending.discard(name)
+            self.unproven.pop(name, None)
+            if result["errors"] and name not in self.in_force:  # cleared: nothing holds it
+                result["retry"] = ("not every output is shown off, and the stop was cleared "
+                                   "before its safe action was done: check the bench")
+            elif result["errors"]:
                 self.unproven[name] = "; ".join(result["errors"])
                 result["retry"] = ("not every output is shown off: the safe action is tried "
                                    "again every watch period until each reads off")
-            else:
-                self.unproven.pop(name, None)
         seconds = time.perf_counter() - started
         store_error = await keeping
+        for name in sorted(set(names) - self.in_force):  # cleared meanwhile: the record
+            with contextlib.suppress(StoreError):  # kept since is no stop (none re-kept)
+                for table in (STOPS, STOPPING):
+                    self.store.kv_delete(table, self.core.qualified(name))
         for name, record in records.items():  # kept with the stop: a restart says it too
             if name in self.unproven:
                 record["not_shown_off"] = self.unproven[name]
         learnt = {n: r for n, r in records.items()  # the stop read who answers
-                  if r["idn"] != self.core.instruments[n].idn or "not_shown_off" in r}
+                  if n in self.in_force and (r["idn"] != self.core.instruments[n].idn
+                                             or "not_shown_off" in r)}
         for name, record in learnt.items():
             record["idn"] = self.core.instruments[name].idn
         if store_error is None and learnt:
@@ -306,7 +310,8 @@ class Interlocks(Part):
             if name in self._unfinished:  # held already: its plans end before a clear
                 return
             try:
-                hook(name, channels)
+                for each in self.same(name):  # its other names: the same channels' plans
+                    hook(each, channels)
             except StoreError as exc:
                 chs = ", ".join(f"CH{c}" for c in channels)
                 why = (f"the gateway made {name} {chs} safe but could not end the plans "
@@ -328,26 +333,6 @@ class Interlocks(Part):
         cut = cut_off(self.core, STOPS, STOPPING)  # what the journal says done is not
         return [await self._stop(Principal(name=by), door, names, at, resumed=True)
                 for (by, door, at), names in cut.items()]
-
-    async def _make_safe(self, inst: Instrument) -> dict[str, Any]:
-        profile = inst.profile
-        safe = profile.safe_action
-        channels = list(profile.channels)
-
-        async def job(link: AsyncLink) -> dict[str, Any]:
-            if safe is None:
-                return {"sent": [], "read_back": {}, "errors": [],
-                        "note": "this instrument has no safe action in its profile"}
-            sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
-            with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
-                inst.idn = await ask(link, inst.config.name)  # megabytes: none
-                inst.identity.judge(inst.idn)  # shown if it is not the profile's
-            return {"sent": sent, "read_back": read_back, "errors": errors}
-
-        try:
-            return await inst.lane.run(job, urgent=True)
-        finally:
-            inst.lane.halted = False
 
     def _stand_down(self, names: list[str], who: Principal) -> tuple[list[str], list[str]]:
         return stand_down(self.core, self.requests, self.on_stop, names, who)

@@ -71,6 +71,9 @@ class Lifecycle(Part):
         await self._executor.interlocks.finish_cut_off()  # a stop a crash cut off: safe first
         await self._executor.interlocks.refresh()  # a stop kept across the restart holds
         self._runs.close_gone_clients()
+        # The leases known from the start: one taken before the first lease sweep (an
+        # approved request run below) runs out from memory if the store goes away.
+        self._leases.held()
         self._terms.start()  # every term starts again now: being down is no silence
         self._over_policy()
         await self.sweep()

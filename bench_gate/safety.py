@@ -9,18 +9,21 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import envelope
 from .answers import SHOWN, normalize, shown
 from .core import Core, Instrument, Part
 from .errors import InstrumentError, NotSent
 from .handoff import snapshot_key
+from .identity import ask
 from .instruments import AsyncLink
 from .lockstep import in_step, in_step_twice
 from .scpi import Profile, classify
 from .snapshots import Snapshots
 
-__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "read_off", "send_safe_action"]
+__all__ = ["SETTLE_SECONDS", "Safed", "Safety", "Written", "read_off", "send_safe_action",
+           "stop_outputs"]
 
 #: How long a restart waits for an interrupted write to finish inside the instrument.
 SETTLE_SECONDS = 30.0
@@ -285,3 +288,26 @@ class Safety(Part):
         for hook in self.on_safed:
             hook(inst.config.name, channels)
         return safed
+
+
+async def stop_outputs(inst: Instrument) -> dict[str, Any]:
+    """An emergency stop's safe action on every channel of ``inst``, jumping its lane's
+    queue, and who answers (its other names stop too): what was sent, read back, failed."""
+    profile = inst.profile
+    safe = profile.safe_action
+    channels = list(profile.channels)
+
+    async def job(link: AsyncLink) -> dict[str, Any]:
+        if safe is None:
+            return {"sent": [], "read_back": {}, "errors": [],
+                    "note": "this instrument has no safe action in its profile"}
+        sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
+        with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
+            inst.idn = await ask(link, inst.config.name)  # megabytes: none
+            inst.identity.judge(inst.idn)  # shown if it is not the profile's
+        return {"sent": sent, "read_back": read_back, "errors": errors}
+
+    try:
+        return await inst.lane.run(job, urgent=True)
+    finally:
+        inst.lane.halted = False

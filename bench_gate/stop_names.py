@@ -1,5 +1,6 @@
 """A stop stays with its instrument, whatever it is named: its other names on this bench,
-another bench's stop of it on the shared store, and bench.toml renaming it (interlocks.py)."""
+another bench's stop of it on the shared store, and bench.toml renaming it (interlocks.py);
+and what a stopped instrument still takes."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 from .core import Core
 from .core import resource_key as _resource
+from .scpi import Unit
 
-__all__ = ["follow_names", "same", "stop_of"]
+__all__ = ["allowed", "follow_names", "same", "stop_of"]
 
 
 def follow_names(core: Core, tables: tuple[str, ...]) -> None:
@@ -78,3 +80,11 @@ def stop_of(core: Core, held: dict[str, dict[str, Any]], table: str, instrument:
                 or (me.idn is not None and stop.get("idn") == me.idn):
             return key, stop
     return None
+
+
+def allowed(unit: Unit) -> bool:
+    """What a stopped instrument still takes: reads, selections, status commands, a meter's
+    passive settings, and switching an output off. Nothing that can energize."""
+    if unit.effect.value in ("read", "select", "harmless", "measure-config"):
+        return True
+    return unit.effect.value == "output" and unit.value is False

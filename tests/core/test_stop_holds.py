@@ -18,7 +18,8 @@ from bench_gate.gateway import Gateway
 from bench_gate.instruments import PyvisaLink
 from bench_gate.models import EventType, Principal
 from bench_gate.store import SqliteStore
-from tests.conftest import Clock
+from sim_instruments import SimBenchThread, SimServedThread
+from tests.conftest import Clock, served_bench
 from tests.faults import Fault, FaultLink
 
 
@@ -168,3 +169,85 @@ async def test_a_stop_never_shown_off_says_so_until_it_is_and_when_it_is_cleared
                if e.type is EventType.STOP_CLEARED]
     assert "CH1" in cleared[-1]["not_shown_off"]["psu"], cleared
     assert any("not every output was shown off" in a.get("reason", "") for a in alerts)
+
+
+async def test_a_stop_cleared_before_its_safe_action_is_done_says_so(
+        faulty: tuple[Gateway, FaultLink], olga: Principal, front_panel: Any) -> None:
+    """The stop's ``OUTP 0,(@1)`` hangs (then times out), and an operator clears the stop
+    meanwhile. The clear said nothing of an output not shown off (no read-back had come
+    yet), the stop then said its safe action would be tried again every watch period (it
+    never was: cleared), and CH1 stayed on with nobody told to check the bench."""
+    gw, link = faulty
+    switch_on_at_panel(front_panel, 1)
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0,(@1)", delay=0.5)
+    stopping = asyncio.ensure_future(gw.emergency_stop(olga, "test", "psu"))
+    assert await until(lambda: any(c == "OUTP 0,(@1)" for _, c in link.fired))
+    assert "not_shown_off" in gw.stopped()["psu"], "no read-back has shown it off yet"
+    async with gw.subscribe() as queue:
+        gw.clear_stop(olga)
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    done = await stopping
+    assert on(front_panel, 1)  # the safe action failed, and the stop is cleared
+    cleared = [e.data for e in gw.journal(f"bench:{gw.bench}", limit=1000)
+               if e.type is EventType.STOP_CLEARED]
+    assert "psu" in cleared[-1].get("not_shown_off", {}), cleared
+    assert any("not every output was shown off" in a.get("reason", "") for a in alerts)
+    result = done["instruments"]["psu"]
+    assert result["errors"] and "tried again" not in result.get("retry", ""), result
+    assert "cleared" in result["retry"]
+    assert gw.stopped() == {}
+
+
+async def test_a_clear_while_the_hold_sends_its_safe_action_is_not_reported_as_a_stop(
+        faulty: tuple[Gateway, FaultLink], olga: Principal, front_panel: Any) -> None:
+    """CH1 switched on at the panel under a stop; the hold's ``OUTP 0,(@1)`` hangs (then
+    times out) and the stop is cleared meanwhile. The hold then journaled and alerted
+    "psu is stopped, but CH1 on ...: it is tried again every watch period" after the clear:
+    nothing tries again, and psu is not stopped."""
+    gw, link = faulty
+    await gw.emergency_stop(olga, "test", "psu")
+    link.arm(Fault.WRITE_TIMEOUT, match="OUTP 0,(@1)", delay=0.5)
+    switch_on_at_panel(front_panel, 1)
+    assert await until(lambda: any(c == "OUTP 0,(@1)" for _, c in link.fired))
+    async with gw.subscribe() as queue:
+        gw.clear_stop(olga)
+        assert await until(lambda: bool(enforced(gw)))
+        alerts = []
+        while not queue.empty():
+            alerts.append(queue.get_nowait())
+    assert on(front_panel, 1)  # the hold's try failed; cleared, the panel's CH1 is left on
+    said = enforced(gw)[-1]
+    assert "cleared" in said["cleared"], said
+    told = [a["reason"] for a in alerts if a.get("alert") == "stop_enforced"]
+    assert told and all("is stopped" not in t and "tried again" not in t for t in told), told
+    assert "psu" not in gw.stopped()
+
+
+async def test_a_slow_instrument_of_a_bench_stop_leaves_the_others_hold_quiet(
+        sim: SimBenchThread, db_path: Path, olga: Principal, front_panel: Any) -> None:
+    """A whole-bench stop: psu's safe action is done at once, the DP832's ``OUTP CH1,OFF``
+    hangs. Meanwhile the watch looks at psu, every output off: nothing to say (a look that
+    took psu's stop for one never shown off journaled it 'proven' at last)."""
+    with SimServedThread("dp832") as served:
+        cfg = served_bench(sim, "dp832", served, "dp832")
+        cfg.policy.watch_seconds = 0.1
+        dp832 = cfg.instrument("dp832")
+        assert dp832 is not None
+        dp832.timeout_ms = 1000
+        link = FaultLink(PyvisaLink(dp832), "dp832")
+        gw = Gateway(cfg, SqliteStore(db_path), links={"dp832": link})
+        await gw.start()
+        try:
+            link.arm(Fault.WRITE_TIMEOUT, match="OUTP CH1,OFF", delay=1.0)
+            checks = gw.watch.checks
+            done = await gw.emergency_stop(olga, "test")
+            assert gw.watch.checks > checks + 2  # the watch looked meanwhile
+            assert not done["instruments"]["psu"]["errors"]
+            assert await until(lambda: gw.watch.checks > checks + 6)
+            assert [e for e in enforced(gw) if e["instrument"] == "psu"] == []
+            assert "not_shown_off" not in gw.stopped()["psu"]
+        finally:
+            await gw.close()
+            gw.store.close()
