@@ -49,13 +49,15 @@ class Conclusions(Part):
             words = envelope.summary(inst.profile, safed.found)
             done = (f"the safe action ({'; '.join(safed.sent)}) ran at once" if safed.error
                     is None else f"the safe action failed ({safed.error})")
-            self.store.append([Event(
-                run_id=req.run_id, request_id=req.id, type=EventType.ENVELOPE_BREACH,
-                data={"breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
-                      "read_back": safed.after, "error": safed.error})])
+            # Told first, then journaled, or kept for when the store is back (later.py):
+            # a store down right here never loses the alert, nor the breach's event.
             self.core.notifier.publish(
                 "alert", alert="envelope_breach", id=req.id, run_id=req.run_id,
                 instrument=req.instrument, reason=f"{words}; {done}")
+            self.core.later.journal(Event(
+                run_id=req.run_id, request_id=req.id, type=EventType.ENVELOPE_BREACH,
+                data={"breaches": [b.as_json() for b in safed.found], "safe_action": safed.sent,
+                      "read_back": safed.after, "error": safed.error}))
             mine = {a.channel for a in req.actions} | (
                 {b.channel for b in safed.found}
                 if any(a.unpredictable or a.channel is None for a in req.actions) else set())

@@ -22,6 +22,7 @@ from .federation import Registry
 from .identity import Identity, identities
 from .identity import journaled as told
 from .instruments import AsyncLink, Lane, Link, open_link
+from .later import Later
 from .locking import InstrumentLock, journaled
 from .models import TakeoverRequest
 from .notify import Notifier
@@ -133,6 +134,8 @@ class Core:
         #: This gateway's claim on its bench name, and the other benches' published rules.
         self.registry = Registry(store, config)
         self.notifier = Notifier(store, config.bench)
+        #: Events of safe actions the store refused, journaled in order once it is back.
+        self.later = Later(lambda: self.store)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property

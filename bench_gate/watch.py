@@ -18,13 +18,12 @@ even with the envelope watch off.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 from . import envelope
 from .core import Core, Instrument, Part
-from .errors import GatewayError, InstrumentError, StoreError, WrongInstrument
+from .errors import GatewayError, InstrumentError, WrongInstrument
 from .holding import STOP_WATCH_SECONDS, Held, StopHold
 from .instruments import AsyncLink
 from .models import Event, EventType
@@ -51,15 +50,10 @@ class Watch(Part):
         self._unread: dict[str, str] = {}  # this check's reason, from its lane turn
         #: Checks done since start (each a full look at one instrument's enveloped fields).
         self.checks = 0
-        #: What the watch did that the store did not take (away): journaled once it is back.
-        self._unjournaled: list[Event] = []
-        self._flushing = False
 
     def tick(self) -> None:
         """From the sweeper: start a check on every instrument whose turn has come."""
-        if self._unjournaled and not self._flushing:
-            self._flushing = True
-            self.core.spawn(self._flush())
+        self.core.later.tick(self.core.spawn)  # what the store refused, once it is back
         now = time.monotonic()
         for name, inst in self.core.instruments.items():
             if name in self._busy or now < self._due.get(name, 0.0):
@@ -154,23 +148,7 @@ class Watch(Part):
     def _journal(self, event: Event) -> None:
         """Journal ``event``, or keep it for when the store is back (the safe action and the
         alert never wait for it)."""
-        if self._unjournaled:  # in their order
-            self._unjournaled.append(event)
-            return
-        try:
-            self.store.append([event])
-        except StoreError:
-            self._unjournaled.append(event)
-
-    async def _flush(self) -> None:
-        try:
-            events = list(self._unjournaled)
-            await asyncio.to_thread(self.store.append, events)  # off the loop: it may wait
-            del self._unjournaled[:len(events)]
-        except StoreError:
-            pass  # still away: the next tick again
-        finally:
-            self._flushing = False
+        self.core.later.journal(event)
 
     def _enveloped(self, inst: Instrument) -> bool:
         return bool(self.config.envelope.get(inst.config.name)) and \

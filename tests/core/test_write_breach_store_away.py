@@ -1,0 +1,79 @@
+"""A write's own envelope breach while the store refuses its event: the alert goes at once,
+the channel is off on the simulator's own port, and the breach is journaled once the store
+takes it again (as the envelope watch does: later.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from bench_gate.config import BenchConfig
+from bench_gate.errors import StoreError
+from bench_gate.gateway import Gateway
+from bench_gate.models import Event, EventType, Principal, Status
+from bench_gate.store import SqliteStore
+from tests.conftest import Clock
+from tests.core.test_envelope_state import grant_all
+
+
+class _RefusesBreaches(SqliteStore):
+    """Armed, refuses to journal an envelope breach (a disk full, a lock held): the rest
+    works."""
+
+    armed = False
+
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        if self.armed and any(e.type is EventType.ENVELOPE_BREACH for e in events):
+            raise StoreError("database is locked (injected)")
+        return super().append(events, durable)
+
+
+def _breaches(gw: Gateway, run_id: str) -> list[Event]:
+    return [e for e in gw.store.journal(run_id, limit=1000)
+            if e.type is EventType.ENVELOPE_BREACH]
+
+
+async def test_a_writes_breach_is_told_and_journaled_when_the_store_refuses_it(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The panel put CH3 at 15 V, on, above its 12 V limit; a write to CH1 reads it back and
+    switches CH3 off. The breach was journaled before it was told: the store refused the
+    event, so no console heard why CH3 went off, the write's outcome was never kept (a 503),
+    and the breach was never journaled (the read-back once the store was back found CH3
+    off). Now it is told at once and journaled, once, as soon as the store takes it."""
+    for command in ("VOLT 15,(@3)", "CURR 0.2,(@3)", "OUTP 1,(@3)"):
+        front_panel.write(command)
+    store = _RefusesBreaches(db_path)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 1,(@1)")).request
+        assert req is not None
+        alerts: list[dict[str, Any]] = []
+        async with gw.subscribe() as queue:
+            store.armed = True
+            try:
+                await grant_all(gw, req.id, olga)
+            finally:
+                while not queue.empty():
+                    alerts.append(queue.get_nowait())
+        assert front_panel.query("OUTP? (@3)").strip() == "0"
+        assert [a for a in alerts if a.get("alert") == "envelope_breach"], alerts
+        assert gw.get_request(req.id).status is Status.EXECUTED
+        assert not _breaches(gw, run.id)
+        store.armed = False
+        for _ in range(50):  # bounded: the sweeps write it once the store takes it
+            if _breaches(gw, run.id):
+                break
+            await asyncio.sleep(0.1)
+        for _ in range(10):  # and never twice
+            await asyncio.sleep(0.1)
+        found = _breaches(gw, run.id)
+        assert len(found) == 1, found
+        assert found[0].request_id == req.id
+        assert gw.verify_journal().intact
+    finally:
+        await gw.close()
+        gw.store.close()
