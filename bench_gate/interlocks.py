@@ -72,6 +72,9 @@ class Interlocks(Part):
         self.unproven: dict[str, str] = {}
         #: Stops whose safe action has not come back yet: not shown off either.
         self._sending: set[str] = set()
+        #: Told at start (True) and each sweep (False) to finish what a crash or the store
+        #: cut off of a stand-down: a plan's end and its run's suspension (plan_ends.py).
+        self.unsettled: list[Callable[[bool], None]] = []
 
     def _bench_run(self) -> str:
         """The journal key of bench-wide events (no requester's run)."""
@@ -273,6 +276,9 @@ class Interlocks(Part):
             if records and await asyncio.to_thread(self._keep, records, tables) is not None:
                 return
         self._finish()
+        with contextlib.suppress(StoreError):  # a plan's end the store cut off: next sweep
+            for settle in self.unsettled:
+                settle(False)
         for key, record in held.items():
             if self._held.get(key) is record:
                 del self._held[key]
@@ -330,6 +336,8 @@ class Interlocks(Part):
         """At start, before anything else reaches an instrument: a stop of this bench a
         crash cut off before its journal event (its safe action, stand-down unsure) runs
         again from the start, in the name of who pressed it."""
+        for settle in self.unsettled:  # a stand-down cut off: its plans' ends finished
+            settle(True)
         cut = cut_off(self.core, STOPS, STOPPING)  # what the journal says done is not
         return [await self._stop(Principal(name=by), door, names, at, resumed=True)
                 for (by, door, at), names in cut.items()]

@@ -7,7 +7,6 @@ judged and spent one decision at a time, so its write units are spent atomically
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,7 @@ from .approvals import require_operator
 from .auth import held_at, refuse_token, revoked_tokens
 from .calibration import Calibration
 from .core import Core, Instrument, Part, new_id
-from .errors import InvalidInput, NotFound, Refused, TransitionError
+from .errors import InvalidInput, NotFound, Refused
 from .executor import Executor
 from .handoff import build_handoff
 from .models import (
@@ -33,6 +32,7 @@ from .models import (
     TakeoverRequest,
     proposal_hash,
 )
+from .plan_ends import close, end, settle
 from .plan_gate import divert
 from .plans import (
     Plan,
@@ -68,11 +68,14 @@ class PlanDesk(Part):
         self.runs = runs
         self.executor = executor
         self.calibration = calibration
+        #: Plans whose end this process has not finished (plan_ends.py).
+        self._unsettled: set[str] = set()
         #: One plan decision at a time per run: judge, then spend, with nothing between.
         self._locks: dict[str, asyncio.Lock] = {}
         requests.listeners.append(self.on_move)
         runs.on_close.append(self.on_run_closed)
         executor.activate_plan = self.activate
+        executor.interlocks.unsettled.append(self.settle)
 
     def plans_of(self, run_id: str) -> list[Plan]:
         return [Plan.model_validate(p) for p in self.store.kv_list("plans")
@@ -129,25 +132,20 @@ class PlanDesk(Part):
                       tokens=sorted(gone))
 
     def _end(self, plan: Plan, by: str, request_id: str | None = None,
-             **data: Any) -> None:
-        """Revoke ``plan`` (pending or active) by ``by``: saved, journaled, told live. A
-        pending plan's request is cancelled with it: approved later, it would start and
-        then find no plan to activate (left ``executing`` for good)."""
-        pending = plan.status is PlanStatus.PENDING
-        plan.status = PLANS.move(plan.id, plan.status, PlanEvent.REVOKE)
-        plan.revoked_by = by
-        self._save(plan)
-        self.store.append([Event(run_id=plan.run_id, request_id=request_id,
-                                 type=EventType.PLAN_REVOKED,
-                                 data={"plan_id": plan.id, "by": by, **data})])
-        if pending:
-            with contextlib.suppress(TransitionError, NotFound):  # decided meanwhile
-                req = self.requests.get(plan.request_id)
-                self.requests.move(req, Move.CANCEL, EventType.TAKEOVER_CANCELLED,
-                                   {"by": by, "reason": "plan revoked"},
-                                   outcome=f"cancelled: the plan was revoked by {by}")
-        self.core.notifier.publish("plan", id=plan.id, run_id=plan.run_id,
-                                   status=plan.status.value)
+             stop: bool = False, **data: Any) -> None:
+        """Revoke ``plan`` (pending or active) by ``by`` (plan_ends.py)."""
+        self._unsettled.add(plan.id)  # until its end is done: a sweep finishes it
+        end(self.core, self.requests, plan, by, request_id, data, stop=stop)
+        if not stop:
+            self._unsettled.discard(plan.id)
+
+    def settle(self, at_start: bool = False) -> None:
+        """At start, every plan's end a crash cut off; each sweep, this process's own (a
+        stop's, or one the store refused midway): finished (plan_ends.py)."""
+        if at_start or self._unsettled:
+            ids = None if at_start else set(self._unsettled)
+            settle(self.core, self.requests, ids)
+            self._unsettled -= ids or set()
 
     def _kept_without(self, plan: Plan) -> set[str]:
         """A plan activated before plans kept their tokens: the tokens its approvers held
@@ -157,14 +155,7 @@ class PlanDesk(Part):
                 for t in (a.tokens or held_at(self.store, [a.by], a.at.isoformat()))}
 
     def close(self, plan_id: str, event: PlanEvent) -> None:
-        """End a pending or active plan by ``event``; an ended one stays as it is."""
-        raw = self.store.kv_get("plans", plan_id)
-        if raw is not None:
-            plan = Plan.model_validate(raw)
-            status = PLANS.target(plan.status, event)
-            if status is not None:
-                plan.status = status
-                self._save(plan)
+        close(self.core, plan_id, event)
 
     async def request(self, run_id: str, scope: PlanScope | dict[str, Any],
                       rationale: str | None = None) -> TakeoverRequest:
@@ -372,7 +363,8 @@ class PlanDesk(Part):
         active: an approval in force, cancelled like an approved request, or it would run
         on once the stop is cleared. Returns the runs whose plans ended."""
         return {plan.run_id for name in names
-                for plan in self._end_over(name, None, f"the emergency stop ({who.name})")}
+                for plan in self._end_over(name, None, f"the emergency stop ({who.name})",
+                                           stop=True)}
 
     def made_safe(self, instrument: str, channels: list[int],
                   why: str = "an envelope breach") -> None:
@@ -382,14 +374,15 @@ class PlanDesk(Part):
         self._end_over(instrument, set(channels), f"the gateway: {instrument} {chs} made safe "
                        f"({why})")
 
-    def _end_over(self, instrument: str, channels: set[int] | None, by: str) -> list[Plan]:
+    def _end_over(self, instrument: str, channels: set[int] | None, by: str,
+                  stop: bool = False) -> list[Plan]:
         """End every plan not over yet on this bench's ``instrument`` (on ``channels``)."""
         ended = [plan for plan in map(Plan.model_validate, self.store.kv_list("plans"))
                  if PLANS.target(plan.status, PlanEvent.REVOKE) is not None
                  and self._here(plan, instrument)
                  and (channels is None or channels & set(plan.scope.channels))]
         for plan in ended:
-            self._end(plan, by)
+            self._end(plan, by, stop=stop)
         return ended
 
     def on_run_closed(self, run_id: str) -> None:

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -130,6 +131,9 @@ class Plan(BaseModel):
     #: The tokens its approvals were given with: it ends when one of them is revoked.
     tokens: list[str] = Field(default_factory=list)
     revoked_by: str | None = None
+    #: Its end, kept with it until done (its ``plan_revoked`` event, a stop's suspension of
+    #: its run): a crash or a store failure midway is finished by the restart or a sweep.
+    unfinished: dict[str, Any] | None = None
     #: The bench whose instrument the plan was approved for: instrument names are per
     #: bench, so another bench's ``psu`` is another instrument (and another DUT).
     bench: str = ""

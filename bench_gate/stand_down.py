@@ -12,7 +12,7 @@ from .models import Event, EventType, Principal, RunStatus, Status
 from .states import Event as Move
 from .takeover import Requests
 
-__all__ = ["stand_down"]
+__all__ = ["stand_down", "suspend"]
 
 
 def stand_down(core: Core, requests: Requests,
@@ -36,19 +36,23 @@ def stand_down(core: Core, requests: Requests,
                     runs.add(req.run_id)
     for hook in on_stop:  # standing approvals: a plan would run on after a clear
         runs |= hook(names, who)
-    suspended = []
-    for run_id in sorted(runs):
-        run = core.store.get_run(run_id)
-        # A run its own requester took over is suspended too: left taken over, it was
-        # theirs to release, and no other person would have looked at it.
-        if run is None or not (run.status is RunStatus.ACTIVE or (
-                run.status is RunStatus.TAKEN_OVER
-                and person(run.takeover_by or "") == person(run.principal))):
-            continue
-        run.status = RunStatus.SUSPENDED
-        run.takeover_reason = f"suspended by the emergency stop ({who.name})"
-        core.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_SUSPENDED,
-                                        data={"reason": run.takeover_reason})])
-        core.notifier.publish("run", id=run_id, status=run.status.value)
-        suspended.append(run_id)
+    suspended = [run_id for run_id in sorted(runs)
+                 if suspend(core, run_id, f"suspended by the emergency stop ({who.name})")]
     return cancelled, suspended
+
+
+def suspend(core: Core, run_id: str, reason: str) -> bool:
+    """Suspend ``run_id`` for a stop, if it runs: whether it was."""
+    run = core.store.get_run(run_id)
+    # A run its own requester took over is suspended too: left taken over, it was
+    # theirs to release, and no other person would have looked at it.
+    if run is None or not (run.status is RunStatus.ACTIVE or (
+            run.status is RunStatus.TAKEN_OVER
+            and person(run.takeover_by or "") == person(run.principal))):
+        return False
+    run.status = RunStatus.SUSPENDED
+    run.takeover_reason = reason
+    core.store.save_run(run, [Event(run_id=run_id, type=EventType.RUN_SUSPENDED,
+                                    data={"reason": reason})])
+    core.notifier.publish("run", id=run_id, status=run.status.value)
+    return True
