@@ -5,7 +5,7 @@ back, one refused unsent), with what a save stores read around it (memories.py).
 from __future__ import annotations
 
 from .core import Instrument
-from .errors import InstrumentError, NotSent, Refused
+from .errors import InstrumentError, NotSent, Refused, StoreError
 from .instruments import AsyncLink
 from .interlocks import Interlocks
 from .memories import memory_of, trusted
@@ -61,6 +61,9 @@ class Sender:
                     out.stored[memory[1]] = saving.values  # the receipt: what was kept
         except (InstrumentError, Refused) as exc:
             out.error = exc.message
+        except StoreError as exc:  # (a save's records): never skips the read-back after
+            out.error = f"the store failed during the write ({exc.message}): nothing more " \
+                        "was sent"
 
     async def _before_memory(self, link: AsyncLink, inst: Instrument,
                              memory: tuple[str, str] | None, idn: str) -> Snapshot | None:

@@ -77,3 +77,57 @@ async def test_a_writes_breach_is_told_and_journaled_when_the_store_refuses_it(
     finally:
         await gw.close()
         gw.store.close()
+
+
+class _RefusesMemories(SqliteStore):
+    """Armed, refuses the table of stored states (memories.py): the rest works."""
+
+    armed = False
+
+    def _refuse(self, table: str) -> None:
+        if self.armed and table == "memories":
+            raise StoreError("memories: database is locked (injected)")
+
+    def kv_items(self, table: str) -> list[tuple[str, dict[str, Any]]]:
+        self._refuse(table)
+        return super().kv_items(table)
+
+    def kv_put(self, table: str, key: str, data: dict[str, Any]) -> None:
+        self._refuse(table)
+        super().kv_put(table, key, data)
+
+
+async def test_a_recalled_breach_is_made_safe_when_the_store_refuses_a_save_after_it(
+        config: BenchConfig, db_path: Path, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    """Slot 3 saved through the gateway, then again at the front panel: CH2 at 20 V, on.
+    ``*RCL 3;*SAV 4`` is approved: the recall puts CH2 at 20 V, on, above its 12 V limit;
+    then the save's store work (dropping what slot 4 held) is refused. The store error
+    ended the lane's job before its read-back: no safe action, CH2 left on at 20 V until
+    a sweep judged the request once the store took its outcome. Now the save is not sent,
+    and the read-back on the same turn switches CH2 off before the call returns."""
+    store = _RefusesMemories(db_path)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        save = (await gw.submit(run.id, "psu", "*SAV 3")).request
+        assert save is not None
+        assert (await grant_all(gw, save.id, olga)).request.status is Status.EXECUTED
+        for command in ("VOLT 20,(@2)", "CURR 0.4,(@2)", "OUTP 1,(@2)", "*SAV 3", "*RST"):
+            front_panel.write(command)
+        sent = await gw.submit(run.id, "psu", "*RCL 3;*SAV 4")
+        req = sent.request
+        assert req is not None and req.actions[0].unpredictable, sent
+        await gw.grant(req.id, olga, ["state"], proposal_hash=req.proposal_hash)
+        store.armed = True
+        try:
+            await gw.grant(req.id, pete, ["setpoint", "output_enable"],
+                           proposal_hash=req.proposal_hash)
+        except StoreError:
+            pass  # the outcome may be unkept: the instrument is what this test reads
+        assert front_panel.query("OUTP? (@2)").strip() == "0", "CH2 left on at 20 V"
+        store.armed = False
+    finally:
+        await gw.close()
+        gw.store.close()
