@@ -5,14 +5,19 @@ takes it again (as the envelope watch does: later.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench_gate.config import BenchConfig
-from bench_gate.errors import StoreError
+from bench_gate.errors import GatewayError, StoreError
 from bench_gate.gateway import Gateway
 from bench_gate.models import Event, EventType, Principal, Status
-from bench_gate.store import SqliteStore
+from bench_gate.store import PostgresStore, SqliteStore
+from tests import pg
 from tests.conftest import Clock
 from tests.core.test_envelope_state import grant_all
 
@@ -129,5 +134,65 @@ async def test_a_recalled_breach_is_made_safe_when_the_store_refuses_a_save_afte
         assert front_panel.query("OUTP? (@2)").strip() == "0", "CH2 left on at 20 V"
         store.armed = False
     finally:
+        await gw.close()
+        gw.store.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[pg.PgCluster]:
+    """A server of its own: this test stops it."""
+    with pg.start_or_skip() as c:
+        yield c
+
+
+class _DiesAtTheBreach(PostgresStore):
+    """The database stops just as a write's envelope breach is journaled."""
+
+    kill: Callable[[], None] | None = None
+
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        if self.kill is not None and any(e.type is EventType.ENVELOPE_BREACH for e in events):
+            kill, self.kill = self.kill, None
+            kill()
+        return super().append(events, durable)
+
+
+async def test_a_writes_breach_while_postgresql_is_down_is_told_and_journaled_later(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, front_panel: Any) -> None:
+    """The same breach, with PostgreSQL stopping right as it is journaled: told at once,
+    CH3 off, and journaled once the server is back (with the write's outcome, reconciled)."""
+    for command in ("VOLT 15,(@3)", "CURR 0.2,(@3)", "OUTP 1,(@3)"):
+        front_panel.write(command)
+    store = _DiesAtTheBreach(cluster.new_database(), pool_timeout=1.0)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script")
+        req = (await gw.submit(run.id, "psu", "VOLT 1,(@1)")).request
+        assert req is not None
+        alerts: list[dict[str, Any]] = []
+        async with gw.subscribe() as queue:
+            store.kill = lambda: cluster.stop("immediate")
+            with contextlib.suppress(StoreError):  # the outcome's commit: a 503
+                await grant_all(gw, req.id, olga)
+            while not queue.empty():
+                alerts.append(queue.get_nowait())
+        assert store.kill is None, "the database was never stopped"
+        assert front_panel.query("OUTP? (@3)").strip() == "0"
+        assert [a for a in alerts if a.get("alert") == "envelope_breach"], alerts
+        cluster.start()
+        found: list[Event] = []
+        for _ in range(150):  # bounded: the sweeps once the server is back
+            with contextlib.suppress(GatewayError):
+                found = _breaches(gw, run.id)
+                if found and gw.get_request(req.id).status is not Status.EXECUTING:
+                    break
+            await asyncio.sleep(0.1)
+        assert len(found) == 1 and found[0].request_id == req.id, found
+        assert gw.get_request(req.id).status is Status.EXECUTED
+    finally:
+        if not cluster.running:
+            cluster.start()
         await gw.close()
         gw.store.close()
