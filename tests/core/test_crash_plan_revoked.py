@@ -7,22 +7,27 @@ an older stop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench_gate.config import BenchConfig
-from bench_gate.errors import StoreError
+from bench_gate.errors import GatewayError, StoreError
 from bench_gate.federation import TABLE
 from bench_gate.gateway import Gateway
 from bench_gate.models import Event, EventType, Principal, RunStatus
 from bench_gate.plans import PlanStatus
-from bench_gate.store import SqliteStore
+from bench_gate.store import PostgresStore, SqliteStore
+from tests import pg
 from tests.conftest import Clock
 from tests.core.test_crash_stop_journal import _Snapping
 from tests.core.test_plans import active_plan
 
 
-def _revoked(store: SqliteStore, run_id: str, plan_id: str) -> int:
+def _revoked(store: Any, run_id: str, plan_id: str) -> int:
     return sum(e.type is EventType.PLAN_REVOKED and e.data.get("plan_id") == plan_id
                for e in store.journal(run_id, limit=1000))
 
@@ -60,7 +65,7 @@ async def test_a_crash_at_every_write_of_a_stop_over_a_plan(
         try:
             said = f"crash {i} {where}"
             plan = gw.get_plan(plan_id)
-            events = _revoked(gw.store, run.id, plan_id)  # type: ignore[arg-type]
+            events = _revoked(gw.store, run.id, plan_id)
             if "psu" in gw.stopped():
                 assert plan.status is PlanStatus.REVOKED, (said, plan.status)
                 assert events == 1, (said, events)
@@ -146,7 +151,64 @@ async def test_a_run_released_after_an_older_stop_is_not_suspended_again(
             await asyncio.sleep(0.1)
         assert again.get_run(run.id).status is RunStatus.ACTIVE
         assert again.get_plan(plan_id).status is PlanStatus.REVOKED
-        assert _revoked(again.store, run.id, plan_id) == 1  # type: ignore[arg-type]
+        assert _revoked(again.store, run.id, plan_id) == 1
     finally:
         await again.close()
         again.store.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[pg.PgCluster]:
+    """A server of its own: this test stops it."""
+    with pg.start_or_skip() as c:
+        yield c
+
+
+class _DiesAtThePlansEnd(PostgresStore):
+    """The database stops just as a plan's end is journaled."""
+
+    kill: Callable[[], None] | None = None
+
+    def append(self, events: list[Event], durable: bool = True) -> list[Event]:
+        if self.kill is not None and any(e.type is EventType.PLAN_REVOKED for e in events):
+            kill, self.kill = self.kill, None
+            kill()
+        return super().append(events, durable)
+
+
+async def test_a_stop_over_a_plan_while_postgresql_goes_away_suspends_its_run_later(
+        cluster: pg.PgCluster, config: BenchConfig, clock: Clock, script: Principal,
+        olga: Principal, pete: Principal, front_panel: Any) -> None:
+    """A stop over a plan; PostgreSQL stops right as the plan's end is journaled (the plan
+    already saved revoked). Once the server was back the stop's stand-down was done again,
+    found no plan left to end, and the run stayed active with no ``plan_revoked``. Now a
+    sweep finishes the plan's end: journaled once, the run suspended."""
+    store = _DiesAtThePlansEnd(cluster.new_database(), pool_timeout=1.0)
+    gw = Gateway(config, store, clock=clock)
+    await gw.start()
+    try:
+        run = gw.create_run(script, "script", goal="IV curve")
+        plan_id = await active_plan(gw, run.id, olga, pete)
+        store.kill = lambda: cluster.stop("immediate")
+        done = await gw.emergency_stop(olga, "test", "psu")
+        assert store.kill is None and "store_error" in done, done
+        assert front_panel.query("OUTP? (@1)").strip() == "0"
+        cluster.start()
+        suspended = False
+        for _ in range(150):  # bounded: the sweeps once the server is back
+            with contextlib.suppress(GatewayError):
+                suspended = gw.get_run(run.id).status is RunStatus.SUSPENDED and \
+                    _revoked(gw.store, run.id, plan_id) == 1
+                if suspended:
+                    break
+            await asyncio.sleep(0.1)
+        for _ in range(10):  # and never twice
+            await asyncio.sleep(0.1)
+        assert suspended, gw.get_run(run.id).status
+        assert _revoked(gw.store, run.id, plan_id) == 1
+        assert gw.get_plan(plan_id).status is PlanStatus.REVOKED
+    finally:
+        if not cluster.running:
+            cluster.start()
+        await gw.close()
+        gw.store.close()
