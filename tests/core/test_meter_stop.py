@@ -54,6 +54,7 @@ async def test_a_stop_leaves_the_meter_measuring_dc_volts(
     assert dmm["sent"] == ["ABOR", 'FUNC "VOLT"'] and not dmm["errors"], dmm
     assert dmm["read_back"] == {"FUNC?": PASSIVE}
     assert "not_shown_off" not in gateway.stopped()["dmm"]
+    assert meter_panel.query("SYST:ERR?") == '+0,"No error"', "the meter refused a unit"
 
 
 @pytest.mark.parametrize("selects", [['FUNC "RES"'], ['FUNC "DIOD"'],
