@@ -23,6 +23,7 @@ from .errors import InstrumentError, StoreError
 from .instruments import AsyncLink
 from .interlocks import STOPS, Interlocks
 from .lockstep import in_step_twice
+from .meter_safety import make_passive, passive_now
 from .models import Event, EventType
 from .safety import read_off, send_safe_action
 
@@ -54,13 +55,16 @@ class StopHold(Part):
     def holds(self, inst: Instrument) -> bool:
         """Whether ``inst`` is under a stop this gateway enforces now."""
         return (inst.config.name in self.interlocks.in_force
-                and inst.profile.safe_action is not None
+                and (inst.profile.safe_action is not None
+                     or inst.profile.meter_safe is not None)
                 and self.core.registry.lost is None)  # the bench's new owner holds it
 
     async def look(self, link: AsyncLink, inst: Instrument) -> Held | None:
         """On the instrument's lane turn: read every channel's output; any not shown off
         (on, unread, or read out of step) gets the safe action again."""
         name, profile = inst.config.name, inst.profile
+        if profile.meter_safe is not None:
+            return await self._look_meter(link, inst)
         channels = list(profile.channels)
         read, unread = await read_off(link, profile, channels, inst)
         out_of_step = None
@@ -82,6 +86,18 @@ class StopHold(Part):
                                       out_of_step] if w)
         sent, after, failed = await send_safe_action(link, profile, on, inst)
         return Held(found=found, sent=sent, after=after, error="; ".join(failed) or None)
+
+    async def _look_meter(self, link: AsyncLink, inst: Instrument) -> Held | None:
+        """A meter: its function asked (a person at its panel may select resistance); one
+        not shown passive gets the safe action again."""
+        name, profile = inst.config.name, inst.profile
+        read, why = await passive_now(link, profile, inst)
+        if why is None:
+            return Held(found="", after=read) if name in self.interlocks.unproven else None
+        if not self.holds(inst):  # cleared while it was read: the normal rules apply
+            return None
+        sent, after, failed = await make_passive(link, profile, inst)
+        return Held(found=why, sent=sent, after=after, error="; ".join(failed) or None)
 
     def settled(self, name: str) -> None:
         """A look that found nothing to do (or could not look): a failure is news again."""

@@ -186,7 +186,11 @@ def _check_kind(profile: Profile, report: Report) -> None:
             report.add(Level.ERROR, "", f"a {kind} with no output form: its output (or input) "
                        "on/off must be effect: output")
     if kind == "meter" and profile.safe_action is not None:
-        report.add(Level.WARNING, "", "a meter with a safe_action: a meter has no outputs")
+        report.add(Level.WARNING, "", "a meter with an output's safe_action: a meter has no "
+                   "outputs (its safe_action is a command alone, a passive function)")
+    if profile.model.excitation is not None and profile.model.safe_action is None:
+        report.add(Level.WARNING, "", "a meter with exciting functions and no safe_action: "
+                   "an emergency stop leaves it driving its test current into the DUT")
     if kind == "meter" or profile.model.excitation is not None:
         for command in profile.model.commands:
             for form, measuring in ((command.set, MEASURING_SET),

@@ -19,6 +19,7 @@ from .handoff import snapshot_key
 from .identity import ask
 from .instruments import AsyncLink
 from .lockstep import in_step, in_step_twice
+from .meter_safety import make_passive
 from .scpi import Profile, classify
 from .snapshots import Snapshots
 
@@ -298,10 +299,13 @@ async def stop_outputs(inst: Instrument) -> dict[str, Any]:
     channels = list(profile.channels)
 
     async def job(link: AsyncLink) -> dict[str, Any]:
-        if safe is None:
+        if profile.meter_safe is not None:  # a meter: a passive function (meter_safety.py)
+            sent, read_back, errors = await make_passive(link, profile, inst)
+        elif safe is None:
             return {"sent": [], "read_back": {}, "errors": [],
                     "note": "this instrument has no safe action in its profile"}
-        sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
+        else:
+            sent, read_back, errors = await send_safe_action(link, profile, channels, inst)
         with contextlib.suppress(InstrumentError):  # who it is: its other names stop too
             inst.idn = await ask(link, inst.config.name)  # megabytes: none
             inst.identity.judge(inst.idn)  # shown if it is not the profile's

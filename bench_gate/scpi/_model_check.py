@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._errors import ScpiError
 from ._lexer import lex
 from ._patterns import check_forbidden_under, keyword_short, pattern_canonical
-from ._schema import CommandSpec, Effect, FormSpec, ProfileError, ProfileModel
+from ._schema import CommandSpec, Effect, FormSpec, ProfileError, ProfileModel, SafeActionSpec
 
 __all__ = ["check_model"]
 
@@ -26,10 +26,15 @@ def check_model(model: ProfileModel) -> None:
     _check_addressing(model)
     check_forbidden_under(model)  # scpi/_patterns.py
     safe = model.safe_action
-    if safe is not None and (safe.field not in model.fields
-                             or model.fields[safe.field].type != "boolean"):
+    if isinstance(safe, SafeActionSpec) and (safe.field not in model.fields
+                                             or model.fields[safe.field].type != "boolean"):
         raise ProfileError(f"{model.name}: safe_action.field {safe.field!r} must name a "
                            "boolean field")
+    if safe is not None and not isinstance(safe, SafeActionSpec) and (
+            model.excitation is None or model.channels or "{ch}" in safe.command):
+        # Its read-back is the excitation query: nothing else shows a meter passive.
+        raise ProfileError(f"{model.name}: a safe_action without a field is a meter's: it "
+                           "needs an excitation section to show it passive, and no channels")
     for number, channel in model.channels.items():
         if not channel.defaults.keys() <= model.fields.keys():
             raise ProfileError(f"{model.name}: channel {number}: defaults name unknown fields")

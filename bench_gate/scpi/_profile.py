@@ -38,6 +38,7 @@ from ._schema import (
     FieldSpec,
     FormSpec,
     InstrumentKind,
+    MeterSafeSpec,
     ParamSpec,
     ProfileError,
     ProfileModel,
@@ -99,7 +100,15 @@ class Profile:
 
     @property
     def safe_action(self) -> SafeActionSpec | None:
-        return self.model.safe_action
+        """The safe action of an instrument with outputs (output off, per channel)."""
+        safe = self.model.safe_action
+        return safe if isinstance(safe, SafeActionSpec) else None
+
+    @property
+    def meter_safe(self) -> MeterSafeSpec | None:
+        """A meter's safe action: a passive function, shown by its excitation query."""
+        safe = self.model.safe_action
+        return safe if isinstance(safe, MeterSafeSpec) else None
 
     @property
     def complete(self) -> bool:

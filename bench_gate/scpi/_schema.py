@@ -28,6 +28,7 @@ __all__ = [
     "FieldSpec",
     "FormSpec",
     "InstrumentKind",
+    "MeterSafeSpec",
     "ParamSpec",
     "ParamType",
     "ProfileError",
@@ -278,6 +279,17 @@ class SafeActionSpec(BaseModel):
     command: str
 
 
+class MeterSafeSpec(BaseModel):
+    """A meter's safe action (it has no outputs): the command that leaves it measuring in
+    a passive function, aborting a measurement in progress. Its read-back is the profile's
+    ``excitation`` query: only a function the excitation spec calls passive shows it safe."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The whole instrument's command (no ``{ch}``): ``ABOR;:FUNC "VOLT"``.
+    command: str
+
+
 class AddressingSpec(BaseModel):
     """An instrument that addresses channels by selection, not by channel list (the
     E3631A: ``INSTrument:NSELect``, then ``VOLTage`` acts on the selected output). The
@@ -337,8 +349,9 @@ class ProfileModel(BaseModel):
     #: boolean fields and ``*IDN?`` are read in one message (scpi/compound.py). Only for an
     #: instrument whose manual and simulator answer so; never with ``addressing``.
     compound_queries: bool = False
-    #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope.
-    safe_action: SafeActionSpec | None = None
+    #: The safe action (DESIGN.md): applied at once when a channel leaves the envelope, and
+    #: by an emergency stop. A meter's (no ``field``) puts it in a passive function.
+    safe_action: SafeActionSpec | MeterSafeSpec | None = None
     #: The words the instrument writes and answers for a boolean, false then true (the
     #: DP832's ``OFF``, ``ON``): booleans are rendered in them and their answers read back
     #: from them. None: 0 and 1 (SCPI-99 Vol. 1 §7.3).

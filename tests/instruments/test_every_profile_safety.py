@@ -15,7 +15,8 @@ the simulator's own port, never the gateway.
 5. a recall of an over-limit state saved at the panel is refused before it is sent, in
    each spelling of the recall.
 
-(34465A, DMM6500 and generic have no safe action: nothing to switch off.)
+(The 34465A and DMM6500 have no output: their safe action, a passive function, is in
+tests/core/test_meter_stop.py and tests/instruments/test_dmm6500_stop.py; generic has none.)
 """
 
 from __future__ import annotations
