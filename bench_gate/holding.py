@@ -129,12 +129,14 @@ class StopHold(Part):
             self._failing[name] = said
             self.interlocks.unproven[name] = held.error
             was = None
+        safe = "it measures in a passive function" if inst.profile.meter_safe is not None \
+            else "every output reads off"  # a meter's safe state is its function
         if held.error is not None:
             words = (f"{name} is stopped, but {held.found}; the safe action failed "
-                     f"({held.error}): it is tried again every watch period until each "
-                     "output reads off; check the bench")
+                     f"({held.error}): it is tried again every watch period until "
+                     f"{safe}; check the bench")
         elif not held.sent:
-            words = (f"{name} is stopped and every output reads off now "
+            words = (f"{name} is stopped and {safe} now "
                      f"(the stop's own safe action had failed: {was})")
         else:
             words = (f"{name} is stopped, but {held.found}: the safe action "
@@ -143,7 +145,7 @@ class StopHold(Part):
                                 "safe_action": held.sent, "read_back": held.after,
                                 "error": held.error}
         if was is not None:
-            data["proven"] = f"every output reads off (the stop's own safe action: {was})"
+            data["proven"] = f"{safe} (the stop's own safe action: {was})"
             self._proven(name)
         self.core.notifier.publish("alert", alert="stop_enforced", instrument=name,
                                    reason=words)

@@ -112,4 +112,5 @@ async def test_a_meter_that_stays_exciting_is_not_shown_off_and_is_tried_again(
         sim.dmm.perform = real  # type: ignore[method-assign]
     assert await until(lambda: meter_panel.query("FUNC?") == PASSIVE)
     assert await until(lambda: "not_shown_off" not in gateway.stopped()["dmm"])
-    assert any("proven" in e for e in enforced(gateway))
+    proven = [e["proven"] for e in enforced(gateway) if "proven" in e]
+    assert proven and proven[-1].startswith("it measures in a passive function"), proven
