@@ -386,11 +386,8 @@ class PlanDesk(Part):
         return ended
 
     def on_run_closed(self, run_id: str) -> None:
-        """A closed run's standing approval ends with it."""
+        """A closed run's standing approval ends with it, journaled as any plan's end."""
         for plan in self.plans_of(run_id):
-            status = PLANS.target(plan.status, PlanEvent.REVOKE)
-            if status is not None:
-                plan.status = status
-                plan.revoked_by = "the run was closed"
-                self._save(plan)
+            if PLANS.target(plan.status, PlanEvent.REVOKE) is not None:
+                self._end(plan, "the run was closed")
         self._locks.pop(run_id, None)

@@ -207,3 +207,24 @@ async def test_a_pending_plan_the_safe_action_ends_takes_its_request_with_it(
     again = await gateway.submit(run.id, "psu", "OUTP ON,(@1)")
     assert again.status == "pending", again.reason
     assert front_panel.query("OUTP? (@1)").strip() == "0"
+
+
+async def test_a_plan_ended_by_its_runs_close_is_journaled(
+        gateway: Gateway, script: Principal, olga: Principal, pete: Principal,
+        front_panel: Any) -> None:
+    """A run closed (its client gone) ends its standing plan: the end is journaled
+    (plan_revoked) as any plan's end is; before, the plan was only saved revoked, with
+    nothing in the journal to say when or why. A pending plan ends with its request, which
+    the close cancels (journaled as that)."""
+    run = gateway.create_run(script, "script", goal="sweep")
+    active = await active_plan(gateway, run.id, olga, pete)
+    req = await gateway.request_plan(run.id, {**SWEEP_SCOPE, "channels": [2]})
+    gateway.close_run(run.id, "the requester disconnected")
+    plan = gateway.get_plan(active)
+    assert plan.status is PlanStatus.REVOKED and plan.revoked_by == "the run was closed"
+    ended = journal(gateway, run.id, EventType.PLAN_REVOKED)
+    assert [(e["plan_id"], e["by"]) for e in ended] == [(active, "the run was closed")], ended
+    assert req.plan_id is not None
+    assert gateway.get_plan(req.plan_id).status in (PlanStatus.DENIED, PlanStatus.REVOKED)
+    assert gateway.get_request(req.id).status is Status.CANCELLED
+    assert front_panel.query("OUTP? (@1)").strip() == "0"
