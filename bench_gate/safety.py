@@ -75,20 +75,9 @@ async def _safe_read(link: AsyncLink, profile: Profile, channels: list[int],
     """The safe action's read-back, on one connection (with ``inst``): a restart midway
     would mix two states; what cannot be read there is an error. (read, errors, whether
     the connection was lost midway: a field unanswered, or another connection at its end.)"""
-    read: dict[str, str] = {}
-    errors: list[str] = []
     where = inst.lane.connection() if inst is not None else None
     with inst.lane.one_connection() if inst is not None else contextlib.nullcontext():
-        for ch in channels:
-            for f in envelope.safe_fields(profile, ch):
-                query = profile.field_query(f, ch)
-                try:
-                    read[snapshot_key(ch, f)] = normalize(
-                        profile, f, await link.query(query), query, ch)
-                except InstrumentError as exc:
-                    errors.append(exc.message)
-                    if inst is not None:  # never the next query's answer
-                        await inst.lane.drop()
+        read, errors = await read_off(link, profile, channels, inst)  # nested: one block
         still = envelope.live_words(profile, read, channels)
         if still:
             errors.append(f"the safe action was sent, but {still}")
