@@ -8,9 +8,6 @@ that stays exciting is not shown off. Every check reads the simulator's own port
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,19 +16,12 @@ from bench_gate.gateway import Gateway
 from bench_gate.models import EventType, Principal
 from sim_instruments import SimBenchThread
 from tests.core.test_lists_and_readings import meter_panel
+from tests.waits import until
 
 __all__ = ["meter_panel"]
 
 PASSIVE = '"VOLT"'
 
-
-async def until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
 
 
 def enforced(gw: Gateway) -> list[dict[str, Any]]:

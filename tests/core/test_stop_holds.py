@@ -6,7 +6,6 @@ apply. Every output is read on the simulator's own port (``front_panel``)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,7 @@ from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import Clock, served_bench
 from tests.faults import Fault, FaultLink
-
-
-async def until(check: Any, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
+from tests.waits import until
 
 
 def on(front_panel: Any, ch: int) -> bool:

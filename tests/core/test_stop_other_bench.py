@@ -5,8 +5,7 @@ switched CH1 on again with no click. Every output is read on the simulator's own
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from bench_gate.models import Principal, RunStatus, Status
 from bench_gate.plans import PlanStatus
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
+from tests import waits
 from tests.conftest import own_port, served_bench
 from tests.instruments.test_dp832 import LIMITS
 
@@ -22,13 +22,8 @@ SCOPE = {"instrument": "dp832", "channels": [1], "voltage": [0, 5], "current_max
          "max_step": 0.5, "output_enable": True, "max_writes": 40, "timeout_minutes": 30}
 
 
-async def until(check: Any, seconds: float = 8.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
+def until(check: Callable[[], Any], seconds: float = 8.0) -> Awaitable[bool]:
+    return waits.until(check, seconds)
 
 
 async def test_a_stop_on_one_bench_ends_the_plans_of_every_bench_on_the_instrument(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,13 @@ from bench_gate.interlocks import STOPS
 from bench_gate.models import Principal, RunStatus, Status
 from bench_gate.plans import PlanStatus
 from bench_gate.store import SqliteStore
+from tests import waits
 from tests.conftest import Clock
 from tests.core.test_plans import active_plan
 
 
-async def until(check: Any, seconds: float = 8.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
+def until(check: Callable[[], Any], seconds: float = 8.0) -> Awaitable[bool]:
+    return waits.until(check, seconds)
 
 
 async def stopped_while_locked(gw: Gateway, db_path: Path, olga: Principal) -> dict[str, Any]:

@@ -6,26 +6,15 @@ simulator's own port."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
-
 from bench_gate.gateway import Gateway
 from bench_gate.models import Principal
 from sim_instruments import SimServedThread
 from tests.conftest import own_port
 from tests.instruments.test_dmm6500 import config, dmm_sim
+from tests.waits import until
 
 __all__ = ["config", "dmm_sim"]
 
-
-async def until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
 
 
 async def test_a_stop_and_its_hold_leave_the_dmm6500_measuring_dc_volts(

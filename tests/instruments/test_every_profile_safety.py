@@ -21,11 +21,9 @@ tests/core/test_meter_stop.py and tests/instruments/test_dmm6500_stop.py; generi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import socket
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -41,6 +39,7 @@ from bench_gate.models import ApprovalKind, EventType, Principal, Status
 from bench_gate.store import SqliteStore
 from sim_instruments import SimBenchThread, SimServedThread
 from tests.conftest import own_port
+from tests.waits import until
 
 L = ChannelLimits
 
@@ -188,14 +187,6 @@ async def quiet_gw(bench: Bench, tmp_path: Path) -> AsyncIterator[Gateway]:
     await gw.close()
     gw.store.close()
 
-
-async def until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.05)
-    return check()
 
 
 def breaches(gw: Gateway, stream: str) -> list[dict[str, Any]]:
