@@ -231,18 +231,25 @@ def summarize(rounds: list[dict[str, dict[str, Any]]], floor: str) -> list[str]:
     return lines
 
 
-def main_processes(args: argparse.Namespace) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+@contextmanager
+def simulated(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
+    """The simulated bench in its own process and a bench.toml for it in ``tmp``: yields
+    (the simulator's process, the config's path, the supply's port)."""
     psu, dmm = free_port(), free_port()
     config = tmp / "bench.toml"
     config.write_text(bench_toml(psu, dmm))
-    load0 = os.getloadavg()
-    with ExitStack() as stack:
-        sim = stack.enter_context(process(
-            [sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
-             "--dmm-port", str(dmm)], cwd=ROOT))
+    with process([sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
+                  "--dmm-port", str(dmm)], cwd=ROOT) as sim:
         assert sim.stdout is not None
         sim.stdout.readline()  # serving
+        yield sim, config, psu
+
+
+def main_processes(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
+    load0 = os.getloadavg()
+    with ExitStack() as stack:
+        sim, config, psu = stack.enter_context(simulated(tmp))
         servers = {"relay (uvloop)": stack.enter_context(printing(["--serve-relay", str(psu)])),
                    "gateway": stack.enter_context(gateway(tmp, "gateway", config, None))}
         if args.what_if_no_journal:
@@ -277,15 +284,8 @@ def spy(n: int, out: str) -> None:
     """Where ``bench-gate serve``'s time goes during ``n`` sequential door reads: py-spy's
     raw samples (``py-spy`` on PATH) of every thread of the gateway's process."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
-    psu, dmm = free_port(), free_port()
-    config = tmp / "bench.toml"
-    config.write_text(bench_toml(psu, dmm))
     with ExitStack() as stack:
-        sim = stack.enter_context(process(
-            [sys.executable, "-m", "sim_instruments", "serve", "--psu-port", str(psu),
-             "--dmm-port", str(dmm)], cwd=ROOT))
-        assert sim.stdout is not None
-        sim.stdout.readline()  # serving
+        sim, config, _psu = stack.enter_context(simulated(tmp))
         port, pid = stack.enter_context(gateway(tmp, "gateway", config, None))
         pids = {"server": pid, "sim": sim.pid}
         measure(port, 500, pids)  # warm: parse cache, read plans, connections
