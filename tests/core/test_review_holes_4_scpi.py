@@ -247,11 +247,15 @@ async def test_a_unit_without_a_channel_runs_on_the_channel_the_approver_saw(
     nobody was shown. Now the run's channel is asked for at once, shown and written out."""
     for command in ("CURR:PROT:STAT 1,(@1)", "CURR:PROT:STAT 1,(@2)", "INST:NSEL 2"):
         front_panel.write(command)
+    # Taken before the gateway asks on its own connection (the panel's writes and the
+    # gateway's queries reach the simulator on two sockets, in no fixed order).
+    assert front_panel.query("INST:NSEL?").strip() == "2"
     run = gateway.create_run(script, "script", goal="no trips during the ramp")
     result = await gateway.submit(run.id, "psu", message)
     assert result.request is not None, result
     shown = [(a.canonical, a.channel) for a in result.request.actions]
     front_panel.write("INST:NSEL 1")  # the person at the bench looks at CH1 meanwhile
+    assert front_panel.query("INST:NSEL?").strip() == "1"
     await _grant_all(gateway, result.request, olga, pete)
     assert gateway.get_request(result.request.id).status.value == "executed"
     assert front_panel.query("CURR:PROT:STAT? (@1)").strip() == "1", shown
